@@ -1,0 +1,324 @@
+"""Replay conformance cases through the real operators.
+
+    python -m operators.conformance CASES.json [--observed OBSERVED.json] [--case NAME ...]
+
+Each case of a ``flink-join-conformance/1`` file is run through the operators of this package on
+in-memory state, exactly as the service runs them on Spark state: records are routed by join key,
+the processing-time clock and the watermarks come from the case's events, timers fire when due.
+The output is cut into segments at the case's checkpoints, written to OBSERVED (format: the cases
+README, section 8), compared with the expectation, and reported as ``PASS``/``FAIL`` per case with
+a last line ``N passed, M failed`` (exit status 1 if any case fails).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import Counter
+from datetime import datetime, timezone
+from typing import Any
+
+from .condition import compile_condition
+from .minibatch import process_bundle
+from .regular import make_join
+from .rowkind import RowKind
+from .spec import (
+    ConfigurationError,
+    InputSpec,
+    JoinSpec,
+    JoinType,
+    StateLayout,
+    TemporalJoinSpec,
+    TemporalKind,
+    choose_layout,
+)
+from .state import EVENT, PROC, Context, InMemoryState, Output
+from .temporal import make_temporal_join
+
+SIDES = {"L": 0, "R": 1}
+
+
+def to_tuple(value: Any) -> Any:
+    """JSON lists (ROW values) become tuples so rows can be hashed and used as keys."""
+    return tuple(to_tuple(v) for v in value) if isinstance(value, list) else value
+
+
+def to_json(value: Any) -> Any:
+    return [to_json(v) for v in value] if isinstance(value, tuple) else value
+
+
+def _iso_millis(text: str) -> int:
+    return int(datetime.fromisoformat(text).replace(tzinfo=timezone.utc).timestamp() * 1000)
+
+
+def _watermark(value: Any) -> float:
+    return float("inf") if value == "+inf" else value
+
+
+def build_operator(case: dict):
+    """The operator a case asks for; raises ConfigurationError for a join that must be refused."""
+    kind = case["kind"]
+    left_cols, right_cols = tuple(case["left_schema"]), tuple(case["right_schema"])
+    lk, rk = tuple(case["left_join_key"]), tuple(case["right_join_key"])
+    filter_nulls = (bool(case["filter_null_keys"]),) * len(lk)
+    projection = None
+    if case.get("projection") is not None:
+        projection = tuple((SIDES[s], i) for s, i in case["projection"])
+    condition = None
+    if case.get("condition_sql"):
+        condition = compile_condition(case["condition_sql"], left_cols, right_cols)
+    join_type = JoinType(case["join_type"])
+
+    if kind in ("regular", "semi_anti", "mini_batch"):
+        ttl = case.get("state_ttl_ms") or {}
+        sides = []
+        for name, cols, key in (("left", left_cols, lk), ("right", right_cols, rk)):
+            declared = case[f"{name}_input_spec"]
+            uk = declared.get("unique_key")
+            side = InputSpec(cols, key, tuple(uk) if uk else None, ttl.get(name))
+            if StateLayout(declared["kind"]) is not choose_layout(key, side.unique_key):
+                raise ValueError(f"{name} input declares {declared['kind']} but its keys give {side.layout.value}")
+            sides.append(side)
+        spec = JoinSpec(
+            join_type, sides[0], sides[1], filter_nulls, condition, projection, case.get("mini_batch_size")
+        )
+        return make_join(spec)
+
+    attr = case["time_attribute"]
+    iso = attr.get("unit") == "iso8601"
+    retention = case.get("state_retention_ms")
+    spec = TemporalJoinSpec(
+        kind=TemporalKind.PROCESSING_TIME if attr["left"] == "proctime" else TemporalKind.EVENT_TIME,
+        join_type=join_type,
+        left=InputSpec(left_cols, lk),
+        right=InputSpec(right_cols, rk),
+        filter_nulls=filter_nulls,
+        condition=condition,
+        projection=projection,
+        left_time=None if attr["left"] == "proctime" else attr["left"],
+        right_time=None if attr["right"] == "proctime" else attr["right"],
+        time_of=(lambda v: None if v is None else _iso_millis(v)) if iso else None,
+        retention_ms=(retention["min"], retention["max"]) if retention else None,
+        drop_update_before_on_right=bool(case.get("drop_update_before_on_right")),
+        right_is_versioned=case["right_input_spec"]["kind"] == "versioned",
+    )
+    return make_temporal_join(spec)
+
+
+def run_case(case: dict) -> dict:
+    """Replay one case; returns its OBSERVED entry."""
+    try:
+        operator = build_operator(case)
+    except ConfigurationError as err:
+        return {"error": str(err)}
+    if case["kind"] == "config_error":
+        return {"segments": []}  # a join that should have been refused was accepted
+
+    keys = (tuple(case["left_join_key"]), tuple(case["right_join_key"]))
+    state = InMemoryState()
+    out = Output()
+    segments: list[list] = [[]]
+    marks = case["kind"] == "temporal_event_time"
+    now = 0
+    watermarks: list[Any] = [None, None]
+    combined = None
+    late = 0
+    bundle: list = []
+    bundle_size = case.get("mini_batch_size") if case["kind"] == "mini_batch" else None
+
+    def drain():
+        nonlocal late
+        for kind, row in out.rows:
+            segments[-1].append({"kind": RowKind(kind).short, "row": to_json(row)})
+        late += len(out.late)
+        out.rows.clear()
+        out.late.clear()
+
+    def fire(domain, upto):
+        for ts, key in list(state.due_timers(domain, upto)):
+            if state.has_timer(key, domain, ts):  # an earlier timer may have deleted it
+                state.consume_timer(key, domain, ts)
+                operator.on_timer(state.for_key(key), domain, ts, Context(now, combined), out)
+        drain()
+
+    def flush():
+        by_key: dict = {}
+        for key, record in bundle:
+            by_key.setdefault(key, []).append(record)
+        bundle.clear()
+        for key, records in by_key.items():
+            process_bundle(operator, state.for_key(key), records, Context(now, combined), out)
+        drain()
+
+    for event in case["events"]:
+        if "expect" in event:
+            segments.append([])
+        elif "proctime" in event:
+            now = max(now, event["proctime"])
+            fire(PROC, now)
+        elif "watermark" in event:
+            watermarks[SIDES[event["side"]]] = _watermark(event["watermark"])
+            if None not in watermarks:
+                new = min(watermarks)
+                if combined is None or new > combined:
+                    combined = new
+                    fire(EVENT, combined)
+                    if marks:
+                        segments[-1].append({"watermark": event["watermark"] if new == float("inf") else new})
+        else:
+            side = SIDES[event["side"]]
+            row = to_tuple(event["row"])
+            record = (side, int(RowKind.parse(event["kind"])), row)
+            key = tuple(row[i] for i in keys[side])
+            if bundle_size is not None:
+                bundle.append((key, record))
+                if len(bundle) >= bundle_size:
+                    flush()
+            else:
+                operator.process(state.for_key(key), [record], Context(now, combined), out)
+                drain()
+    if bundle and not any("expect" in e for e in case["events"]):
+        flush()  # end of input; with checkpoints, anything after the last one would be a failure
+    if segments[-1] == [] and len(segments) > 1:
+        segments.pop()
+    observed: dict = {"segments": segments}
+    if case["kind"] == "temporal_event_time":
+        observed["late_probe_rows_dropped"] = late
+    return observed
+
+
+# -- comparison (the rules of the cases README, section 8) -----------------------------------------
+def _canon(value: Any) -> Any:
+    if isinstance(value, list):
+        return tuple(_canon(v) for v in value)
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return (type(value).__name__, value)
+    if isinstance(value, (int, float)):
+        return ("num", float(value))
+    return ("other", json.dumps(value, sort_keys=True))
+
+
+def _entry(entry: dict) -> tuple:
+    if "watermark" in entry:
+        return ("wm", _canon(entry["watermark"]))
+    return (entry["kind"], _canon(entry["row"]))
+
+
+def _rows_only(segment: list) -> list:
+    return [e for e in segment if "watermark" not in e]
+
+
+def _diff_multiset(expected: list, observed: list) -> str | None:
+    exp_c, obs_c = Counter(map(_entry, expected)), Counter(map(_entry, observed))
+    if exp_c == obs_c:
+        return None
+    return f"missing {list((exp_c - obs_c).elements())}, unexpected {list((obs_c - exp_c).elements())}"
+
+
+def _diff_ordered(expected: list, observed: list) -> str | None:
+    exp, obs = list(map(_entry, expected)), list(map(_entry, observed))
+    if exp == obs:
+        return None
+    for i, (a, b) in enumerate(zip(exp, obs)):
+        if a != b:
+            return f"entry {i}: expected {expected[i]}, observed {observed[i]}"
+    return f"expected {len(exp)} entries, observed {len(obs)}"
+
+
+def _materialize(rows: list, upsert_key: list | None) -> tuple[Counter | None, str | None]:
+    if upsert_key is None:
+        table: Counter = Counter()
+        for e in rows:
+            row = _canon(e["row"])
+            if e["kind"] in ("+I", "+U"):
+                table[row] += 1
+            elif table[row] > 0:
+                table[row] -= 1
+            else:
+                return None, f"retraction of a row that is not in the table: {e}"
+        return +table, None
+    keyed: dict = {}
+    for e in rows:
+        key = tuple(_canon(e["row"][i]) for i in upsert_key)
+        if e["kind"] in ("+I", "+U"):
+            keyed[key] = _canon(e["row"])
+        else:
+            keyed.pop(key, None)
+    return Counter(keyed.values()), None
+
+
+def compare(case: dict, observed: dict | None) -> str | None:
+    """None when ``observed`` satisfies the case, else a short description of the difference."""
+    if observed is None:
+        return "no observed output"
+    mode = case["expected_mode"]
+    if mode == "error":
+        if observed.get("segments"):
+            return "the configuration was accepted but must be rejected"
+        return None if observed.get("error") else "no configuration error reported"
+    if "error" in observed:
+        return f"unexpected error: {observed['error']}"
+    segments = observed.get("segments", [])
+    if "late_probe_rows_dropped" in case and "late_probe_rows_dropped" in observed:
+        if observed["late_probe_rows_dropped"] != case["late_probe_rows_dropped"]:
+            return f"late_probe_rows_dropped {observed['late_probe_rows_dropped']} != {case['late_probe_rows_dropped']}"
+    if mode in ("ordered_per_checkpoint", "multiset_per_checkpoint"):
+        expects = [e["expect"] for e in case["events"] if "expect" in e]
+        if len(segments) > len(expects) and any(segments[len(expects):]):
+            return "output after the last checkpoint"
+        for i, expected in enumerate(expects):
+            seen = _rows_only(segments[i]) if i < len(segments) else []
+            diff = (_diff_ordered if mode == "ordered_per_checkpoint" else _diff_multiset)(expected, seen)
+            if diff:
+                return f"checkpoint {i}: {diff}"
+        return None
+    flat = [e for seg in segments for e in seg]
+    if mode == "ordered":
+        return _diff_ordered(case["expected_changelog"], _rows_only(flat))
+    if mode == "ordered_with_watermarks":
+        return _diff_ordered(case["expected_changelog"], flat)
+    if mode in ("materialized_multiset", "materialized_upsert"):
+        table, err = _materialize(_rows_only(flat), case.get("upsert_key") if mode == "materialized_upsert" else None)
+        if err:
+            return err
+        expected = Counter(_canon(r) for r in case["expected_materialized"])
+        if table != expected:
+            return f"final table: missing {list((expected - table).elements())}, unexpected {list((table - expected).elements())}"
+        return None
+    return f"unknown expected_mode {mode!r}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m operators.conformance", description=__doc__.split("\n\n")[0])
+    parser.add_argument("cases", help="a flink-join-conformance/1 JSON file")
+    parser.add_argument("--observed", help="write the OBSERVED file here")
+    parser.add_argument("--case", action="append", help="run only this case (repeatable)")
+    args = parser.parse_args(argv)
+    with open(args.cases) as f:
+        cases = json.load(f)["cases"]
+    if args.case:
+        cases = [c for c in cases if c["name"] in args.case]
+    observed: dict = {}
+    passed = failed = 0
+    for case in cases:
+        try:
+            observed[case["name"]] = run_case(case)
+            diff = compare(case, observed[case["name"]])
+        except Exception as err:  # a crashing case is a failing case, the others still run
+            observed[case["name"]] = {"error": f"{type(err).__name__}: {err}"}
+            diff = f"crashed: {type(err).__name__}: {err}"
+        if diff is None:
+            passed += 1
+            print(f"PASS {case['name']}")
+        else:
+            failed += 1
+            print(f"FAIL {case['name']}: {diff}")
+    if args.observed:
+        with open(args.observed, "w") as f:
+            json.dump({"cases": observed}, f, indent=1)
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,294 @@
+"""Regular streaming joins (INNER, LEFT, RIGHT, FULL) and LEFT SEMI / ANTI joins over changelogs.
+
+The emission rules are Flink's ``StreamingJoinOperator`` and ``StreamingSemiAntiJoinOperator``,
+with FLINK-40681 fixed: an accumulate that *replaces* a stored row of the same unique key (a bare
+``+U`` or a repeated ``+I`` from an upsert input) is not a new match for the other-side rows the
+replaced row already matched, and the matches it loses are retracted.
+
+One call processes all records of one join key (in order) with one state read and one write.
+"""
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+from .layouts import ASSOC, COPIES, ROW, WRITTEN, view_for
+from .rowkind import DELETE, INSERT, RowKind
+from .rows import nulls, row_builder
+from .spec import JoinSpec
+from .state import PROC, Context, KeyState, Output
+
+Record = tuple  # (side: 0 left | 1 right, kind: RowKind value, row: tuple)
+
+_ACCUMULATE = (RowKind.INSERT, RowKind.UPDATE_AFTER)
+
+
+class _KeyedJoin:
+    """What regular and semi/anti joins share: key checks, state load/store and TTL timers."""
+
+    def __init__(self, spec: JoinSpec):
+        self.spec = spec
+        self.views = (view_for(spec.left), view_for(spec.right))
+        self.condition = spec.condition
+        self._filtered = tuple(
+            (spec.left.join_key[i], spec.right.join_key[i]) for i, f in enumerate(spec.filter_nulls) if f
+        )
+        self._ttl = spec.left.state_ttl_ms is not None or spec.right.state_ttl_ms is not None
+
+    def key_can_match(self, side: int, row: tuple) -> bool:
+        """False when a NULL sits in a join-key column compared with ``=``: such a row matches nothing."""
+        for pair in self._filtered:
+            if row[pair[side]] is None:
+                return False
+        return True
+
+    def matches(self, side: int, row: tuple, other: dict, now: int) -> list:
+        """Visible entries of the other side that ``row`` (on ``side``) joins with."""
+        entries = self.views[1 - side].entries(other, now)
+        cond = self.condition
+        if cond is None:
+            return list(entries)
+        if side == 0:
+            return [e for e in entries if cond(row, e[ROW]) is True]
+        return [e for e in entries if cond(e[ROW], row) is True]
+
+    # -- state ---------------------------------------------------------------------------------
+    def _load(self, state: KeyState):
+        value = state.get()
+        if value is None:
+            return [{}, {}], None
+        return [value[0], value[1]], value[2]
+
+    def _store(self, state: KeyState, sides: list, timer, now: int) -> None:
+        if self._ttl:
+            for view, side in zip(self.views, sides):
+                view.purge(side, now)
+            expiries = [e for e in (v.latest_expiry(s) for v, s in zip(self.views, sides)) if e is not None]
+            wanted = max(expiries) if expiries else None
+            if wanted != timer:
+                if timer is not None:
+                    state.delete_timer(PROC, timer)
+                if wanted is not None:
+                    state.register_timer(PROC, wanted)
+                timer = wanted
+        if sides[0] or sides[1]:
+            state.put((sides[0], sides[1], timer))
+        else:
+            state.clear()
+
+    def on_timer(self, state: KeyState, domain: str, ts: int, ctx: Context, out: Output) -> None:
+        """A TTL cleanup timer: drop what expired; nothing is emitted."""
+        sides, timer = self._load(state)
+        if timer == ts:
+            timer = None
+        self._store(state, sides, timer, ctx.now)
+
+    def process(self, state: KeyState, records: Iterable[Record], ctx: Context, out: Output) -> None:
+        """Process records of one join key in order."""
+        records = list(records)
+        if records and not self.key_can_match(records[0][0], records[0][2]):
+            for side, kind, row in records:
+                self.unmatched(side, kind, row, out)
+            return
+        sides, timer = self._load(state)
+        now = ctx.now
+        for side, kind, row in records:
+            self.apply(sides, side, kind, row, now, out)
+        self._store(state, sides, timer, now)
+
+    def unmatched(self, side: int, kind: int, row: tuple, out: Output) -> None:
+        """A record whose join key can never match: no state needed, the output is known."""
+        raise NotImplementedError
+
+    def apply(self, sides, side, kind, row, now, out, pending=None) -> None:
+        raise NotImplementedError
+
+
+class RegularJoin(_KeyedJoin):
+    """INNER / LEFT / RIGHT / FULL OUTER join with retractions and association counts."""
+
+    def __init__(self, spec: JoinSpec):
+        if spec.join_type.is_semi_anti:
+            raise ValueError("use SemiAntiJoin for SEMI and ANTI joins")
+        super().__init__(spec)
+        self.outer = (spec.join_type.left_outer, spec.join_type.right_outer)
+        self._build = row_builder(spec.projection)
+        self._nulls = (nulls(spec.left.width), nulls(spec.right.width))
+
+    # -- emission helpers ----------------------------------------------------------------------
+    def _joined(self, out, kind, side, row, other_row, copies=1):
+        built = self._build(row, other_row) if side == 0 else self._build(other_row, row)
+        for _ in range(copies):
+            out.rows.append((kind, built))
+
+    def _padded(self, out, kind, side, row, copies=1):
+        built = self._build(row, self._nulls[1]) if side == 0 else self._build(self._nulls[0], row)
+        for _ in range(copies):
+            out.rows.append((kind, built))
+
+    def unmatched(self, side, kind, row, out):
+        if self.outer[side]:
+            self._padded(out, INSERT if kind in _ACCUMULATE else DELETE, side, row)
+
+    # -- the algorithm -------------------------------------------------------------------------
+    def apply(self, sides, side, kind, row, now, out, pending=None):
+        """Apply one record. ``pending`` is set while processing a suppressed ``-U``/``+U`` pair of a
+        mini-batch: null-padding flips of other-side rows are collected there instead of emitted,
+        so that a flip undone by the pair's accumulate is never emitted at all."""
+        if kind in _ACCUMULATE:
+            self._accumulate(sides, side, kind, row, now, out, pending)
+        else:
+            self._retract(sides, side, kind, row, now, out, pending)
+
+    def _accumulate(self, sides, side, kind, row, now, out, pending):
+        mine, other = sides[side], sides[1 - side]
+        view = self.views[side]
+        input_outer, other_outer = self.outer[side], self.outer[1 - side]
+        found = self.matches(side, row, other, now)
+        gained = found
+        replaced = view.replaced(mine, row, now)
+        if replaced is not None:
+            gained = self._replace(side, replaced[ROW], found, other, now, out)
+        if input_outer and not found:
+            self._padded(out, INSERT, side, row)
+        else:
+            if other_outer:
+                for e in gained:
+                    if e[ASSOC] == 0:
+                        if pending is not None and id(e) in pending:
+                            del pending[id(e)]  # the pair's retraction left it at 0: no flip at all
+                        else:
+                            self._padded(out, DELETE, 1 - side, e[ROW], e[COPIES])
+                    e[ASSOC] += 1
+                    e[WRITTEN] = now
+            out_kind = kind if not (input_outer or other_outer) else INSERT
+            for e in found:
+                self._joined(out, out_kind, side, row, e[ROW], e[COPIES])
+        view.add(mine, row, sum(e[COPIES] for e in found), now)
+
+    def _replace(self, side, old_row, found, other, now, out) -> list:
+        """FLINK-40681: retract the matches the replaced row loses; return the truly new matches."""
+        before = self.matches(side, old_row, other, now)
+        kept = {id(e) for e in found}
+        lost = [e for e in before if id(e) not in kept]
+        for e in lost:
+            self._joined(out, DELETE, side, old_row, e[ROW], e[COPIES])
+        if self.outer[1 - side]:
+            for e in lost:
+                if e[ASSOC] == 1:
+                    self._padded(out, INSERT, 1 - side, e[ROW], e[COPIES])
+                e[ASSOC] = max(0, e[ASSOC] - 1)
+                e[WRITTEN] = now
+        had = {id(e) for e in before}
+        return [e for e in found if id(e) not in had]
+
+    def _retract(self, sides, side, kind, row, now, out, pending):
+        mine, other = sides[side], sides[1 - side]
+        self.views[side].retract(mine, row, now)
+        input_outer, other_outer = self.outer[side], self.outer[1 - side]
+        # A retraction is joined with the other side's current rows even when the retracted row is
+        # not (or no longer) stored, e.g. after its TTL expired: its join results were emitted.
+        found = self.matches(side, row, other, now)
+        if not found:
+            if input_outer:
+                self._padded(out, DELETE, side, row)
+            return
+        out_kind = DELETE if input_outer else kind
+        for e in found:
+            self._joined(out, out_kind, side, row, e[ROW], e[COPIES])
+        if other_outer:
+            for e in found:
+                if e[ASSOC] == 1:
+                    if pending is not None:
+                        pending[id(e)] = e
+                    else:
+                        self._padded(out, INSERT, 1 - side, e[ROW], e[COPIES])
+                e[ASSOC] = max(0, e[ASSOC] - 1)
+                e[WRITTEN] = now
+
+    def apply_pair(self, sides, side, retract: tuple, accumulate: tuple, now, out) -> None:
+        """A mini-batch ``-U``/``+U`` pair (``(kind, row)`` each) of one unique key, processed without
+        transient flips. Flink suppresses both flips; where the accumulate no longer matches an
+        other-side row the retraction left without a match, that row is null-padded after the pair
+        (released Flink leaves it with no output row at all)."""
+        pending: dict = {}
+        self._retract(sides, side, retract[0], retract[1], now, out, pending)
+        self._accumulate(sides, side, accumulate[0], accumulate[1], now, out, pending)
+        for e in pending.values():  # rows the pair really left without a match
+            self._padded(out, INSERT, 1 - side, e[ROW], e[COPIES])
+
+
+class SemiAntiJoin(_KeyedJoin):
+    """LEFT SEMI / LEFT ANTI join: emits left rows while they have (SEMI) or lack (ANTI) a match."""
+
+    def __init__(self, spec: JoinSpec):
+        if not spec.join_type.is_semi_anti:
+            raise ValueError("SemiAntiJoin is for SEMI and ANTI joins")
+        super().__init__(spec)
+        self.anti = spec.join_type.value == "ANTI"
+        build = row_builder(spec.projection, right=False)
+        self._left_out = lambda row: build(row, ())
+
+    def unmatched(self, side, kind, row, out):
+        if side == 0 and self.anti:
+            out.rows.append((kind, self._left_out(row)))
+
+    def apply(self, sides, side, kind, row, now, out, pending=None):
+        if side == 0:
+            self._left(sides, kind, row, now, out)
+        elif kind in _ACCUMULATE:
+            self._right_accumulate(sides, kind, row, now, out)
+        else:
+            self._right_retract(sides, kind, row, now, out)
+
+    def _left(self, sides, kind, row, now, out):
+        found = self.matches(0, row, sides[1], now)
+        if bool(found) != self.anti:
+            out.rows.append((kind, self._left_out(row)))
+        if kind in _ACCUMULATE:
+            self.views[0].add(sides[0], row, sum(e[COPIES] for e in found), now)
+        else:
+            self.views[0].retract(sides[0], row, now)
+
+    def _gain(self, e, kind, now, out):
+        if e[ASSOC] == 0:
+            emitted = (DELETE if self.anti else kind, self._left_out(e[ROW]))
+            out.rows.extend([emitted] * e[COPIES])
+        e[ASSOC] += 1
+        e[WRITTEN] = now
+
+    def _lose(self, e, kind, now, out):
+        if e[ASSOC] == 1:
+            emitted = (INSERT if self.anti else kind, self._left_out(e[ROW]))
+            out.rows.extend([emitted] * e[COPIES])
+        e[ASSOC] = max(0, e[ASSOC] - 1)
+        e[WRITTEN] = now
+
+    def _right_accumulate(self, sides, kind, row, now, out):
+        left, right = sides
+        found = self.matches(1, row, left, now)
+        gained = found
+        replaced = self.views[1].replaced(right, row, now)
+        if replaced is not None:  # FLINK-40681: only lost and truly new matches count
+            before = self.matches(1, replaced[ROW], left, now)
+            kept, had = {id(e) for e in found}, {id(e) for e in before}
+            for e in before:
+                if id(e) not in kept:
+                    self._lose(e, DELETE, now, out)
+            gained = [e for e in found if id(e) not in had]
+        for e in gained:
+            self._gain(e, kind, now, out)
+        self.views[1].add(right, row, 0, now)
+
+    def _right_retract(self, sides, kind, row, now, out):
+        left, right = sides
+        self.views[1].retract(right, row, now)
+        for e in self.matches(1, row, left, now):
+            self._lose(e, kind, now, out)
+
+
+def make_join(spec: JoinSpec) -> _KeyedJoin:
+    return SemiAntiJoin(spec) if spec.join_type.is_semi_anti else RegularJoin(spec)
+
+
+def join_key_of(spec_side_key: Sequence[int], row: tuple) -> tuple:
+    return tuple(row[i] for i in spec_side_key)
