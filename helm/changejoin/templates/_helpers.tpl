@@ -1,0 +1,221 @@
+{{/*
+Chart name, truncated to a DNS label.
+*/}}
+{{- define "changejoin.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/*
+Full name of the release's objects. Kept to 40 characters so that derived names
+("-driver", "-executor-template", Spark's executor pod names) stay valid.
+*/}}
+{{- define "changejoin.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 40 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 40 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 40 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "changejoin.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/*
+Selector labels of the driver pod; "component" tells it apart from executor pods.
+*/}}
+{{- define "changejoin.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "changejoin.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: driver
+{{- end -}}
+
+{{- define "changejoin.executorSelectorLabels" -}}
+app.kubernetes.io/name: {{ include "changejoin.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: executor
+{{- end -}}
+
+{{/*
+Common labels (no component: each object adds its own where it matters).
+*/}}
+{{- define "changejoin.labels" -}}
+helm.sh/chart: {{ include "changejoin.chart" . }}
+app.kubernetes.io/name: {{ include "changejoin.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: changejoin
+{{- end -}}
+
+{{- define "changejoin.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "changejoin.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "changejoin.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+
+{{- define "changejoin.executorImage" -}}
+{{- default (include "changejoin.image" .) .Values.spark.executor.image -}}
+{{- end -}}
+
+{{- define "changejoin.clusterMode" -}}
+{{- if eq .Values.spark.mode "cluster" -}}true{{- end -}}
+{{- end -}}
+
+{{/*
+Headless Service of the driver (cluster mode) and its DNS name, used as spark.driver.host.
+*/}}
+{{- define "changejoin.driverServiceName" -}}
+{{- printf "%s-driver" (include "changejoin.fullname" .) -}}
+{{- end -}}
+
+{{- define "changejoin.driverHost" -}}
+{{- printf "%s.%s.svc" (include "changejoin.driverServiceName" .) .Release.Namespace -}}
+{{- end -}}
+
+{{- define "changejoin.checkpointClaimName" -}}
+{{- default (printf "%s-checkpoints" (include "changejoin.fullname" .)) .Values.checkpoint.existingClaim -}}
+{{- end -}}
+
+{{- define "changejoin.schemasConfigMapName" -}}
+{{- default (printf "%s-schemas" (include "changejoin.fullname" .)) .Values.schemas.existingConfigMap -}}
+{{- end -}}
+
+{{- define "changejoin.mountSchemas" -}}
+{{- if or .Values.schemas.files .Values.schemas.existingConfigMap -}}true{{- end -}}
+{{- end -}}
+
+{{/* Fixed paths inside the image (deploy/Dockerfile). */}}
+{{- define "changejoin.sparkLocalDir" -}}/var/lib/changejoin/spark-local{{- end -}}
+{{- define "changejoin.kafkaTlsDir" -}}/etc/changejoin/kafka-tls{{- end -}}
+{{- define "changejoin.templatesDir" -}}/etc/changejoin/spark-templates{{- end -}}
+
+{{/*
+Checks of combinations that the JSON schema does not express well; rendered (as nothing)
+by the Deployment so that every install, upgrade, template and lint runs them.
+*/}}
+{{- define "changejoin.validate" -}}
+{{- $c := .Values.config -}}
+{{- range $key := list "kafkaBootstrapServers" "leftTopic" "rightTopic" "outputTopic" "joinSql" -}}
+{{- if not (get $c $key) -}}
+{{- fail (printf "config.%s is required" $key) -}}
+{{- end -}}
+{{- end -}}
+{{- if and (not $c.schemaRegistryUrl) (not (and $c.leftSchemaFile $c.rightSchemaFile)) -}}
+{{- fail "set config.schemaRegistryUrl, or both config.leftSchemaFile and config.rightSchemaFile" -}}
+{{- end -}}
+{{- if and .Values.schemas.files .Values.schemas.existingConfigMap -}}
+{{- fail "set schemas.files or schemas.existingConfigMap, not both" -}}
+{{- end -}}
+{{- if and .Values.checkpoint.uri .Values.checkpoint.existingClaim -}}
+{{- fail "set checkpoint.uri or checkpoint.existingClaim, not both" -}}
+{{- end -}}
+{{- if include "changejoin.clusterMode" . -}}
+{{- if not .Values.checkpoint.uri -}}
+{{- fail "spark.mode=cluster needs checkpoint.uri: executors write the streaming state, so the checkpoint must be on storage they all reach (e.g. s3a://...)" -}}
+{{- end -}}
+{{- if $c.sparkMaster -}}
+{{- fail "config.sparkMaster must be empty in spark.mode=cluster: the chart sets SPARK_MASTER to the Kubernetes API" -}}
+{{- end -}}
+{{- if eq (int .Values.spark.driver.port) (int .Values.spark.driver.blockManagerPort) -}}
+{{- fail "spark.driver.port and spark.driver.blockManagerPort must differ" -}}
+{{- end -}}
+{{- end -}}
+{{- $sparkPorts := list (int .Values.spark.driver.port) (int .Values.spark.driver.blockManagerPort) -}}
+{{- if and (include "changejoin.clusterMode" .) (has (int $c.metricsPort) $sparkPorts) -}}
+{{- fail "config.metricsPort must differ from the Spark driver ports" -}}
+{{- end -}}
+{{- if and (or .Values.kafka.tls.certKey .Values.kafka.tls.keyKey) (not (and .Values.kafka.tls.certKey .Values.kafka.tls.keyKey)) -}}
+{{- fail "kafka.tls.certKey and kafka.tls.keyKey go together" -}}
+{{- end -}}
+{{- range $key, $_ := .Values.extraEnv -}}
+{{- if or (hasPrefix "KAFKA_CLIENT_SASL_PASSWORD" $key) (hasPrefix "SCHEMA_REGISTRY_BASIC_AUTH_USER_INFO" $key) (hasPrefix "KAFKA_CLIENT_SSL_KEY_PASSWORD" $key) -}}
+{{- fail (printf "extraEnv.%s is a secret: put it in a Secret and use kafka.sasl, schemaRegistry.basicAuth, kafka.tls or extraEnvFromSecrets" $key) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+A scalar as an environment variable value. Numbers from values files arrive as float64;
+whole ones are printed without an exponent (10000000, not 1e+07).
+*/}}
+{{- define "changejoin.str" -}}
+{{- if and (kindIs "float64" .) (eq . (float64 (int64 .))) -}}
+{{- int64 . -}}
+{{- else -}}
+{{- toString . -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The service's environment (everything but secrets), as a name -> string dict.
+*/}}
+{{- define "changejoin.env" -}}
+{{- $env := dict -}}
+{{- range $key, $value := .Values.config -}}
+{{- if not (or (eq (include "changejoin.str" $value) "") (eq (include "changejoin.str" $value) "<nil>")) -}}
+{{- $_ := set $env ($key | snakecase | upper) (include "changejoin.str" $value) -}}
+{{- end -}}
+{{- end -}}
+{{- $_ := set $env "CHECKPOINT_LOCATION" (default .Values.checkpoint.mountPath .Values.checkpoint.uri) -}}
+{{- with .Values.kafka.securityProtocol -}}
+{{- $_ := set $env "KAFKA_CLIENT_SECURITY_PROTOCOL" . -}}
+{{- end -}}
+{{- with .Values.kafka.saslMechanism -}}
+{{- $_ := set $env "KAFKA_CLIENT_SASL_MECHANISM" . -}}
+{{- end -}}
+{{- range $key, $value := .Values.kafka.properties -}}
+{{- $_ := set $env (printf "KAFKA_CLIENT_%s" ($key | replace "." "_" | upper)) (include "changejoin.str" $value) -}}
+{{- end -}}
+{{- with .Values.kafka.tls -}}
+{{- if .existingSecret -}}
+{{- $dir := include "changejoin.kafkaTlsDir" $ -}}
+{{- $_ := set $env "KAFKA_CLIENT_SSL_CA_LOCATION" (printf "%s/%s" $dir .caKey) -}}
+{{- if .certKey -}}
+{{- $_ := set $env "KAFKA_CLIENT_SSL_CERTIFICATE_LOCATION" (printf "%s/%s" $dir .certKey) -}}
+{{- $_ := set $env "KAFKA_CLIENT_SSL_KEY_LOCATION" (printf "%s/%s" $dir .keyKey) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- range $key, $value := .Values.spark.conf -}}
+{{- $_ := set $env (printf "SPARK_CONF_%s" ($key | replace "." "_")) (include "changejoin.str" $value) -}}
+{{- end -}}
+{{- if include "changejoin.clusterMode" . -}}
+{{- $s := .Values.spark -}}
+{{- $_ := set $env "SPARK_MASTER" "k8s://https://kubernetes.default.svc" -}}
+{{- $_ := set $env "SPARK_CONF_spark_kubernetes_namespace" .Release.Namespace -}}
+{{- $_ := set $env "SPARK_CONF_spark_kubernetes_container_image" (include "changejoin.executorImage" .) -}}
+{{- $_ := set $env "SPARK_CONF_spark_kubernetes_container_image_pullPolicy" .Values.image.pullPolicy -}}
+{{- $_ := set $env "SPARK_CONF_spark_kubernetes_executor_podTemplateFile" (printf "%s/executor-pod-template.yaml" (include "changejoin.templatesDir" .)) -}}
+{{- $_ := set $env "SPARK_CONF_spark_kubernetes_executor_podTemplateContainerName" "spark-executor" -}}
+{{- $_ := set $env "SPARK_CONF_spark_kubernetes_executor_podNamePrefix" (include "changejoin.fullname" .) -}}
+{{- $_ := set $env "SPARK_CONF_spark_kubernetes_driver_service_deleteOnTermination" "false" -}}
+{{- $_ := set $env "SPARK_CONF_spark_driver_host" (include "changejoin.driverHost" .) -}}
+{{- $_ := set $env "SPARK_CONF_spark_driver_port" (include "changejoin.str" $s.driver.port) -}}
+{{- $_ := set $env "SPARK_CONF_spark_blockManager_port" (include "changejoin.str" $s.driver.blockManagerPort) -}}
+{{- $_ := set $env "SPARK_CONF_spark_executor_instances" (include "changejoin.str" $s.executor.instances) -}}
+{{- $_ := set $env "SPARK_CONF_spark_executor_cores" (include "changejoin.str" $s.executor.cores) -}}
+{{- $_ := set $env "SPARK_CONF_spark_executor_memory" $s.executor.memory -}}
+{{- with $s.executor.memoryOverhead -}}
+{{- $_ := set $env "SPARK_CONF_spark_executor_memoryOverhead" . -}}
+{{- end -}}
+{{- with $s.executor.limitCores -}}
+{{- $_ := set $env "SPARK_CONF_spark_kubernetes_executor_limit_cores" (include "changejoin.str" .) -}}
+{{- end -}}
+{{- end -}}
+{{- range $key, $value := .Values.extraEnv -}}
+{{- $_ := set $env $key (include "changejoin.str" $value) -}}
+{{- end -}}
+{{- toYaml $env -}}
+{{- end -}}
