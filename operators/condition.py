@@ -11,8 +11,7 @@ import operator
 import re
 from typing import Any, Callable, Sequence
 
-import sqlglot
-from sqlglot import expressions as exp
+exp = None  # sqlglot.expressions, bound on first use by compile_condition
 
 Condition = Callable[[Sequence[Any], Sequence[Any]], Any]
 
@@ -134,24 +133,27 @@ _RUNTIME = {
 }
 
 _BINARY = {
-    exp.EQ: "_eq",
-    exp.NEQ: "_ne",
-    exp.LT: "_lt",
-    exp.LTE: "_le",
-    exp.GT: "_gt",
-    exp.GTE: "_ge",
-    exp.Add: "_add",
-    exp.Sub: "_sub",
-    exp.Mul: "_mul",
-    exp.Div: "_div",
-    exp.Mod: "_mod",
-    exp.And: "_and",
-    exp.Or: "_or",
-    exp.NullSafeEQ: "_nse",
+    "EQ": "_eq",
+    "NEQ": "_ne",
+    "LT": "_lt",
+    "LTE": "_le",
+    "GT": "_gt",
+    "GTE": "_ge",
+    "Add": "_add",
+    "Sub": "_sub",
+    "Mul": "_mul",
+    "Div": "_div",
+    "Mod": "_mod",
+    "And": "_and",
+    "Or": "_or",
+    "NullSafeEQ": "_nse",
 }
 
 
 class _Compiler:
+    """Walks a sqlglot tree. sqlglot is imported only here, when a join is configured: the
+    operators themselves never need it while processing records."""
+
     def __init__(self, sides: dict[str, tuple[str, Sequence[str]]]):
         # alias (lower case) -> (Python variable holding the row, column names)
         self.sides = sides
@@ -223,9 +225,9 @@ class _Compiler:
             value = self.compile(node.this)
             low, high = self.compile(node.args["low"]), self.compile(node.args["high"])
             return f"_and(_ge({value}, {low}), _le({value}, {high}))"
-        for node_type, fn in _BINARY.items():
-            if type(node) is node_type:
-                return f"{fn}({self.compile(node.this)}, {self.compile(node.expression)})"
+        fn = _BINARY.get(type(node).__name__)
+        if fn is not None and isinstance(node, exp.Binary):
+            return f"{fn}({self.compile(node.this)}, {self.compile(node.expression)})"
         raise ConditionError(f"unsupported expression {node.sql()!r} in the join condition; supported: {SUPPORTED}")
 
     def like(self, node: exp.Expression, escape: str | None) -> str:
@@ -239,13 +241,18 @@ class _Compiler:
 
 
 def compile_condition(
-    sql: str | exp.Expression,
+    sql: "str | exp.Expression",
     left_columns: Sequence[str],
     right_columns: Sequence[str],
     left_alias: str = "l",
     right_alias: str = "r",
 ) -> Condition:
     """Compile ``sql`` (over ``<left_alias>.<col>`` and ``<right_alias>.<col>``) to ``cond(l, r)``."""
+    import sqlglot
+
+    global exp
+    from sqlglot import expressions as exp
+
     if isinstance(sql, str):
         try:
             tree = sqlglot.parse_one(sql)
