@@ -133,6 +133,17 @@ def test_manifests_validate_strictly(rendered, name):
     assert validated >= 4
 
 
+@pytest.mark.parametrize("name", ["default", "cluster", "secure"])
+def test_notes_render(helm, name):
+    """NOTES.txt is not part of `helm template`; a client-side dry-run install renders it
+    without contacting a cluster."""
+    proc = helm_tool.run_helm("install", RELEASE, str(CHART), "--namespace", NAMESPACE,
+                              "-f", values_file(name), "--dry-run=client", check=True)
+    notes = proc.stdout[proc.stdout.index("NOTES:"):]
+    assert f"kubectl -n {NAMESPACE} logs -f deployment/{FULLNAME}" in notes
+    assert ("executor pod(s)" in notes) == (name == "cluster")
+
+
 def test_every_template_file_renders_somewhere(rendered):
     """No template is dead: each one produces an object for at least one values file."""
     kinds = {(d["kind"], d["metadata"]["name"]) for docs in rendered.values() for d in docs}
