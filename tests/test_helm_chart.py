@@ -246,6 +246,24 @@ def test_checksum_annotation_follows_config(helm, rendered):
     assert checksum(extra) != base
 
 
+def test_values_reach_the_environment_verbatim(helm, tmp_path):
+    """Multi-line SQL with quotes, colons and '#', and large numbers, arrive unchanged."""
+    sql = ("SELECT o.id, c.name AS \"customer: name\" -- '#1'\n"
+           "FROM orders o\n  LEFT JOIN customers c ON o.cid = c.id\n")
+    extra = tmp_path / "extra.yaml"
+    extra.write_text(yaml.safe_dump({
+        "config": {"joinSql": sql, "maxRecordsPerTrigger": 12345678901, "outputKey": "on"},
+        "spark": {"conf": {"spark.sql.adaptive.enabled": False, "spark.memory.fraction": 0.5}},
+    }))
+    _, docs = template(helm, values_file("default"), str(extra))
+    env = env_configmap(docs)
+    assert env["JOIN_SQL"] == sql
+    assert env["MAX_RECORDS_PER_TRIGGER"] == "12345678901"
+    assert env["OUTPUT_KEY"] == "on"
+    assert env["SPARK_CONF_spark_sql_adaptive_enabled"] == "false"
+    assert env["SPARK_CONF_spark_memory_fraction"] == "0.5"
+
+
 def test_schema_files_configmap_mounted(rendered):
     docs = rendered["default"]
     cm = one(docs, "ConfigMap", f"{FULLNAME}-schemas")
