@@ -639,6 +639,8 @@ def test_every_config_key_maps_to_a_service_variable(helm):
             sets.append(f"config.{key}={max(prop.get('minimum', 0), 1) if key != 'metricsPort' else 9108}")
         elif "enum" in prop:
             sets.append(f"config.{key}={[v for v in prop['enum'] if v][0]}")
+        elif "ms|s|sec" in prop.get("pattern", ""):  # a duration
+            sets.append(f"config.{key}=5s")
         elif key.endswith("SchemaFile"):
             sets.append(f"config.{key}=/etc/changejoin/schemas/{key}.avsc")
         elif key == "schemaRegistryUrl":
@@ -664,3 +666,36 @@ def test_chart_can_set_every_required_variable(rendered):
         names = _rendered_env_names(docs)
         assert required <= names, f"{label}: missing {required - names}"
         assert "SCHEMA_REGISTRY_URL" in names or {"LEFT_SCHEMA_FILE", "RIGHT_SCHEMA_FILE"} <= names
+
+
+def test_service_accepts_the_rendered_configuration(rendered, tmp_path):
+    """The service's own loader (service.config.load_settings) accepts the environment each
+    values file renders: ConfigMap data, plus stand-ins for what Kubernetes injects (Secret
+    values, downward-API fields) and the mounted schema files."""
+    from service import config
+
+    for label, docs in rendered.items():
+        env = dict(env_configmap(docs))
+        for entry in driver_container(docs).get("env", []):
+            env[entry["name"]] = "stand-in"
+        schema_cms = [d for d in by_kind(docs, "ConfigMap") if d["metadata"]["name"].endswith("-schemas")]
+        for var in ("LEFT_SCHEMA_FILE", "RIGHT_SCHEMA_FILE"):
+            if var in env:
+                local = tmp_path / label / Path(env[var]).name
+                local.parent.mkdir(parents=True, exist_ok=True)
+                data = schema_cms[0]["data"] if schema_cms else {}
+                local.write_text(data.get(local.name, '{"type": "string"}'))
+                env[var] = str(local)
+        settings = config.load_settings(env)
+        assert settings.left_topic == env["LEFT_TOPIC"]
+        assert settings.checkpoint_location == env["CHECKPOINT_LOCATION"]
+        assert settings.metrics_port == int(env["METRICS_PORT"])
+        if label == "cluster":
+            assert settings.spark_master.startswith("k8s://")
+            assert settings.spark_conf["spark.blockManager.port"] == "7079"
+            assert settings.spark_conf["spark.kubernetes.executor.podTemplateFile"].endswith(".yaml")
+        if label == "secure":
+            props = settings.kafka_properties()
+            assert props["security.protocol"] == "SASL_SSL"
+            assert props["sasl.password"] == "stand-in"
+            assert props["ssl.ca.location"] == "/etc/changejoin/kafka-tls/ca.crt"
