@@ -532,6 +532,7 @@ def test_service_monitor_pdb_network_policy(rendered):
     ("checkpoint:\n  sise: 1Gi\n", "sise"),                              # typo, nested
     ("image:\n  pullPolicy: Sometimes\n", "pullPolicy"),                 # not in enum
     ("kafka:\n  properties:\n    sasl.password: hunter2\n", "sasl.password"),  # inline secret
+    ("kafka:\n  properties:\n    ssl.key.pem: xyz\n", "ssl.key.pem"),          # inline secret
     ("kafka:\n  sasl:\n    password: hunter2\n", "password"),            # inline secret
     ("networkPolicy:\n  enabled: yes please\n", "enabled"),              # wrong type
 ])
@@ -554,6 +555,8 @@ def test_schema_rejects_bad_values(helm, tmp_path, bad, fragment):
     (("config.sparkMaster=local[2]", "spark.mode=cluster", "checkpoint.uri=s3a://b/c"),
      "config.sparkMaster"),
     (("extraEnv.KAFKA_CLIENT_SASL_PASSWORD=hunter2",), "secret"),
+    (("extraEnv.SCHEMA_REGISTRY_BASIC_AUTH_USER_INFO=u:p",), "secret"),
+    (("extraEnv.KAFKA_CLIENT_SASL_OAUTHBEARER_CLIENT_SECRET=s",), "secret"),
 ])
 def test_template_checks(helm, sets, message):
     proc, _ = template(helm, values_file("default"), sets=sets, check=False)

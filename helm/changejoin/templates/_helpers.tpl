@@ -139,8 +139,9 @@ by the Deployment so that every install, upgrade, template and lint runs them.
 {{- if and (or .Values.kafka.tls.certKey .Values.kafka.tls.keyKey) (not (and .Values.kafka.tls.certKey .Values.kafka.tls.keyKey)) -}}
 {{- fail "kafka.tls.certKey and kafka.tls.keyKey go together" -}}
 {{- end -}}
+{{- /* Names the service treats as secret (service.config.SECRET_PROPERTIES, registry auth). */ -}}
 {{- range $key, $_ := .Values.extraEnv -}}
-{{- if or (hasPrefix "KAFKA_CLIENT_SASL_PASSWORD" $key) (hasPrefix "SCHEMA_REGISTRY_BASIC_AUTH_USER_INFO" $key) (hasPrefix "KAFKA_CLIENT_SSL_KEY_PASSWORD" $key) -}}
+{{- if regexMatch "(?i)(PASSWORD|SECRET|KEY_PEM|TOKEN|JAAS|CREDENTIALS|USER_INFO)" $key -}}
 {{- fail (printf "extraEnv.%s is a secret: put it in a Secret and use kafka.sasl, schemaRegistry.basicAuth, kafka.tls or extraEnvFromSecrets" $key) -}}
 {{- end -}}
 {{- end -}}
