@@ -1,0 +1,174 @@
+"""Decode: Kafka record bytes -> a typed row with its RowKind, keyed by join key, or a dead letter.
+
+This runs inside the Kafka source's reading task on Spark's Python workers (the source calls
+:meth:`InputDecoder.map` for every record), so a record is read, decoded and keyed in one pass.
+Every record becomes one *envelope* row (:data:`ENVELOPE_SCHEMA`):
+
+- ``jk``: the join key, encoded so that equal keys have equal bytes (Spark groups by it);
+- ``side``: 0 = left, 1 = right, :data:`DEAD_LETTER` = a record that could not be used;
+- ``kind``: the RowKind byte (0-3);
+- ``row``: the decoded row (a pickled tuple in schema order), or the dead letter's details;
+- ``event_time``: the row's event time for temporal joins, else NULL;
+- ``ts``, ``part``, ``offset``: the Kafka timestamp, partition and offset, which order the records
+  of one key deterministically (see ``processor.py``).
+
+Bad records never stop the service: they travel on as dead letters, which the sink writes to the
+dead-letter topic with their reason.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import pickle
+from functools import lru_cache
+from typing import Iterator
+
+from operators import RowKind
+
+from .avro import DecodeError, SchemaRegistry, ValueDecoder, to_epoch_millis
+from .plan import JoinPlan
+
+ENVELOPE_SCHEMA = (
+    "jk binary, side tinyint, kind tinyint, row binary, event_time timestamp, ts long, part int, offset long"
+)
+DEAD_LETTER = 2
+
+# Dead-letter reasons (the `reason` header of a dead-letter record).
+UNDECODABLE = "undecodable"
+UNKNOWN_SCHEMA_ID = "unknown_schema_id"
+SCHEMA_MISMATCH = "schema_mismatch"
+MISSING_ROWKIND = "missing_rowkind"
+UNKNOWN_ROWKIND = "unknown_rowkind"
+ROWKIND_ON_APPEND = "rowkind_on_append_topic"
+TOMBSTONE_ON_RETRACT = "tombstone_on_retract_topic"
+MISSING_KEY = "upsert_record_without_key"
+NULL_KEY = "null_in_required_column"
+LATE = "late"
+TOO_LARGE = "too_large"
+
+_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+
+
+def encode_join_key(values: tuple) -> bytes:
+    """Equal join keys give equal bytes: ``repr`` of a tuple of Avro-decoded values is canonical
+    (pickle is not: it shares repeated objects)."""
+    return repr(values).encode()
+
+
+def dead_letter_key(partition: int) -> bytes:
+    # Dead letters need a grouping key too: one per source partition spreads them over tasks.
+    return b"\x00dead-letter:%d" % partition
+
+
+class InputDecoder:
+    """The source's mapper for one input side."""
+
+    schema = ENVELOPE_SCHEMA
+
+    def __init__(self, plan: JoinPlan, side: int, rowkind_header: str, registry: SchemaRegistry | None):
+        self.side_plan = plan.sides[side]
+        self.side = side
+        self.header = rowkind_header
+        self.decoder = ValueDecoder(self.side_plan.reader_schema, registry)
+        self.mode = self.side_plan.changelog_mode
+        sp = self.side_plan
+        self.key_of = _getter(sp.join_key)
+        # Columns that must not be NULL: the primary key, and the event time of a temporal join.
+        self.required = tuple(sp.primary_key or ()) + ((sp.time_column,) if sp.time_column is not None else ())
+        self.time_column = sp.time_column if plan.kind == "temporal_event_time" else None
+        self.topic = sp.topic
+
+    def map(self, record) -> Iterator[tuple]:
+        try:
+            kind = self._kind(record)
+            if record.value is None:
+                if self.mode == "upsert":
+                    raise _Dead(MISSING_KEY if record.key is None else UNDECODABLE,
+                                "upsert deletes are handled by the upsert stage")
+                raise _Dead(TOMBSTONE_ON_RETRACT, "a null value (tombstone) on a changelog topic")
+            if self.mode == "upsert" and record.key is None:
+                raise _Dead(MISSING_KEY, "an upsert record needs the primary key as message key")
+            try:
+                row = self.decoder.decode(record.value)
+            except DecodeError as err:
+                raise _Dead(err.reason, err.detail) from None
+            for index in self.required:
+                if row[index] is None:
+                    raise _Dead(NULL_KEY, f"column {self.side_plan.columns[index]} is NULL")
+        except _Dead as dead:
+            yield self.dead_letter(record, dead.reason, dead.detail)
+            return
+        event_time = None
+        if self.time_column is not None:
+            millis = to_epoch_millis(row[self.time_column])
+            event_time = _EPOCH + _dt.timedelta(milliseconds=millis)
+        yield (
+            encode_join_key(self.key_of(row)), self.side, int(kind), pickle.dumps(row, protocol=5),
+            event_time, record.timestamp_ms or 0, record.partition, record.offset,
+        )
+
+    def _kind(self, record) -> RowKind:
+        raw = None
+        for name, value in record.headers or ():
+            if name == self.header:
+                raw = value
+        if self.mode == "append":
+            if raw is not None and _parse_kind(raw) is not RowKind.INSERT:
+                raise _Dead(ROWKIND_ON_APPEND, f"header {self.header}={raw!r} on an append-only topic")
+            return RowKind.INSERT
+        if self.mode == "upsert":
+            return RowKind.UPDATE_AFTER
+        if raw is None:
+            raise _Dead(MISSING_ROWKIND, f"no {self.header!r} header")
+        kind = _parse_kind(raw)
+        if kind is None:
+            raise _Dead(UNKNOWN_ROWKIND, f"header {self.header}={raw!r} is not +I, -U, +U, -D or a byte 0-3")
+        return kind
+
+    def dead_letter(self, record, reason: str, detail: str) -> tuple:
+        letter = {
+            "reason": reason, "detail": detail, "topic": record.topic, "partition": record.partition,
+            "offset": record.offset, "key": record.key, "value": record.value,
+            "headers": list(record.headers or ()), "timestamp_ms": record.timestamp_ms,
+        }
+        return (
+            dead_letter_key(record.partition), DEAD_LETTER, 0, pickle.dumps(letter, protocol=5), None,
+            record.timestamp_ms or 0, record.partition, record.offset,
+        )
+
+
+class _Dead(Exception):
+    def __init__(self, reason: str, detail: str):
+        self.reason, self.detail = reason, detail
+
+
+def _parse_kind(raw) -> RowKind | None:
+    try:
+        return RowKind.parse(raw)
+    except (ValueError, UnicodeDecodeError):
+        return None
+
+
+def _getter(indexes: tuple[int, ...]):
+    return lambda row: tuple(row[i] for i in indexes)
+
+
+@lru_cache(maxsize=8)
+def _cached(config_json: str) -> InputDecoder:
+    config = json.loads(config_json)
+    plan = JoinPlan.from_json(config["plan"])
+    registry = None
+    if config.get("registry_url"):
+        registry = SchemaRegistry(config["registry_url"], config.get("registry_auth"))
+    return InputDecoder(plan, config["side"], config["rowkind_header"], registry)
+
+
+def mapper(config: dict) -> InputDecoder:
+    """Factory named in the source's ``mapper`` option; one decoder per worker process and side."""
+    return _cached(json.dumps(config, sort_keys=True))
+
+
+def mapper_config(plan: JoinPlan, side: int, rowkind_header: str, registry_url: str | None,
+                  registry_auth: str | None) -> dict:
+    return {"plan": plan.to_json(), "side": side, "rowkind_header": rowkind_header,
+            "registry_url": registry_url, "registry_auth": registry_auth}

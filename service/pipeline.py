@@ -1,0 +1,215 @@
+"""The Spark Structured Streaming query: source -> decode -> key -> join -> encode -> sink.
+
+Both topics are read by the Python Kafka source (``source.py``), which decodes each record in the
+reading task (``decode.py``); the two envelope streams are unioned, grouped by join key and run
+through :class:`~service.processor.JoinProcessor` inside ``transformWithState`` on RocksDB state,
+checkpointed at ``CHECKPOINT_LOCATION``. Each micro-batch's output is encoded (``encode.py``) and
+produced to Kafka (``sink.py``) by the tasks that computed it; the driver only sees counts.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from .config import Settings
+from .decode import mapper_config
+from .plan import EVENT_TIME, JoinPlan
+from .processor import OUTPUT_SCHEMA, JoinProcessor
+
+log = logging.getLogger(__name__)
+
+ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
+COUNTS_SCHEMA = "target string, label string, n long"
+
+
+def spark_session(settings: Settings):
+    """The Spark session changejoin needs: RocksDB state, Python workers that import the project."""
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    project_root = str(Path(__file__).resolve().parent.parent)
+    java_opts = f"-Dlog4j.configurationFile=file:{LOG4J_CONFIG} -Dlog4j2.configurationFile=file:{LOG4J_CONFIG}"
+    builder = (
+        SparkSession.builder.master(settings.spark_master)
+        .appName("changejoin")
+        .config("spark.sql.streaming.stateStore.providerClass", ROCKSDB_PROVIDER)
+        .config("spark.sql.shuffle.partitions", str(settings.shuffle_partitions))
+        .config("spark.driver.extraJavaOptions", java_opts)
+        .config("spark.executor.extraJavaOptions", java_opts)
+        .config("spark.executorEnv.PYTHONPATH", project_root)
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.streaming.noDataMicroBatches.enabled", "true")
+    )
+    for key, value in settings.spark_conf.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN" if settings.log_level != "DEBUG" else "INFO")
+    return spark
+
+
+def time_mode(plan: JoinPlan) -> str:
+    if plan.kind == EVENT_TIME:
+        return "EventTime"
+    return "ProcessingTime" if plan.uses_processing_time else "None"
+
+
+@dataclass
+class BatchCounts:
+    """What one micro-batch wrote, reported by the producing tasks."""
+
+    batch_id: int
+    output: dict[str, int] = field(default_factory=dict)  # by RowKind short string
+    dead_letters: dict[str, int] = field(default_factory=dict)  # by reason
+
+
+def _sink_config(settings: Settings, plan: JoinPlan) -> str:
+    return json.dumps({
+        "plan": plan.to_json(),
+        "output_topic": settings.output_topic,
+        "dlq_topic": settings.dead_letter_topic,
+        "mode": settings.output_mode,
+        "rowkind_header": settings.rowkind_header,
+        "max_record_bytes": settings.max_output_record_bytes,
+        "registry_url": settings.schema_registry_url,
+        "registry_auth": settings.schema_registry_basic_auth_user_info,
+        "kafka": settings.kafka_properties(),
+    })
+
+
+_ENCODERS: dict = {}
+
+
+def _encoder_and_sink(config_json: str):
+    cached = _ENCODERS.get(config_json)
+    if cached is None:
+        from .avro import SchemaRegistry
+        from .encode import OutputEncoder
+        from .plan import JoinPlan
+        from .sink import KafkaSink
+
+        config = json.loads(config_json)
+        registry = SchemaRegistry(config["registry_url"], config["registry_auth"]) if config["registry_url"] else None
+        encoder = OutputEncoder(
+            JoinPlan.from_json(config["plan"]), config["output_topic"], config["dlq_topic"], config["mode"],
+            config["rowkind_header"], config["max_record_bytes"], registry,
+        )
+        kafka = dict(config["kafka"])
+        sink = KafkaSink(kafka.pop("bootstrap.servers"), kafka)
+        cached = _ENCODERS[config_json] = (encoder, sink)
+    return cached
+
+
+def produce_partition(config_json: str, batch_id: int) -> Callable:
+    """The ``mapInArrow`` function that encodes and produces one task's share of a micro-batch."""
+
+    def produce(batches):
+        import pyarrow as pa
+        from pyspark import TaskContext
+
+        from operators import RowKind
+        from .processor import OUTPUT
+
+        encoder, sink = _encoder_and_sink(config_json)
+        partition = TaskContext.get().partitionId()
+        batch = str(batch_id).encode()
+        counts: dict[tuple[str, str], int] = {}
+
+        def records():
+            index = 0
+            for arrow in batches:
+                columns = arrow.to_pydict()
+                for target, kind, payload in zip(columns["target"], columns["kind"], columns["payload"]):
+                    seq = f"{partition}:{index}".encode()
+                    index += 1
+                    if target == OUTPUT:
+                        label = ("output", RowKind(kind).short)
+                        for record in encoder.output(kind, payload, batch, seq):
+                            if record[0] != encoder.topic:
+                                label = ("dead_letter", dict(record[3])["reason"].decode())
+                            counts[label] = counts.get(label, 0) + 1
+                            yield record
+                    else:
+                        record = encoder.dead_letter(payload, batch, seq)
+                        label = ("dead_letter", dict(record[3])["reason"].decode())
+                        counts[label] = counts.get(label, 0) + 1
+                        yield record
+
+        sink.produce_all(records())
+        yield pa.RecordBatch.from_pylist(
+            [{"target": t, "label": l, "n": n} for (t, l), n in counts.items()],
+            schema=pa.schema([("target", pa.string()), ("label", pa.string()), ("n", pa.int64())]),
+        )
+
+    return produce
+
+
+class JoinPipeline:
+    """Builds and starts the streaming query for one plan."""
+
+    def __init__(self, settings: Settings, plan: JoinPlan, spark,
+                 on_batch: Callable[[BatchCounts], None] | None = None):
+        self.settings = settings
+        self.plan = plan
+        self.spark = spark
+        self.on_batch = on_batch
+        from .source import register
+
+        register(spark)
+
+    def _read(self, side: int):
+        s, sp = self.settings, self.plan.sides[side]
+        reader = (
+            self.spark.readStream.format("changejoin_kafka")
+            .option("bootstrap.servers", s.kafka_bootstrap_servers)
+            .option("topic", sp.topic)
+            .option("startingOffsets", s.starting_offsets)
+            .option("mapper", "service.decode:mapper")
+            .option("mapper.config", json.dumps(mapper_config(
+                self.plan, side, s.rowkind_header, s.schema_registry_url, s.schema_registry_basic_auth_user_info)))
+        )
+        if s.max_records_per_trigger:
+            reader = reader.option("maxRecordsPerTrigger", str(s.max_records_per_trigger))
+        for key, value in s.kafka_client.items():
+            reader = reader.option(f"kafka.{key}", value)
+        df = reader.load()
+        if self.plan.kind == EVENT_TIME:
+            # The watermark column is renamed away before the join: Spark would otherwise drop late
+            # rows silently, and late probe rows must reach the dead-letter topic.
+            df = df.withWatermark("event_time", f"{sp.watermark_delay_ms} milliseconds")
+        return df
+
+    def dataframe(self):
+        left, right = self._read(0), self._read(1)
+        mode = time_mode(self.plan)
+        envelopes = left.unionByName(right)
+        return envelopes.groupBy("jk").transformWithState(
+            JoinProcessor(self.plan.to_json(), mode), OUTPUT_SCHEMA, "Append", mode
+        )
+
+    def _write_batch(self, batch_df, batch_id: int) -> None:
+        counts = BatchCounts(batch_id)
+        rows = batch_df.mapInArrow(produce_partition(self._sink_json, batch_id), COUNTS_SCHEMA).collect()
+        for row in rows:
+            target = counts.output if row.target == "output" else counts.dead_letters
+            target[row.label] = target.get(row.label, 0) + row.n
+        log.info("batch %d written: output %s, dead letters %s", batch_id, counts.output, counts.dead_letters)
+        if self.on_batch:
+            self.on_batch(counts)
+
+    def start(self):
+        self._sink_json = _sink_config(self.settings, self.plan)
+        writer = (
+            self.dataframe().writeStream.queryName("changejoin")
+            .foreachBatch(self._write_batch)
+            .option("checkpointLocation", self.settings.checkpoint_location)
+        )
+        if self.settings.trigger_interval_ms:
+            writer = writer.trigger(processingTime=f"{self.settings.trigger_interval_ms} milliseconds")
+        return writer.start()

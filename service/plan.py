@@ -1,0 +1,296 @@
+"""The join plan: what the configuration asks for, resolved against the input schemas.
+
+``build_plan`` runs once on the driver (``run`` and ``check-config``). It loads the input schemas,
+parses ``JOIN_SQL``, resolves every column to its index, chooses each input's state layout from
+its join key and primary key, and derives the output schema. The resulting :class:`JoinPlan` is
+plain data (JSON-serializable), shipped to Spark's Python workers, where
+:meth:`JoinPlan.operator` builds the join operator once per process.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import asdict, dataclass, field
+from functools import cached_property
+
+from operators import (
+    ConfigurationError,
+    InputSpec,
+    JoinSpec,
+    JoinType,
+    StateLayout,
+    TemporalJoinSpec,
+    TemporalKind,
+    choose_layout,
+    compile_condition,
+    make_join,
+    make_temporal_join,
+)
+
+from .avro import SchemaRegistry, load_schema_file, output_schema, record_columns, to_epoch_millis
+from .config import Settings
+from .query import JoinQuery, QueryError, describe, parse_join_sql
+
+log = logging.getLogger(__name__)
+
+REGULAR, EVENT_TIME, PROCESSING_TIME = "regular", "temporal_event_time", "temporal_processing_time"
+
+
+class PlanError(ValueError):
+    """The configuration is consistent but the join it describes cannot be built."""
+
+
+@dataclass(frozen=True)
+class SidePlan:
+    """One input: its topic, columns and how its rows are keyed."""
+
+    side: int  # 0 = left, 1 = right
+    topic: str
+    table: str
+    columns: tuple[str, ...]
+    avro_types: tuple  # per column, the Avro type JSON
+    nullable: tuple[bool, ...]
+    reader_schema: dict
+    join_key: tuple[int, ...]
+    primary_key: tuple[int, ...] | None
+    changelog_mode: str  # retract | upsert | append
+    time_column: int | None = None  # event-time column (temporal joins)
+    watermark_delay_ms: int = 0
+    state_ttl_ms: int | None = None
+
+    @property
+    def name(self) -> str:
+        return "left" if self.side == 0 else "right"
+
+    @property
+    def layout(self) -> StateLayout:
+        return choose_layout(self.join_key, self.primary_key)
+
+    def input_spec(self) -> InputSpec:
+        return InputSpec(self.columns, self.join_key, self.primary_key, self.state_ttl_ms)
+
+
+@dataclass(frozen=True)
+class JoinPlan:
+    kind: str  # regular | temporal_event_time | temporal_processing_time
+    join_type: str  # INNER LEFT RIGHT FULL SEMI ANTI
+    left: SidePlan
+    right: SidePlan
+    filter_nulls: tuple[bool, ...]
+    condition_sql: str | None
+    projection: tuple[tuple[int, int], ...]
+    output_names: tuple[str, ...]
+    output_schema: dict
+    output_key: tuple[int, ...] | None  # output column indexes forming the message key
+    mini_batch_size: int | None = None
+    retention_ms: tuple[int, int] | None = None
+    description: str = field(default="", compare=False)
+
+    @property
+    def sides(self) -> tuple[SidePlan, SidePlan]:
+        return (self.left, self.right)
+
+    @property
+    def uses_processing_time(self) -> bool:
+        """The operator needs processing-time timers (state TTL or idle-state retention)."""
+        if self.kind == EVENT_TIME:
+            return False
+        return self.retention_ms is not None or any(s.state_ttl_ms for s in self.sides)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str) -> "JoinPlan":
+        data = json.loads(text)
+        sides = []
+        for name in ("left", "right"):
+            s = data.pop(name)
+            for key in ("columns", "avro_types", "nullable", "join_key"):
+                s[key] = tuple(s[key])
+            if s["primary_key"] is not None:
+                s["primary_key"] = tuple(s["primary_key"])
+            sides.append(SidePlan(**s))
+        data["filter_nulls"] = tuple(data["filter_nulls"])
+        data["projection"] = tuple(tuple(p) for p in data["projection"])
+        data["output_names"] = tuple(data["output_names"])
+        if data["output_key"] is not None:
+            data["output_key"] = tuple(data["output_key"])
+        if data["retention_ms"] is not None:
+            data["retention_ms"] = tuple(data["retention_ms"])
+        return cls(left=sides[0], right=sides[1], **data)
+
+    # -- the operator --------------------------------------------------------------------------
+    @cached_property
+    def operator(self):
+        """The join operator for this plan (built lazily, once per process)."""
+        left, right = self.left.input_spec(), self.right.input_spec()
+        condition = None
+        if self.condition_sql:
+            condition = compile_condition(self.condition_sql, left.columns, right.columns)
+        if self.kind == REGULAR:
+            spec = JoinSpec(
+                JoinType(self.join_type), left, right, self.filter_nulls, condition, self.projection,
+                self.mini_batch_size,
+            )
+            return make_join(spec)
+        spec = TemporalJoinSpec(
+            kind=TemporalKind.EVENT_TIME if self.kind == EVENT_TIME else TemporalKind.PROCESSING_TIME,
+            join_type=JoinType(self.join_type),
+            left=left,
+            right=right,
+            filter_nulls=self.filter_nulls,
+            condition=condition,
+            projection=self.projection,
+            left_time=self.left.time_column,
+            right_time=self.right.time_column,
+            time_of=to_epoch_millis,
+            retention_ms=self.retention_ms,
+            right_is_versioned=self.kind == EVENT_TIME,
+        )
+        return make_temporal_join(spec)
+
+    def explain(self) -> str:
+        """The plan as ``check-config`` prints it."""
+        lines = [self.description or f"{self.join_type} join", f"kind: {self.kind}"]
+        for s in self.sides:
+            keys = ", ".join(s.columns[i] for i in s.join_key)
+            pk = ", ".join(s.columns[i] for i in s.primary_key) if s.primary_key else "none"
+            extra = f", event time {s.columns[s.time_column]}" if s.time_column is not None else ""
+            ttl = f", state TTL {s.state_ttl_ms} ms" if s.state_ttl_ms else ""
+            lines.append(
+                f"{s.name}: topic {s.topic} as {s.table} ({s.changelog_mode}); join key ({keys}); "
+                f"primary key ({pk}); state layout {s.layout.value}{extra}{ttl}"
+            )
+        if self.mini_batch_size:
+            lines.append(f"mini-batch: fold up to {self.mini_batch_size} records per key")
+        key = ", ".join(self.output_names[i] for i in self.output_key) if self.output_key else "none"
+        lines.append(f"output: {', '.join(self.output_names)}; message key ({key})")
+        return "\n".join(lines)
+
+
+def _index(columns: tuple[str, ...], name: str, what: str) -> int:
+    if name in columns:
+        return columns.index(name)
+    lowered = [c for c in columns if c.lower() == name.lower()]
+    if len(lowered) == 1:
+        return columns.index(lowered[0])
+    raise PlanError(f"{what}: no column {name!r}; the columns are {', '.join(columns)}")
+
+
+def load_input_schemas(settings: Settings, registry: SchemaRegistry | None) -> tuple[dict, dict]:
+    """Reader schemas: the local .avsc files if given, else the registry's latest `<topic>-value`."""
+    schemas = []
+    for var, path, topic in (
+        ("LEFT_SCHEMA_FILE", settings.left_schema_file, settings.left_topic),
+        ("RIGHT_SCHEMA_FILE", settings.right_schema_file, settings.right_topic),
+    ):
+        if path:
+            try:
+                schemas.append(load_schema_file(path))
+            except Exception as err:
+                raise PlanError(f"{var}: {err}") from None
+        else:
+            try:
+                schemas.append(registry.latest(f"{topic}-value")[1])
+            except Exception as err:
+                raise PlanError(
+                    f"SCHEMA_REGISTRY_URL: cannot get the latest schema of subject {topic}-value ({err}); "
+                    f"register it or set {var}"
+                ) from None
+    return schemas[0], schemas[1]
+
+
+def build_plan(settings: Settings, schemas: tuple[dict, dict] | None = None) -> JoinPlan:
+    """Resolve the configuration into a plan; raises PlanError/QueryError naming what to fix."""
+    if schemas is None:
+        registry = None
+        if settings.schema_registry_url:
+            registry = SchemaRegistry(settings.schema_registry_url, settings.schema_registry_basic_auth_user_info)
+        schemas = load_input_schemas(settings, registry)
+    columns = [record_columns(s) for s in schemas]
+    names = [tuple(c.name for c in cols) for cols in columns]
+    try:
+        query = parse_join_sql(
+            settings.join_sql, settings.left_table_name, list(names[0]), settings.right_table_name, list(names[1])
+        )
+    except QueryError as err:
+        raise PlanError(f"JOIN_SQL: {err}") from None
+
+    kind = {None: REGULAR, "event_time": EVENT_TIME, "processing_time": PROCESSING_TIME}[query.temporal]
+    keys = [tuple(_index(names[0], l, "JOIN_SQL") for l, _ in query.equi_keys),
+            tuple(_index(names[1], r, "JOIN_SQL") for _, r in query.equi_keys)]
+    pks = []
+    for var, pk, cols in (("LEFT_PRIMARY_KEY", settings.left_primary_key, names[0]),
+                          ("RIGHT_PRIMARY_KEY", settings.right_primary_key, names[1])):
+        pks.append(tuple(_index(cols, c, var) for c in pk) if pk else None)
+
+    time_columns: list[int | None] = [None, None]
+    if kind == EVENT_TIME:
+        time_columns[0] = _index(names[0], query.left_time_column, "JOIN_SQL (FOR SYSTEM_TIME AS OF)")
+        if not settings.right_event_time_column:
+            raise PlanError(
+                "RIGHT_EVENT_TIME_COLUMN: required for an event-time temporal join (the versioned table's time)"
+            )
+        time_columns[1] = _index(names[1], settings.right_event_time_column, "RIGHT_EVENT_TIME_COLUMN")
+    elif kind == PROCESSING_TIME and settings.right_event_time_column:
+        raise PlanError(
+            "RIGHT_EVENT_TIME_COLUMN: a processing-time temporal join (FOR SYSTEM_TIME AS OF PROCTIME()) "
+            "cannot use a versioned table with an event-time attribute; Flink only allows processing-time "
+            "temporal joins against lookup tables. Use FOR SYSTEM_TIME AS OF <left>.<time column> instead, "
+            "or unset RIGHT_EVENT_TIME_COLUMN"
+        )
+    if kind != REGULAR and settings.mini_batch_size:
+        raise PlanError("MINI_BATCH_SIZE: mini-batch folding applies to regular joins only")
+
+    sides = []
+    ttls = (settings.left_ttl_ms, settings.right_ttl_ms) if kind == REGULAR else (None, None)
+    delays = (settings.left_watermark_delay_ms, settings.right_watermark_delay_ms)
+    topics = (settings.left_topic, settings.right_topic)
+    tables = (settings.left_table_name, settings.right_table_name)
+    modes = (settings.left_changelog_mode, settings.right_changelog_mode)
+    for i in (0, 1):
+        sides.append(
+            SidePlan(
+                side=i, topic=topics[i], table=tables[i], columns=names[i],
+                avro_types=tuple(c.avro_type for c in columns[i]), nullable=tuple(c.nullable for c in columns[i]),
+                reader_schema=schemas[i], join_key=keys[i], primary_key=pks[i], changelog_mode=modes[i],
+                time_column=time_columns[i], watermark_delay_ms=delays[i], state_ttl_ms=ttls[i],
+            )
+        )
+
+    projection = tuple((0 if c.side == "L" else 1, _index(names[0 if c.side == "L" else 1], c.column, "JOIN_SQL"))
+                       for c in query.projection)
+    output_names = tuple(c.name for c in query.projection)
+    join_type = query.join_type
+    fields = []
+    for (side, index), name in zip(projection, output_names):
+        s = sides[side]
+        padded = (side == 1 and join_type in ("LEFT", "FULL")) or (side == 0 and join_type in ("RIGHT", "FULL"))
+        fields.append((name, s.avro_types[index], s.nullable[index] or padded))
+    schema = output_schema(_record_name(settings.output_topic), fields)
+
+    output_key = None
+    if settings.output_key:
+        output_key = tuple(_index(output_names, c, "OUTPUT_KEY") for c in settings.output_key)
+
+    retention = None
+    if kind != REGULAR and settings.state_ttl_ms:
+        retention = (settings.state_ttl_ms, settings.state_ttl_ms * 3 // 2)  # Flink's min/max retention ratio
+
+    plan = JoinPlan(
+        kind=kind, join_type=join_type, left=sides[0], right=sides[1],
+        filter_nulls=tuple(not ns for ns in query.null_safe_keys), condition_sql=query.condition_sql,
+        projection=projection, output_names=output_names, output_schema=schema, output_key=output_key,
+        mini_batch_size=settings.mini_batch_size, retention_ms=retention, description=describe(query),
+    )
+    try:
+        plan.operator  # noqa: B018 - compile the condition and validate the operator now, on the driver
+    except ConfigurationError as err:
+        raise PlanError(f"JOIN_SQL: {err}") from None
+    return plan
+
+
+def _record_name(topic: str) -> str:
+    cleaned = "".join(ch if ch.isalnum() else "_" for ch in topic)
+    return cleaned if cleaned[:1].isalpha() else f"t_{cleaned}"

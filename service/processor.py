@@ -1,0 +1,131 @@
+"""Join: the Spark ``StatefulProcessor`` that runs the operators on Spark's RocksDB-backed state.
+
+A thin adapter from ``transformWithState``'s shape to the operators' state protocol; it holds no
+join logic. Per join key and micro-batch it makes one state read and one state write (the whole
+key's join state is one value), whatever the number of records.
+
+Order of a key's records within a micro-batch: Spark hands a group's rows in no particular order.
+They are put back in a deterministic order that keeps every input's per-partition offset order:
+the records of each (side, Kafka partition) are sorted by offset, and these runs are merged by
+Kafka timestamp, ties broken by side (left first), partition and offset. A replayed micro-batch
+therefore processes the same records in the same order and emits the same output.
+"""
+from __future__ import annotations
+
+import heapq
+import pickle
+from typing import Iterator
+
+from pyspark.sql import Row
+from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
+from pyspark.sql.types import BinaryType, StructField, StructType
+
+from operators import EVENT, PROC, Context, Output
+from operators.minibatch import process_bundle
+
+from .decode import DEAD_LETTER, LATE
+from .plan import JoinPlan
+
+# What the processor emits: changelog rows for the output topic and dead letters.
+OUTPUT, DEAD = 0, 1
+OUTPUT_SCHEMA = "target tinyint, kind tinyint, payload binary"
+_STATE_SCHEMA = StructType([StructField("v", BinaryType(), True)])
+
+
+class SparkKeyState:
+    """The operators' ``KeyState`` over one Spark ``ValueState`` and the key's timers."""
+
+    __slots__ = ("_value", "_handle", "_domain")
+
+    def __init__(self, value_state, handle: StatefulProcessorHandle, timer_domain: str | None):
+        self._value = value_state
+        self._handle = handle
+        self._domain = timer_domain
+
+    def get(self):
+        if not self._value.exists():
+            return None
+        return pickle.loads(self._value.get()[0])
+
+    def put(self, value) -> None:
+        self._value.update((pickle.dumps(value, protocol=5),))
+
+    def clear(self) -> None:
+        self._value.clear()
+
+    def register_timer(self, domain: str, ts: int) -> None:
+        if domain == self._domain:
+            self._handle.registerTimer(int(ts))
+
+    def delete_timer(self, domain: str, ts: int) -> None:
+        if domain == self._domain:
+            self._handle.deleteTimer(int(ts))
+
+
+def ordered_records(rows) -> list[tuple]:
+    """(side, kind, row) in the deterministic order described in the module docstring."""
+    runs: dict[tuple[int, int], list] = {}
+    for r in rows:
+        runs.setdefault((r.side, r.part), []).append(r)
+    for run in runs.values():
+        run.sort(key=lambda r: r.offset)
+    if len(runs) == 1:
+        merged = next(iter(runs.values()))
+    else:
+        merged = heapq.merge(*runs.values(), key=lambda r: (r.ts, r.side, r.part, r.offset))
+    return [r for r in merged]
+
+
+class JoinProcessor(StatefulProcessor):
+    """Runs one :class:`JoinPlan`'s operator per join key."""
+
+    def __init__(self, plan_json: str, time_mode: str):
+        self.plan_json = plan_json
+        self.time_mode = time_mode  # "None" | "ProcessingTime" | "EventTime"
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.plan = JoinPlan.from_json(self.plan_json)
+        self.operator = self.plan.operator
+        self.handle = handle
+        self.value = handle.getValueState("join", _STATE_SCHEMA)
+        domain = {"ProcessingTime": PROC, "EventTime": EVENT}.get(self.time_mode)
+        self.state = SparkKeyState(self.value, handle, domain)
+        self.bundle = self.plan.mini_batch_size
+
+    def _context(self, timer_values) -> Context:
+        now = timer_values.getCurrentProcessingTimeInMs()
+        watermark = timer_values.getCurrentWatermarkInMs()
+        return Context(now=now if now >= 0 else 0, watermark=watermark if watermark >= 0 else None)
+
+    def handleInputRows(self, key, rows, timerValues) -> Iterator[Row]:
+        ordered = ordered_records(rows)
+        out = Output()
+        letters = [r for r in ordered if r.side == DEAD_LETTER]
+        records = [(r.side, r.kind, pickle.loads(r.row)) for r in ordered if r.side != DEAD_LETTER]
+        for r in letters:  # dead letters only pass through: their key holds no state
+            yield Row(target=DEAD, kind=0, payload=r.row)
+        if not records:
+            return
+        ctx = self._context(timerValues)
+        if self.bundle:
+            for i in range(0, len(records), self.bundle):
+                process_bundle(self.operator, self.state, records[i : i + self.bundle], ctx, out)
+        else:
+            self.operator.process(self.state, records, ctx, out)
+        yield from self._emit(out)
+
+    def handleExpiredTimer(self, key, timerValues, expiredTimerInfo) -> Iterator[Row]:
+        out = Output()
+        domain = EVENT if self.time_mode == "EventTime" else PROC
+        self.operator.on_timer(self.state, domain, expiredTimerInfo.getExpiryTimeInMs(), self._context(timerValues), out)
+        yield from self._emit(out)
+
+    def _emit(self, out: Output) -> Iterator[Row]:
+        for kind, row in out.rows:
+            yield Row(target=OUTPUT, kind=kind, payload=pickle.dumps(row, protocol=5))
+        for kind, row in out.late:
+            letter = {"reason": LATE, "detail": "probe row at or behind the watermark", "kind": kind, "row": row}
+            yield Row(target=DEAD, kind=kind, payload=pickle.dumps(letter, protocol=5))
+
+    def close(self) -> None:
+        pass
