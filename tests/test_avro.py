@@ -700,3 +700,17 @@ def test_to_epoch_millis():
     # agrees with what the decoder produces
     value = ValueEncoder(ORDER).encode(ORDER_ROW)
     assert to_epoch_millis(ValueDecoder(ORDER, None).decode(value)[4]) == 1714566615123
+
+
+def test_decoder_for_subject_reads_with_the_latest_schema(fake_schema_registry):
+    old = {"type": "record", "name": "R", "fields": [{"name": "a", "type": "int"}]}
+    new = {
+        "type": "record",
+        "name": "R",
+        "fields": [{"name": "a", "type": "int"}, {"name": "b", "type": "string", "default": "-"}],
+    }
+    old_id = fake_schema_registry.register("r-value", old)
+    fake_schema_registry.register("r-value", new)
+    dec = ValueDecoder.for_subject(SchemaRegistry(fake_schema_registry.url), "r-value")
+    assert [c.name for c in dec.columns] == ["a", "b"]
+    assert dec.decode(wire(old_id, plain_body(old, {"a": 1}))) == (1, "-")
