@@ -1,0 +1,88 @@
+"""``changejoin`` (and ``python -m service``): run | demo | check-config | schema."""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+
+from .config import ConfigError, load_settings
+
+
+def _configure_logging(level: str = "INFO", fmt: str = "text") -> None:
+    if fmt == "json":
+        from .logs import JsonFormatter
+
+        handler = logging.StreamHandler()
+        handler.setFormatter(JsonFormatter())
+        logging.basicConfig(level=level, handlers=[handler], force=True)
+    else:
+        logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True)
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+
+
+def _settings_and_plan():
+    from .plan import build_plan
+
+    settings = load_settings()
+    return settings, build_plan(settings)
+
+
+def cmd_run(args) -> int:
+    settings, plan = _settings_and_plan()
+    _configure_logging(settings.log_level, settings.log_format)
+    from .app import Service
+
+    return Service(settings, plan).run_forever()
+
+
+def cmd_check_config(args) -> int:
+    settings, plan = _settings_and_plan()
+    print("configuration:")
+    for name, value in sorted(settings.redacted().items()):
+        print(f"  {name}={value}")
+    print("plan:")
+    for line in plan.explain().splitlines():
+        print(f"  {line}")
+    print("output schema:")
+    print(json.dumps(plan.output_schema, indent=2))
+    return 0
+
+
+def cmd_schema(args) -> int:
+    _, plan = _settings_and_plan()
+    print(json.dumps(plan.output_schema, indent=2))
+    return 0
+
+
+def cmd_demo(args) -> int:
+    _configure_logging("WARNING")
+    from .demo import run_demo
+
+    return run_demo()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="changejoin", description="Kafka-to-Kafka changelog joins on Spark")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("run", help="run the join service (configured by environment variables)").set_defaults(fn=cmd_run)
+    sub.add_parser("demo", help="start an embedded broker, join a sample changelog, print it").set_defaults(fn=cmd_demo)
+    sub.add_parser("check-config", help="validate the environment and print the plan").set_defaults(fn=cmd_check_config)
+    sub.add_parser("schema", help="print the output Avro schema").set_defaults(fn=cmd_schema)
+    args = parser.parse_args(argv)
+    try:
+        return args.fn(args)
+    except ConfigError as err:
+        print(f"changejoin: {err}", file=sys.stderr)
+        return 2
+    except ValueError as err:  # PlanError, QueryError: the message names the variable to fix
+        from .plan import PlanError
+
+        if isinstance(err, PlanError):
+            print(f"changejoin: invalid configuration:\n  {err}", file=sys.stderr)
+            return 2
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())
