@@ -40,13 +40,14 @@ class OutputEncoder:
         self.key_columns = plan.output_key
         self.keys = None
         if plan.output_key:
-            fields = {f["name"]: f for f in plan.output_schema["fields"]}
-            names = [plan.output_schema["fields"][i]["name"] for i in plan.output_key]
-            key_schema = output_schema(
-                plan.output_schema["name"] + "_key", [(n, fields[n]["type"], False) for n in names]
-            )
-            # key columns keep their declared (possibly nullable) type
-            key_schema["fields"] = [dict(fields[n]) for n in names]
+            # Built from the inputs' column types (self-contained), not from the output schema's
+            # fields, where a named type used twice is only referenced by name after its first use.
+            fields = []
+            for i in plan.output_key:
+                side, index = plan.projection[i]
+                sp = plan.sides[side]
+                fields.append((plan.output_names[i], sp.avro_types[index], sp.nullable[index]))
+            key_schema = output_schema(plan.output_schema["name"] + "_key", fields)
             self.keys = ValueEncoder(key_schema, registry, f"{output_topic}-key" if registry else None)
 
     def output(self, kind: int, payload: bytes, batch: bytes, seq: bytes) -> Iterator[tuple]:
