@@ -1,0 +1,56 @@
+"""Shared fixtures. Keep this file small: put fixture code in helper modules and import it here."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+TESTS_DIR = Path(__file__).resolve().parent
+
+# The repository (for `service`, `operators`) and tests/ (for test helper modules such as test
+# mappers) must be importable here and by Spark's Python workers, which inherit PYTHONPATH.
+for _p in (str(TESTS_DIR), str(REPO_ROOT)):
+    if _p not in sys.path:
+        sys.path.insert(0, _p)
+_pythonpath = [str(REPO_ROOT), str(TESTS_DIR)]
+if os.environ.get("PYTHONPATH"):
+    _pythonpath.append(os.environ["PYTHONPATH"])
+os.environ["PYTHONPATH"] = os.pathsep.join(_pythonpath)
+
+# Kafka: kafka_bootstrap (session), restartable_broker, new_topic; see tests/kafka_fixture.py.
+from kafka_fixture import kafka_bootstrap, new_topic, restartable_broker  # noqa: E402,F401
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator["pyspark.sql.SparkSession"]:  # noqa: F821
+    """One local[2] SparkSession for the whole test session."""
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("changejoin-tests")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.default.parallelism", "2")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config(
+            "spark.sql.streaming.stateStore.providerClass",
+            "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+        )
+        .config("spark.executorEnv.PYTHONPATH", os.environ["PYTHONPATH"])
+        .config("spark.driver.extraJavaOptions", "-Dlog4j2.rootLogger.level=warn")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    try:
+        yield session
+    finally:
+        session.stop()
