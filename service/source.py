@@ -288,15 +288,15 @@ def fair_shares(lags: Mapping[int, int], limit: int) -> Dict[int, int]:
         take = min(lag, share)
         shares[p] = take
         remaining -= take
-    # Integer division can leave records unassigned while some partition still has lag: hand
-    # them out one by one, lowest partition first (deterministic).
-    if remaining > 0:
-        for lag, p in sorted(pending, key=lambda item: item[1]):
-            extra = min(lag - shares[p], remaining)
-            shares[p] += extra
-            remaining -= extra
-            if remaining == 0:
-                break
+    # Rounding can leave records unassigned while some partition still has lag: hand them out
+    # one at a time, round robin, lowest partition first (deterministic).
+    while remaining > 0:
+        open_ = [p for lag, p in sorted(pending, key=lambda item: item[1]) if shares[p] < lag]
+        if not open_:
+            break
+        for p in open_[:remaining]:
+            shares[p] += 1
+            remaining -= 1
     return shares
 
 

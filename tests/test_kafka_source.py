@@ -1,0 +1,464 @@
+"""service/source.py: offset planning (unit), reading ranges (real broker), and streaming queries
+over ``changejoin_kafka`` (real broker + the session's local Spark)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Dict, List, Optional, Sequence
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kafka_fixture import consume_all, create_topic, produce
+from service.source import (
+    RAW_SCHEMA,
+    KafkaInputPartition,
+    KafkaRecord,
+    KafkaSourceError,
+    KafkaStreamReader,
+    SourceOptions,
+    _iter_records,
+    fair_shares,
+    register,
+)
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+
+# --------------------------------------------------------------------------------------------
+# A mapper for the mapper hook. Spark's Python workers import it as "test_kafka_source" (the
+# conftest puts tests/ on their PYTHONPATH).
+# --------------------------------------------------------------------------------------------
+
+
+class EchoMapper:
+    schema = "k string, v string, part int, off long, ts_ms long, header_keys string, tag string"
+
+    def __init__(self, config: Dict[str, Any]):
+        self.tag = config["tag"]
+
+    def map(self, record: KafkaRecord):
+        assert isinstance(record, KafkaRecord)
+        if record.value == b"skip":
+            return
+        copies = 2 if record.value == b"twice" else 1
+        for i in range(copies):
+            yield (
+                None if record.key is None else record.key.decode(),
+                None if record.value is None else record.value.decode(),
+                record.partition,
+                record.offset,
+                record.timestamp_ms,
+                ",".join(k for k, _ in record.headers),
+                f"{self.tag}{i}",
+            )
+
+
+def make_echo_mapper(config: Dict[str, Any]) -> EchoMapper:
+    return EchoMapper(config)
+
+
+# --------------------------------------------------------------------------------------------
+# Offset planning, without a broker
+# --------------------------------------------------------------------------------------------
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    lags=st.dictionaries(st.integers(0, 7), st.integers(0, 50), max_size=6),
+    limit=st.integers(1, 120),
+)
+def test_fair_shares_are_max_min_fair(lags, limit):
+    shares = fair_shares(lags, limit)
+    assert set(shares) == set(lags)
+    assert sum(shares.values()) == min(limit, sum(lags.values()))
+    for p, share in shares.items():
+        assert 0 <= share <= lags[p]
+        if share < lags[p]:  # capped by the limit: nobody got more than one record more
+            assert all(other <= share + 1 for other in shares.values())
+
+
+class FakeOffsets:
+    """Stands in for the driver's AdminClient look-ups."""
+
+    def __init__(self, earliest: Dict[int, int], latest: Dict[int, int]):
+        self.earliest, self.latest_ = dict(earliest), dict(latest)
+
+    def partitions(self) -> List[int]:
+        return sorted(self.latest_)
+
+    def offsets(self, partitions: Sequence[int], which: str) -> Dict[int, int]:
+        src = self.earliest if which == "earliest" else self.latest_
+        return {p: src[p] for p in partitions}
+
+    def latest(self) -> Dict[int, int]:
+        return dict(self.latest_)
+
+
+def planning_reader(fake: FakeOffsets, **options: str) -> KafkaStreamReader:
+    reader = KafkaStreamReader({"bootstrap.servers": "unused:9092", "topic": "t", **options}, None)
+    reader._client = fake  # type: ignore[assignment]
+    return reader
+
+
+def ranges(reader: KafkaStreamReader, start: dict, end: dict):
+    return [(p.partition, p.start, p.end) for p in reader.partitions(start, end)]
+
+
+def test_initial_offsets_earliest_and_latest():
+    fake = FakeOffsets(earliest={0: 3, 1: 0}, latest={0: 10, 1: 4})
+    assert planning_reader(fake).initialOffset() == {"0": 3, "1": 0}
+    assert planning_reader(fake, startingOffsets="latest").initialOffset() == {"0": 10, "1": 4}
+    assert json.dumps(planning_reader(fake).initialOffset()) == '{"0": 3, "1": 0}'
+
+
+def test_latest_offset_respects_the_read_limit_and_plans_one_range_per_partition():
+    fake = FakeOffsets(earliest={0: 0, 1: 0, 2: 0}, latest={0: 100, 1: 3, 2: 0})
+    reader = planning_reader(fake, maxRecordsPerTrigger="10")
+    assert reader.getDefaultReadLimit() == ReadMaxRows(10)
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, ReadMaxRows(10))
+    assert end == {"0": 7, "1": 3, "2": 0}
+    assert ranges(reader, start, end) == [(0, 0, 7), (1, 0, 3)]  # none for the empty partition
+    # ReadAllAvailable (e.g. Trigger.Once) ignores maxRecordsPerTrigger.
+    assert reader.latestOffset(end, ReadAllAvailable()) == {"0": 100, "1": 3, "2": 0}
+    assert reader.reportLatestOffset() == {"0": 100, "1": 3, "2": 0}
+    # Nothing new: the same offsets back, so Spark plans no batch.
+    assert reader.latestOffset({"0": 100, "1": 3, "2": 0}, ReadMaxRows(10)) == {"0": 100, "1": 3, "2": 0}
+    assert planning_reader(fake).getDefaultReadLimit() == ReadAllAvailable()
+
+
+def test_partitions_that_appear_later_start_at_their_beginning():
+    fake = FakeOffsets(earliest={0: 0}, latest={0: 5})
+    reader = planning_reader(fake, startingOffsets="latest")
+    start = reader.initialOffset()
+    assert start == {"0": 5}
+    fake.earliest.update({1: 2, 2: 0})
+    fake.latest_.update({1: 6, 2: 0})  # partition 1 has records 2..5; partition 2 is empty
+    end = reader.latestOffset(start, ReadAllAvailable())
+    assert end == {"0": 5, "1": 6}
+    assert ranges(reader, start, end) == [(1, 2, 6)]
+    # A topic that did not exist when the query started: everything from the beginning.
+    assert ranges(reader, {}, {"0": 5, "1": 6}) == [(0, 0, 5), (1, 2, 6)]
+
+
+def test_available_now_stops_at_the_offsets_seen_when_the_query_started():
+    fake = FakeOffsets(earliest={0: 0}, latest={0: 4})
+    reader = planning_reader(fake, maxRecordsPerTrigger="3")
+    reader.prepareForTriggerAvailableNow()
+    fake.latest_[0] = 50
+    fake.earliest[1], fake.latest_[1] = 0, 9  # a partition added after the query started
+    assert reader.latestOffset({"0": 0}, ReadMaxRows(3)) == {"0": 3}
+    assert reader.latestOffset({"0": 3}, ReadMaxRows(3)) == {"0": 4}
+    assert reader.latestOffset({"0": 4}, ReadMaxRows(3)) == {"0": 4}
+
+
+def test_offsets_that_went_back_are_data_loss():
+    fake = FakeOffsets(earliest={0: 0}, latest={0: 3})  # e.g. the topic was re-created
+    with pytest.raises(KafkaSourceError, match="failOnDataLoss"):
+        planning_reader(fake).latestOffset({"0": 10}, ReadAllAvailable())
+    lenient = planning_reader(fake, failOnDataLoss="false")
+    assert lenient.latestOffset({"0": 10}, ReadAllAvailable()) == {"0": 3}
+
+
+def test_options_are_validated_and_secrets_not_described():
+    with pytest.raises(KafkaSourceError, match="topic"):
+        SourceOptions({"bootstrap.servers": "b:9092"})
+    with pytest.raises(KafkaSourceError, match="bootstrap.servers"):
+        SourceOptions({"topic": "t"})
+    with pytest.raises(KafkaSourceError, match="startingOffsets"):
+        SourceOptions({"bootstrap.servers": "b", "topic": "t", "startingOffsets": "newest"})
+    with pytest.raises(KafkaSourceError, match="maxRecordsPerTrigger"):
+        SourceOptions({"bootstrap.servers": "b", "topic": "t", "maxRecordsPerTrigger": "0"})
+    opts = SourceOptions(
+        {
+            "bootstrap.servers": "b:9092",
+            "topic": "t",
+            "kafka.sasl.password": "hunter2",
+            "kafka.security.protocol": "SASL_SSL",
+            "kafka.enable.auto.commit": "true",
+        }
+    )
+    assert "hunter2" not in opts.describe() and "sasl.password" in opts.describe()
+    conf = opts.consumer_config()
+    assert conf["sasl.password"] == "hunter2" and conf["security.protocol"] == "SASL_SSL"
+    assert conf["enable.auto.commit"] is False  # not overridable
+    assert "group.id" in conf
+
+
+def test_the_reader_pickles_without_its_client():
+    import pickle
+
+    reader = planning_reader(FakeOffsets({0: 0}, {0: 1}))
+    copy = pickle.loads(pickle.dumps(reader))
+    assert copy._client is None and copy.opts.topic == "t"
+
+
+# --------------------------------------------------------------------------------------------
+# Reading offset ranges from a real broker
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.integration
+def test_read_range_is_exact(kafka_bootstrap, new_topic):
+    topic = new_topic()
+    produce(kafka_bootstrap, topic, [f"v{i}" for i in range(10)])
+    opts = SourceOptions({"bootstrap.servers": kafka_bootstrap, "topic": topic})
+    got = [m.offset() for m in _iter_records(opts, KafkaInputPartition(topic, 0, 3, 7))]
+    assert got == [3, 4, 5, 6]
+    assert list(_iter_records(opts, KafkaInputPartition(topic, 0, 5, 5))) == []
+
+
+@pytest.mark.integration
+def test_read_fails_clearly_when_the_range_cannot_be_read(kafka_bootstrap, new_topic):
+    topic = new_topic()
+    produce(kafka_bootstrap, topic, ["a", "b"])
+    opts = SourceOptions(
+        {"bootstrap.servers": kafka_bootstrap, "topic": topic, "readTimeoutSeconds": "1.5"}
+    )
+    # Offsets 2..4 do not exist: the reader must not return the 2 records it found as if that
+    # were the whole range.
+    it = _iter_records(opts, KafkaInputPartition(topic, 0, 0, 5))
+    with pytest.raises(KafkaSourceError, match=rf"{topic}\[0\].*offset 2.*ends at 5"):
+        list(it)
+
+
+# --------------------------------------------------------------------------------------------
+# Streaming queries
+# --------------------------------------------------------------------------------------------
+
+
+class Batches:
+    """A foreachBatch sink that keeps every micro-batch's rows (in the driver)."""
+
+    def __init__(self, columns: Optional[List[str]] = None):
+        self.columns = columns
+        self.batches: List[tuple] = []
+
+    def __call__(self, df, batch_id: int) -> None:
+        if self.columns:
+            df = df.selectExpr(*self.columns)
+        self.batches.append((batch_id, [tuple(r) for r in df.collect()]))
+
+    @property
+    def rows(self) -> List[tuple]:
+        return [row for _, rows in self.batches for row in rows]
+
+
+RAW_COLUMNS = [
+    "topic",
+    "partition",
+    "offset",
+    "unix_millis(timestamp) AS ts",
+    "key",
+    "value",
+    "transform(headers, h -> struct(h.key, h.value)) AS headers",
+]
+
+
+def as_record(row: tuple) -> KafkaRecord:
+    topic, partition, offset, ts, key, value, headers = row
+    return KafkaRecord(
+        topic, partition, offset, ts,
+        None if key is None else bytes(key),
+        None if value is None else bytes(value),
+        [(h[0], None if h[1] is None else bytes(h[1])) for h in headers],
+    )
+
+
+@pytest.fixture(scope="module")
+def kspark(spark):
+    register(spark)
+    return spark
+
+
+def stream(spark, bootstrap: str, topic: str, **options: str):
+    reader = (
+        spark.readStream.format("changejoin_kafka")
+        .option("bootstrap.servers", bootstrap)
+        .option("topic", topic)
+    )
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    return reader.load()
+
+
+def run_available_now(df, checkpoint: str, sink: Batches) -> None:
+    query = (
+        df.writeStream.foreachBatch(sink)
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    assert query.exception() is None
+
+
+def assert_in_offset_order(rows: List[KafkaRecord]) -> None:
+    seen: Dict[int, int] = {}
+    for r in rows:
+        assert r.offset > seen.get(r.partition, -1), f"{r.partition}:{r.offset} after {seen}"
+        seen[r.partition] = r.offset
+
+
+@pytest.mark.integration
+def test_reads_every_record_exactly_once_in_offset_order(kspark, kafka_bootstrap, new_topic, tmp_path):
+    topic = new_topic(partitions=2)
+    records = []
+    for i in range(40):
+        key = None if i % 9 == 4 else f"k{i % 5}"
+        value = None if i % 7 == 2 else f"value {i}"
+        headers = [("n", str(i).encode()), ("nil", None)] if i % 3 == 0 else None
+        records.append((key, value, headers, i % 2))
+    produce(kafka_bootstrap, topic, records)
+    expected = consume_all(kafka_bootstrap, topic)
+    assert len(expected) == 40
+
+    df = stream(kspark, kafka_bootstrap, topic)
+    assert df.schema.simpleString() == kspark.createDataFrame([], RAW_SCHEMA).schema.simpleString()
+    sink = Batches(RAW_COLUMNS)
+    run_available_now(df, str(tmp_path / "ckpt"), sink)
+
+    got = [as_record(r) for r in sink.rows]
+    for _, rows in sink.batches:
+        assert_in_offset_order([as_record(r) for r in rows])
+    assert sorted(got, key=lambda r: (r.partition, r.offset)) == expected
+
+
+@pytest.mark.integration
+def test_max_records_per_trigger_splits_into_fair_batches(kspark, kafka_bootstrap, new_topic, tmp_path):
+    topic = new_topic(partitions=2)
+    produce(kafka_bootstrap, topic, [(None, f"a{i}", None, 0) for i in range(20)])
+    produce(kafka_bootstrap, topic, [(None, f"b{i}", None, 1) for i in range(10)])
+
+    sink = Batches(["partition", "offset"])
+    df = stream(kspark, kafka_bootstrap, topic, maxRecordsPerTrigger="7")
+    run_available_now(df, str(tmp_path / "ckpt"), sink)
+
+    sizes = [len(rows) for _, rows in sink.batches if rows]
+    assert all(size <= 7 for size in sizes), sizes
+    assert len(sizes) >= 5, sizes  # 30 records, at most 7 per batch
+    first = sink.batches[0][1]
+    assert {p for p, _ in first} == {0, 1}  # both partitions get a share
+    rows = sink.rows
+    assert sorted(rows) == [(0, o) for o in range(20)] + [(1, o) for o in range(10)]
+    assert len(rows) == len(set(rows))
+    assert_in_offset_order([KafkaRecord(None, p, o, None, None, None, []) for p, o in rows])
+
+
+@pytest.mark.integration
+def test_restart_on_the_same_checkpoint_continues_without_duplicates_or_losses(
+    kspark, kafka_bootstrap, new_topic, tmp_path
+):
+    topic = new_topic(partitions=2)
+    checkpoint = str(tmp_path / "ckpt")
+    produce(kafka_bootstrap, topic, [(f"k{i}", f"first {i}", None, i % 2) for i in range(10)])
+
+    def run(sink: Batches) -> None:
+        query = (
+            stream(kspark, kafka_bootstrap, topic, maxRecordsPerTrigger="4")
+            .writeStream.foreachBatch(sink)
+            .option("checkpointLocation", checkpoint)
+            .start()
+        )
+        try:
+            query.processAllAvailable()
+        finally:
+            query.stop()
+        assert query.exception() is None
+
+    first = Batches(["partition", "offset", "CAST(value AS STRING)"])
+    run(first)
+    assert sorted(v for _, _, v in first.rows) == sorted(f"first {i}" for i in range(10))
+
+    produce(kafka_bootstrap, topic, [(f"k{i}", f"second {i}", None, i % 2) for i in range(13)])
+    second = Batches(["partition", "offset", "CAST(value AS STRING)"])
+    run(second)
+    assert sorted(v for _, _, v in second.rows) == sorted(f"second {i}" for i in range(13))
+    assert min(b for b, _ in second.batches) > max(b for b, _ in first.batches)
+
+    # And once more with nothing new: nothing is read again.
+    third = Batches(["partition", "offset"])
+    run(third)
+    assert third.rows == []
+
+
+@pytest.mark.integration
+def test_starting_offsets_latest_skips_what_was_there(kspark, kafka_bootstrap, new_topic, tmp_path):
+    topic = new_topic(partitions=2)
+    produce(kafka_bootstrap, topic, [(None, f"old {i}", None, i % 2) for i in range(6)])
+    sink = Batches(["CAST(value AS STRING)"])
+    query = (
+        stream(kspark, kafka_bootstrap, topic, startingOffsets="latest")
+        .writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .start()
+    )
+    try:
+        query.processAllAvailable()
+        produce(kafka_bootstrap, topic, [(None, f"new {i}", None, i % 2) for i in range(4)])
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    assert sorted(v for (v,) in sink.rows) == [f"new {i}" for i in range(4)]
+
+
+@pytest.mark.integration
+def test_a_topic_created_later_is_read_from_its_beginning(kspark, kafka_bootstrap, new_topic, tmp_path):
+    topic = new_topic(create=False)
+    sink = Batches(["CAST(value AS STRING)"])
+    query = (
+        stream(kspark, kafka_bootstrap, topic, startingOffsets="latest")
+        .writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .start()
+    )
+    try:
+        query.processAllAvailable()
+        create_topic(kafka_bootstrap, topic, 1)
+        produce(kafka_bootstrap, topic, ["x", "y", "z"])
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    assert [v for (v,) in sink.rows] == ["x", "y", "z"]
+
+
+@pytest.mark.integration
+def test_mapper_hook_turns_records_into_rows(kspark, kafka_bootstrap, new_topic, tmp_path):
+    topic = new_topic(partitions=2)
+    produce(
+        kafka_bootstrap,
+        topic,
+        [
+            ("a", "one", [("h1", b"x"), ("h2", None)], 0),
+            ("b", "skip", None, 0),
+            ("c", "twice", None, 1),
+            (None, None, None, 1),
+        ],
+    )
+    df = stream(
+        kspark,
+        kafka_bootstrap,
+        topic,
+        mapper="test_kafka_source:make_echo_mapper",
+        **{"mapper.config": json.dumps({"tag": "t"})},
+    )
+    assert [f.name for f in df.schema.fields] == [
+        "k", "v", "part", "off", "ts_ms", "header_keys", "tag",
+    ]
+    sink = Batches()
+    run_available_now(df, str(tmp_path / "ckpt"), sink)
+    rows = sorted(sink.rows, key=lambda r: (r[2], r[3], r[6]))
+    assert [(k, v, p, o, h, tag) for k, v, p, o, _, h, tag in rows] == [
+        ("a", "one", 0, 0, "h1,h2", "t0"),
+        ("c", "twice", 1, 0, "", "t0"),
+        ("c", "twice", 1, 0, "", "t1"),
+        (None, None, 1, 1, "", "t0"),
+    ]
+    assert all(isinstance(r[4], int) and r[4] > 0 for r in rows)
+
+
+@pytest.mark.integration
+def test_a_mapper_that_cannot_be_imported_is_a_clear_error(kspark, kafka_bootstrap, new_topic):
+    with pytest.raises(Exception, match="cannot import mapper module 'no_such_module'"):
+        stream(kspark, kafka_bootstrap, new_topic(), mapper="no_such_module:factory")
