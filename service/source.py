@@ -626,18 +626,17 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             # Trigger.AvailableNow: never go past what existed when the query started.
             latest = {p: min(o, self._target[p]) for p, o in latest.items() if p in self._target}
         new = [p for p in latest if p not in begin and latest[p] > 0]
-        if new:
-            begin_new = self.client.offsets(new, "earliest")
-        else:
-            begin_new = {}
+        begin_new = self.client.offsets(new, "earliest") if new else {}
         lags: Dict[int, int] = {}
         starts: Dict[int, int] = {}
+        went_back: List[int] = []
         for p, end in latest.items():
             s = begin.get(p, begin_new.get(p))
             if s is None:
                 continue  # a new, empty partition: nothing to read yet
             if end < s:
-                self._offsets_went_back(p, s, end)
+                self._offsets_went_back(p, s, end)  # raises unless failOnDataLoss=false
+                went_back.append(p)
                 continue
             starts[p] = s
             lags[p] = end - s
@@ -649,9 +648,10 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for p, s in starts.items():
             if shares.get(p, 0) > 0 or p in begin:
                 result[p] = s + shares.get(p, 0)
-        for p in latest:
-            if p in begin and latest[p] < begin[p] and not self.opts.fail_on_data_loss:
-                result[p] = latest[p]
+        if went_back:
+            # The partition was re-created: everything in it now is new. This batch moves the
+            # offset back to its beginning (reading nothing); the next batches read it.
+            result.update(self.client.offsets(went_back, "earliest"))
         return _offsets_dict(result)
 
     def _offsets_went_back(self, partition: int, start: int, latest: int) -> None:
@@ -661,8 +661,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             "re-created, or the broker lost its data)"
         )
         if self.opts.fail_on_data_loss:
-            raise KafkaSourceError(msg + "; set failOnDataLoss=false to continue from the new end")
-        log.warning("%s; continuing from offset %d", msg, latest)
+            raise KafkaSourceError(msg + "; set failOnDataLoss=false to read the partition again")
+        log.warning("%s; reading the partition again from its beginning", msg)
 
     def reportLatestOffset(self) -> Optional[dict]:
         if self._last_latest is None:

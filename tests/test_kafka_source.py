@@ -157,8 +157,13 @@ def test_offsets_that_went_back_are_data_loss():
     fake = FakeOffsets(earliest={0: 0}, latest={0: 3})  # e.g. the topic was re-created
     with pytest.raises(KafkaSourceError, match="failOnDataLoss"):
         planning_reader(fake).latestOffset({"0": 10}, ReadAllAvailable())
+    # failOnDataLoss=false: the re-created partition is read again from its beginning.
     lenient = planning_reader(fake, failOnDataLoss="false")
-    assert lenient.latestOffset({"0": 10}, ReadAllAvailable()) == {"0": 3}
+    moved_back = lenient.latestOffset({"0": 10}, ReadAllAvailable())
+    assert moved_back == {"0": 0}
+    assert ranges(lenient, {"0": 10}, moved_back) == []
+    assert lenient.latestOffset(moved_back, ReadAllAvailable()) == {"0": 3}
+    assert ranges(lenient, moved_back, {"0": 3}) == [(0, 0, 3)]
 
 
 def test_options_are_validated_and_secrets_not_described():
