@@ -34,19 +34,21 @@ class Service:
         for listener in self._listeners:
             listener(counts)
 
-    def ensure_topics(self) -> None:
-        """Create the output and dead-letter topics if missing (as many partitions as the left input)."""
+    def ensure_topics(self) -> int:
+        """Create the output and dead-letter topics if missing (as many partitions as the left
+        input); returns the output topic's partition count."""
         from .sink import ensure_topics, topic_partitions
 
         kafka = self.settings.kafka_properties()
         bootstrap = kafka.pop("bootstrap.servers")
         partitions = max(1, topic_partitions(bootstrap, kafka, self.settings.left_topic) or 1)
         ensure_topics(bootstrap, kafka, {self.settings.output_topic: partitions, self.settings.dead_letter_topic: 1})
+        return topic_partitions(bootstrap, kafka, self.settings.output_topic) or partitions
 
     def start(self):
         log.info("join plan:\n%s", self.plan.explain())
-        self.ensure_topics()
-        self.query = JoinPipeline(self.settings, self.plan, self.spark, self._on_batch).start()
+        output_partitions = self.ensure_topics()
+        self.query = JoinPipeline(self.settings, self.plan, self.spark, self._on_batch, output_partitions).start()
         return self.query
 
     def process_available(self) -> None:

@@ -30,8 +30,9 @@ _KIND_BYTES = {k: k.short.encode() for k in RowKind}
 
 class OutputEncoder:
     def __init__(self, plan: JoinPlan, output_topic: str, dlq_topic: str, mode: str, rowkind_header: str,
-                 max_record_bytes: int, registry: SchemaRegistry | None):
+                 max_record_bytes: int, registry: SchemaRegistry | None, output_partitions: int = 1):
         self.topic = output_topic
+        self.partitions = max(1, output_partitions)
         self.dlq_topic = dlq_topic
         self.upsert = mode == "upsert"
         self.header = rowkind_header
@@ -50,8 +51,11 @@ class OutputEncoder:
             key_schema = output_schema(plan.output_schema["name"] + "_key", fields)
             self.keys = ValueEncoder(key_schema, registry, f"{output_topic}-key" if registry else None)
 
-    def output(self, kind: int, payload: bytes, batch: bytes, seq: bytes) -> Iterator[tuple]:
-        """Kafka records for one output change: (topic, key, value, headers)."""
+    def output(self, kind: int, payload: bytes, batch: bytes, seq: bytes, task: int = 0) -> Iterator[tuple]:
+        """Kafka records for one output change: (topic, key, value, headers, partition).
+
+        Without a message key the partition is chosen from the producing task: all output of a
+        join key comes from one task, so it lands, in order, in one partition."""
         kind = RowKind(kind)
         row = pickle.loads(payload)
         key = self.keys.encode(tuple(row[i] for i in self.key_columns)) if self.keys else None
@@ -60,7 +64,7 @@ class OutputEncoder:
             if kind is RowKind.UPDATE_BEFORE:
                 return
             if kind is RowKind.DELETE:
-                yield (self.topic, key, None, headers)
+                yield (self.topic, key, None, headers, None)
                 return
         else:
             headers.insert(0, (self.header, _KIND_BYTES[kind]))
@@ -69,7 +73,7 @@ class OutputEncoder:
             detail = f"{kind.short} output record of {len(value)} bytes exceeds MAX_OUTPUT_RECORD_BYTES={self.max_bytes}"
             yield (self.dlq_topic, key, None, headers + _reason(TOO_LARGE, detail, self.topic, None, None))
             return
-        yield (self.topic, key, value, headers)
+        yield (self.topic, key, value, headers, None if key is not None else task % self.partitions)
 
     def dead_letter(self, payload: bytes, batch: bytes, seq: bytes) -> tuple:
         """The dead-letter record: the original key, value and headers plus why and where from."""

@@ -69,8 +69,9 @@ class BatchCounts:
     dead_letters: dict[str, int] = field(default_factory=dict)  # by reason
 
 
-def _sink_config(settings: Settings, plan: JoinPlan) -> str:
+def _sink_config(settings: Settings, plan: JoinPlan, output_partitions: int) -> str:
     return json.dumps({
+        "output_partitions": output_partitions,
         "plan": plan.to_json(),
         "output_topic": settings.output_topic,
         "dlq_topic": settings.dead_letter_topic,
@@ -98,7 +99,7 @@ def _encoder_and_sink(config_json: str):
         registry = SchemaRegistry(config["registry_url"], config["registry_auth"]) if config["registry_url"] else None
         encoder = OutputEncoder(
             JoinPlan.from_json(config["plan"]), config["output_topic"], config["dlq_topic"], config["mode"],
-            config["rowkind_header"], config["max_record_bytes"], registry,
+            config["rowkind_header"], config["max_record_bytes"], registry, config["output_partitions"],
         )
         kafka = dict(config["kafka"])
         sink = KafkaSink(kafka.pop("bootstrap.servers"), kafka)
@@ -130,7 +131,7 @@ def produce_partition(config_json: str, batch_id: int) -> Callable:
                     index += 1
                     if target == OUTPUT:
                         label = ("output", RowKind(kind).short)
-                        for record in encoder.output(kind, payload, batch, seq):
+                        for record in encoder.output(kind, payload, batch, seq, partition):
                             if record[0] != encoder.topic:
                                 label = ("dead_letter", dict(record[3])["reason"].decode())
                             counts[label] = counts.get(label, 0) + 1
@@ -154,8 +155,9 @@ class JoinPipeline:
     """Builds and starts the streaming query for one plan."""
 
     def __init__(self, settings: Settings, plan: JoinPlan, spark,
-                 on_batch: Callable[[BatchCounts], None] | None = None):
+                 on_batch: Callable[[BatchCounts], None] | None = None, output_partitions: int = 1):
         self.settings = settings
+        self.output_partitions = output_partitions
         self.plan = plan
         self.spark = spark
         self.on_batch = on_batch
@@ -204,7 +206,7 @@ class JoinPipeline:
             self.on_batch(counts)
 
     def start(self):
-        self._sink_json = _sink_config(self.settings, self.plan)
+        self._sink_json = _sink_config(self.settings, self.plan, self.output_partitions)
         writer = (
             self.dataframe().writeStream.queryName("changejoin")
             .foreachBatch(self._write_batch)

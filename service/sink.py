@@ -95,8 +95,8 @@ class KafkaSink:
         self._timeout_s = self._conf["message.timeout.ms"] / 1000.0
 
     def produce_all(self, records: Iterable[Record]) -> int:
-        """Produce ``(topic, key, value, headers)`` records in order and wait until each one is
-        delivered. Returns how many were delivered; raises KafkaDeliveryError if any was not."""
+        """Produce ``(topic, key, value, headers)`` records (optionally a fifth element, the
+        partition) in order and wait until each one is delivered. Returns how many were delivered; raises KafkaDeliveryError if any was not."""
         from confluent_kafka import KafkaException
 
         producer = self._producer
@@ -110,8 +110,11 @@ class KafkaSink:
                 failures.append((msg.topic(), err.str() if hasattr(err, "str") else str(err)))
 
         sent = 0
-        for topic, key, value, headers in records:
+        for record in records:
+            topic, key, value, headers = record[:4]
             kwargs: Dict[str, Any] = {"key": key, "value": value, "on_delivery": on_delivery}
+            if len(record) > 4 and record[4] is not None:
+                kwargs["partition"] = record[4]
             if headers:
                 kwargs["headers"] = list(headers)
             while True:
