@@ -467,3 +467,41 @@ def test_mapper_hook_turns_records_into_rows(kspark, kafka_bootstrap, new_topic,
 def test_a_mapper_that_cannot_be_imported_is_a_clear_error(kspark, kafka_bootstrap, new_topic):
     with pytest.raises(Exception, match="cannot import mapper module 'no_such_module'"):
         stream(kspark, kafka_bootstrap, new_topic(), mapper="no_such_module:factory")
+
+
+@pytest.mark.integration
+def test_a_running_query_survives_a_broker_restart(kspark, restartable_broker, tmp_path):
+    """The broker goes away under a running query and comes back. The embedded broker keeps its
+    data in memory, so it comes back empty: with failOnDataLoss=false the re-created topic is
+    read from its beginning (with the default, the query would fail on the lost records)."""
+    import time
+
+    bootstrap = restartable_broker.bootstrap
+    create_topic(bootstrap, "restarted", 2)
+    produce(bootstrap, "restarted", [(None, f"before {i}", None, i % 2) for i in range(6)])
+    sink = Batches(["CAST(value AS STRING)"])
+    query = (
+        stream(kspark, bootstrap, "restarted", failOnDataLoss="false")
+        .writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .start()
+    )
+    try:
+        query.processAllAvailable()
+        assert sorted(v for (v,) in sink.rows) == [f"before {i}" for i in range(6)]
+        restartable_broker.stop()
+        time.sleep(2)  # the query keeps polling a broker that is not there
+        assert query.isActive
+        restartable_broker.start()
+        create_topic(bootstrap, "restarted", 2)
+        produce(bootstrap, "restarted", [(None, f"after {i}", None, i % 2) for i in range(3)])
+        deadline = time.monotonic() + 120
+        while len(sink.rows) < 9 and time.monotonic() < deadline and query.isActive:
+            query.processAllAvailable()
+            time.sleep(0.2)
+    finally:
+        query.stop()
+    assert query.exception() is None
+    assert sorted(v for (v,) in sink.rows) == sorted(
+        [f"before {i}" for i in range(6)] + [f"after {i}" for i in range(3)]
+    )
