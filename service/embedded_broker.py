@@ -14,6 +14,7 @@ Tansu is not Apache Kafka; see tests/kafka_fixture.py for the gaps the tests wor
 
 from __future__ import annotations
 
+import atexit
 import os
 import signal
 import socket
@@ -22,6 +23,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+import weakref
 from typing import IO, List, Optional
 
 ENV_BINARY = "CHANGEJOIN_TANSU_BIN"
@@ -83,9 +85,24 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child
         pass
 
 
+_RUNNING: "weakref.WeakSet[EmbeddedBroker]" = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_all() -> None:
+    for broker in list(_RUNNING):
+        try:
+            broker.stop()
+        except Exception:
+            pass
+
+
 class EmbeddedBroker:
     """Start/stop a Tansu broker on ``host:port`` (a free port is picked on first start and kept
-    for restarts). Usable as a context manager, which yields the bootstrap string."""
+    for restarts). Usable as a context manager, which yields the bootstrap string.
+
+    A broker still running when the Python process exits is stopped (atexit; on Linux the kernel
+    also stops it if the thread that started it dies)."""
 
     def __init__(
         self,
@@ -165,6 +182,7 @@ class EmbeddedBroker:
             env=env,
             preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
         )
+        _RUNNING.add(self)
 
     def _log_tail(self, lines: int = 20) -> str:
         if not self._log_path:
@@ -200,6 +218,7 @@ class EmbeddedBroker:
                 time.sleep(0.1)
 
     def _terminate(self) -> None:
+        _RUNNING.discard(self)
         proc, self._proc = self._proc, None
         if proc is not None and proc.poll() is None:
             proc.terminate()
@@ -222,11 +241,6 @@ class EmbeddedBroker:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def __del__(self) -> None:
-        try:
-            self._terminate()
-        except Exception:
-            pass
 
 
 def main(argv: Optional[List[str]] = None) -> int:
