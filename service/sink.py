@@ -26,7 +26,8 @@ log = logging.getLogger(__name__)
 
 DEFAULT_DELIVERY_TIMEOUT_MS = 300_000
 
-Record = Tuple[str, Optional[bytes], Optional[bytes], Sequence[Tuple[str, Optional[bytes]]]]
+#: (topic, key, value, headers), optionally followed by an explicit partition.
+Record = Tuple[Any, ...]
 
 # Properties that break the guarantees above; client_props may not override them.
 _REQUIRED = {"enable.idempotence": "true", "acks": "all"}
@@ -93,13 +94,29 @@ class KafkaSink:
         self._conf = producer_config(bootstrap, client_props, delivery_timeout_ms)
         self._producer = Producer(self._conf)
         self._timeout_s = self._conf["message.timeout.ms"] / 1000.0
+        self._broken = False
+
+    def _renew(self) -> None:
+        """A fresh producer (a new producer id) after a failure: an idempotent producer can be
+        left unusable (fatal error, or a producer id the broker no longer knows), and a caller
+        that keeps this sink for the next batch must not inherit that."""
+        from confluent_kafka import Producer
+
+        try:
+            self._producer.purge()
+            self._producer.flush(0)
+        except Exception:  # noqa: BLE001 - it is being replaced
+            pass
+        self._producer = Producer(self._conf)
+        self._broken = False
 
     def produce_all(self, records: Iterable[Record]) -> int:
         """Produce ``(topic, key, value, headers)`` records (optionally a fifth element, the
-        partition) in order and wait until each one is delivered. Returns how many were delivered; raises KafkaDeliveryError if any was not."""
-        from confluent_kafka import KafkaException
-
-        producer = self._producer
+        partition) in order and wait until each one is delivered. Returns how many were
+        delivered; raises KafkaDeliveryError if any was not. After a failure the next call
+        starts with a fresh producer."""
+        if self._broken:
+            self._renew()
         failures: List[Tuple[str, str]] = []
         delivered = [0]
 
@@ -109,6 +126,36 @@ class KafkaSink:
             else:
                 failures.append((msg.topic(), err.str() if hasattr(err, "str") else str(err)))
 
+        try:
+            sent = self._produce_each(records, on_delivery, failures)
+        except BaseException:
+            # A failed produce, or the caller's record iterator failed: the batch is incomplete
+            # anyway, and what is still queued is dropped before the next batch.
+            self._broken = True
+            raise
+        try:
+            self._wait_all(sent, delivered, failures)
+        except KafkaDeliveryError:
+            self._broken = True
+            raise
+        if failures:
+            self._broken = True
+            topics = sorted({t for t, _ in failures})
+            first_topic, first_error = failures[0]
+            raise KafkaDeliveryError(
+                f"{len(failures)} of {sent} records could not be delivered to topic"
+                f"{'s' if len(topics) > 1 else ''} {', '.join(topics)}: "
+                f"{first_error} (topic {first_topic})",
+                failures,
+            )
+        return delivered[0]
+
+    def _produce_each(
+        self, records: Iterable[Record], on_delivery: Any, failures: List[Tuple[str, str]]
+    ) -> int:
+        from confluent_kafka import KafkaException
+
+        producer = self._producer
         sent = 0
         for record in records:
             topic, key, value, headers = record[:4]
@@ -132,17 +179,7 @@ class KafkaSink:
             producer.poll(0)
             if failures:
                 break  # no point queueing more: this batch fails anyway
-        self._wait_all(sent, delivered, failures)
-        if failures:
-            topics = sorted({t for t, _ in failures})
-            first_topic, first_error = failures[0]
-            raise KafkaDeliveryError(
-                f"{len(failures)} of {sent} records could not be delivered to topic"
-                f"{'s' if len(topics) > 1 else ''} {', '.join(topics)}: "
-                f"{first_error} (topic {first_topic})",
-                failures,
-            )
-        return delivered[0]
+        return sent
 
     def _wait_all(self, sent: int, delivered: List[int], failures: List[Tuple[str, str]]) -> None:
         # Every queued record gets a delivery report within message.timeout.ms; the margin

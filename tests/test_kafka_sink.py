@@ -145,3 +145,45 @@ def test_topic_partitions(kafka_bootstrap, new_topic):
     missing = new_topic(create=False)
     assert topic_partitions(kafka_bootstrap, {}, missing) is None
     assert topic_partitions(kafka_bootstrap, {}, missing) is None  # and it was not created
+
+
+def test_an_explicit_partition_is_kept(kafka_bootstrap, new_topic):
+    topic = new_topic(partitions=3)
+    with KafkaSink(kafka_bootstrap, TEST_PROPS) as sink:
+        assert sink.produce_all([(topic, b"k", f"v{p}".encode(), [], p) for p in (2, 0, 1)]) == 3
+    got = consume_all(kafka_bootstrap, topic)
+    assert [(r.partition, r.value) for r in got] == [(0, b"v0"), (1, b"v1"), (2, b"v2")]
+
+
+def test_a_failing_record_iterator_fails_the_batch_but_not_the_sink(kafka_bootstrap, new_topic):
+    topic = new_topic()
+
+    def records():
+        yield (topic, b"k", b"one", [])
+        raise ValueError("cannot encode")
+
+    sink = KafkaSink(kafka_bootstrap, TEST_PROPS)
+    with pytest.raises(ValueError, match="cannot encode"):
+        sink.produce_all(records())
+    assert sink.produce_all([(topic, b"k", b"two", [])]) == 1
+    sink.close()
+    assert b"two" in [r.value for r in consume_all(kafka_bootstrap, topic)]
+
+
+def test_a_sink_that_failed_works_again_for_the_next_batch(restartable_broker):
+    """A sink kept across batches (as the pipeline does) must not stay broken. Tansu forgets
+    producer ids when it restarts, so there the first batch after the restart may fail
+    (UNKNOWN_PRODUCER_ID until the delivery timeout); the next one must go through."""
+    bootstrap = restartable_broker.bootstrap
+    ensure_topics(bootstrap, {}, {"kept": 1})
+    sink = KafkaSink(bootstrap, TEST_PROPS, delivery_timeout_ms=3000)
+    assert sink.produce_all([("kept", b"k", b"before", [])]) == 1
+    restartable_broker.stop()
+    restartable_broker.start()
+    ensure_topics(bootstrap, {}, {"kept": 1})
+    try:
+        sink.produce_all([("kept", b"k", b"maybe", [])])
+    except KafkaDeliveryError:
+        pass
+    assert sink.produce_all([("kept", b"k", b"after", [])]) == 1
+    assert b"after" in [r.value for r in consume_all(bootstrap, "kept")]
