@@ -19,7 +19,7 @@ from typing import Callable
 from .config import Settings
 from .decode import mapper_config
 from .plan import EVENT_TIME, JoinPlan
-from .processor import OUTPUT_SCHEMA, JoinProcessor
+from .processor import OUTPUT_SCHEMA, JoinProcessor, UpsertProcessor
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +52,21 @@ def spark_session(settings: Settings):
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN" if settings.log_level != "DEBUG" else "INFO")
     return spark
+
+
+def needs_upsert_materializer(settings: Settings, plan: JoinPlan) -> bool:
+    """Upsert output under a key the join key does not determine needs the materializer stage.
+
+    The join key determines the output key when, for every join-key column, the output key holds
+    that column from a side that is never null-padded."""
+    if settings.output_mode != "upsert" or not plan.output_key:
+        return False
+    unpadded = {"INNER": (0, 1), "LEFT": (0,), "SEMI": (0,), "ANTI": (0,), "RIGHT": (1,), "FULL": ()}[plan.join_type]
+    keyed = {plan.projection[i] for i in plan.output_key}
+    for j in range(len(plan.left.join_key)):
+        if not any((side, plan.sides[side].join_key[j]) in keyed for side in unpadded):
+            return True
+    return False
 
 
 def time_mode(plan: JoinPlan) -> str:
@@ -191,9 +206,12 @@ class JoinPipeline:
         left, right = self._read(0), self._read(1)
         mode = time_mode(self.plan)
         envelopes = left.unionByName(right)
-        return envelopes.groupBy("jk").transformWithState(
+        joined = envelopes.groupBy("jk").transformWithState(
             JoinProcessor(self.plan.to_json(), mode), OUTPUT_SCHEMA, "Append", mode
         )
+        if needs_upsert_materializer(self.settings, self.plan):
+            joined = joined.groupBy("okey").transformWithState(UpsertProcessor(), OUTPUT_SCHEMA, "Append", "None")
+        return joined
 
     def _write_batch(self, batch_df, batch_id: int) -> None:
         counts = BatchCounts(batch_id)

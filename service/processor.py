@@ -22,13 +22,15 @@ from pyspark.sql.types import BinaryType, StructField, StructType
 
 from operators import EVENT, PROC, Context, Output
 from operators.minibatch import process_bundle
+from operators.upsert import UpsertMaterializer
 
 from .decode import DEAD_LETTER, LATE
 from .plan import JoinPlan
 
 # What the processor emits: changelog rows for the output topic and dead letters.
 OUTPUT, DEAD = 0, 1
-OUTPUT_SCHEMA = "target tinyint, kind tinyint, payload binary"
+# okey: the output's upsert key (for the upsert materializer stage); seq: emission order in the task.
+OUTPUT_SCHEMA = "target tinyint, kind tinyint, payload binary, okey binary, seq long"
 _STATE_SCHEMA = StructType([StructField("v", BinaryType(), True)])
 
 
@@ -91,6 +93,9 @@ class JoinProcessor(StatefulProcessor):
         domain = {"ProcessingTime": PROC, "EventTime": EVENT}.get(self.time_mode)
         self.state = SparkKeyState(self.value, handle, domain)
         self.bundle = self.plan.mini_batch_size
+        key = self.plan.output_key
+        self.output_key = (lambda row: repr(tuple(row[i] for i in key)).encode()) if key else (lambda row: b"")
+        self.seq = _task_sequence()
 
     def _context(self, timer_values) -> Context:
         now = timer_values.getCurrentProcessingTimeInMs()
@@ -103,7 +108,7 @@ class JoinProcessor(StatefulProcessor):
         letters = [r for r in ordered if r.side == DEAD_LETTER]
         records = [(r.side, r.kind, pickle.loads(r.row)) for r in ordered if r.side != DEAD_LETTER]
         for r in letters:  # dead letters only pass through: their key holds no state
-            yield Row(target=DEAD, kind=0, payload=r.row)
+            yield Row(target=DEAD, kind=0, payload=r.row, okey=key[0], seq=next(self.seq))
         if not records:
             return
         ctx = self._context(timerValues)
@@ -122,10 +127,53 @@ class JoinProcessor(StatefulProcessor):
 
     def _emit(self, out: Output) -> Iterator[Row]:
         for kind, row in out.rows:
-            yield Row(target=OUTPUT, kind=kind, payload=pickle.dumps(row, protocol=5))
+            yield Row(target=OUTPUT, kind=kind, payload=pickle.dumps(row, protocol=5), okey=self.output_key(row),
+                      seq=next(self.seq))
         for kind, row in out.late:
             letter = {"reason": LATE, "detail": "probe row at or behind the watermark", "kind": kind, "row": row}
-            yield Row(target=DEAD, kind=kind, payload=pickle.dumps(letter, protocol=5))
+            yield Row(target=DEAD, kind=kind, payload=pickle.dumps(letter, protocol=5), okey=b"late", seq=next(self.seq))
+
+    def close(self) -> None:
+        pass
+
+
+def _task_sequence():
+    """Increasing numbers within this task: the partition id in the high bits, then a counter."""
+    from itertools import count
+
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    base = (context.partitionId() if context is not None else 0) << 40
+    return (base + i for i in count())
+
+
+class UpsertProcessor(StatefulProcessor):
+    """The upsert materializer stage, keyed by the output's upsert key (see ``operators/upsert.py``).
+
+    Used when the output is written as upserts under a key that the join key does not determine:
+    the changes of one upsert key then come from several join tasks, in no particular order
+    between tasks, and this stage turns them into the correct final upserts."""
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.state = SparkKeyState(handle.getValueState("rows", _STATE_SCHEMA), handle, None)
+        self.operator = UpsertMaterializer()
+        self.seq = _task_sequence()
+
+    def handleInputRows(self, key, rows, timerValues) -> Iterator[Row]:
+        ordered = sorted(rows, key=lambda r: r.seq)  # each join task's own order; tasks in turn
+        changes = []
+        for r in ordered:
+            if r.target == DEAD:
+                yield Row(target=DEAD, kind=r.kind, payload=r.payload, okey=r.okey, seq=next(self.seq))
+            else:
+                changes.append((r.kind, pickle.loads(r.payload)))
+        if changes:
+            out = Output()
+            self.operator.process(self.state, changes, Context(), out)
+            for kind, row in out.rows:
+                yield Row(target=OUTPUT, kind=kind, payload=pickle.dumps(row, protocol=5), okey=key[0],
+                          seq=next(self.seq))
 
     def close(self) -> None:
         pass

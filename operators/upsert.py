@@ -1,0 +1,42 @@
+"""Upsert materializer: turns a changelog into correct upserts for one upsert key.
+
+When the output is keyed by an upsert key that is not the join key, the changes of one upsert key
+come from several join keys, i.e. from several tasks, and their relative order is lost (an order
+moving from product A to product B is retracted by A's task and re-inserted by B's). Like Flink's
+``SinkUpsertMaterializer``, this operator keeps, per upsert key, the rows currently present in the
+changelog (in the order they were added) and emits what an upsert sink needs whatever the
+interleaving: the latest present row, or a delete when none is left.
+"""
+from __future__ import annotations
+
+from typing import Iterable
+
+from .rowkind import RowKind
+from .state import Context, KeyState, Output
+
+_ACCUMULATE = (RowKind.INSERT, RowKind.UPDATE_AFTER)
+
+
+class UpsertMaterializer:
+    def process(self, state: KeyState, records: Iterable, ctx: Context, out: Output) -> None:
+        """``records``: (kind, row) changes of one upsert key, each task's in its own order."""
+        rows = list(state.get() or ())
+        for kind, row in records:
+            if kind in _ACCUMULATE:
+                rows.append(row)
+                out.rows.append((RowKind.UPDATE_AFTER if len(rows) > 1 else RowKind.INSERT, row))
+                continue
+            for i in range(len(rows) - 1, -1, -1):
+                if rows[i] == row:
+                    was_latest = i == len(rows) - 1
+                    del rows[i]
+                    if not rows:
+                        out.rows.append((RowKind.DELETE, row))
+                    elif was_latest:
+                        out.rows.append((RowKind.UPDATE_AFTER, rows[-1]))
+                    break
+            # A retraction of a row that is not present changes nothing (it was already replaced).
+        if rows:
+            state.put(tuple(rows))
+        else:
+            state.clear()
