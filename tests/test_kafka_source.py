@@ -505,3 +505,40 @@ def test_a_running_query_survives_a_broker_restart(kspark, restartable_broker, t
     assert sorted(v for (v,) in sink.rows) == sorted(
         [f"before {i}" for i in range(6)] + [f"after {i}" for i in range(3)]
     )
+
+
+@pytest.mark.integration
+def test_raw_rows_as_tuples_match_raw_rows_as_arrow(kspark, kafka_bootstrap, new_topic, tmp_path):
+    topic = new_topic(partitions=2)
+    produce(
+        kafka_bootstrap,
+        topic,
+        [(f"k{i}", None if i == 3 else f"v{i}", [("h", b"x")] if i % 2 else None, i % 2) for i in range(8)],
+    )
+    results = []
+    for raw_arrow in ("true", "false"):
+        sink = Batches(RAW_COLUMNS)
+        run_available_now(
+            stream(kspark, kafka_bootstrap, topic, rawArrow=raw_arrow),
+            str(tmp_path / f"ckpt-{raw_arrow}"),
+            sink,
+        )
+        results.append(sorted(as_record(r) for r in sink.rows))
+    assert len(results[0]) == 8
+    assert results[0] == results[1]
+
+
+@pytest.mark.integration
+def test_a_schema_other_than_the_raw_one_needs_a_mapper(kspark, kafka_bootstrap, new_topic):
+    with pytest.raises(Exception, match="without a mapper"):
+        (
+            kspark.readStream.format("changejoin_kafka")
+            .schema("a string")
+            .option("bootstrap.servers", kafka_bootstrap)
+            .option("topic", new_topic())
+            .load()
+            .writeStream.format("noop")
+            .trigger(availableNow=True)
+            .start()
+            .awaitTermination()
+        )
