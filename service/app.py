@@ -1,15 +1,56 @@
-"""The running service: plan, topics, Spark query, lifecycle (start, drain, stop on SIGTERM)."""
+"""The running service: plan, topics, Spark query, lifecycle (start, drain, stop on SIGTERM).
+
+Observability (``service/metrics.py``): a ``StreamingQueryListener`` registered on the Spark
+session for the life of the query feeds the Prometheus metrics from every micro-batch's progress
+and logs one line per batch; the counts the producing tasks report (``BatchCounts``, through
+``on_batch``) feed the output and dead-letter metrics. ``METRICS_PORT`` serves ``/metrics``,
+``/healthz`` and ``/readyz``.
+
+Why a listener rather than reading ``query.lastProgress`` in ``on_batch``: ``on_batch`` runs inside
+the micro-batch, before Spark commits it and builds its progress, so it could only ever see the
+previous batch's progress, and it is not called at all while the query is idle. The listener
+receives each batch's progress once, after the commit, and the idle events that tell ``/readyz``
+that a query with no new input is still alive.
+"""
 from __future__ import annotations
 
+import json
 import logging
 import signal
 import threading
+from contextlib import contextmanager
+
+from pyspark.sql.streaming import StreamingQueryListener
 
 from .config import Settings
+from .metrics import JoinMetrics, MetricsServer, ready_window_seconds
 from .pipeline import BatchCounts, JoinPipeline, spark_session
 from .plan import JoinPlan, build_plan
 
 log = logging.getLogger(__name__)
+
+# How often Spark reports an idle query (no new data); readiness needs it well within its window.
+IDLE_EVENT_CONF = "spark.sql.streaming.noDataProgressEventInterval"
+
+
+class _QueryListener(StreamingQueryListener):
+    """Hands this service's query events to the service. Events of other queries, and of earlier
+    runs of the same query (same id, another run id), are ignored."""
+
+    def __init__(self, service: "Service"):
+        self._service = service
+
+    def onQueryStarted(self, event) -> None:
+        pass
+
+    def onQueryProgress(self, event) -> None:
+        self._service._on_progress(str(event.progress.runId), event.progress.json)
+
+    def onQueryIdle(self, event) -> None:
+        self._service._on_idle(str(event.runId))
+
+    def onQueryTerminated(self, event) -> None:
+        pass
 
 
 class Service:
@@ -22,6 +63,16 @@ class Service:
         self._listeners = [on_batch] if on_batch else []
         self.query = None
         self.batches: list[BatchCounts] = []
+        self.metrics = JoinMetrics(
+            ready_window_seconds(settings.trigger_interval_ms, settings.ready_max_trigger_intervals),
+            is_active=self._query_active,
+        )
+        self.metrics_server: MetricsServer | None = None
+        self._query_listener: _QueryListener | None = None
+        self._run_id: str | None = None
+        self._query_known = threading.Event()
+        self._pending: dict[int, BatchCounts] = {}  # counts waiting for their batch's progress
+        self._lock = threading.Lock()
 
     @property
     def spark(self):
@@ -29,10 +80,56 @@ class Service:
             self._spark = spark_session(self.settings)
         return self._spark
 
+    def _query_active(self) -> bool:
+        return self.query is not None and self.query.isActive
+
     def _on_batch(self, counts: BatchCounts) -> None:
         self.batches.append(counts)
+        self.metrics.observe_batch(counts)
+        with self._lock:
+            self._pending[counts.batch_id] = counts
         for listener in self._listeners:
             listener(counts)
+
+    def _ours(self, run_id: str) -> bool:
+        # Events can in principle arrive before start() has returned the query: wait for its id.
+        self._query_known.wait(timeout=60)
+        return run_id == self._run_id
+
+    def _on_progress(self, run_id: str, progress_json: str) -> None:
+        try:
+            if not self._ours(run_id):
+                return
+            progress = json.loads(progress_json)
+            self.metrics.observe_progress(progress)
+            self._log_batch(progress)
+        except Exception:  # noqa: BLE001 - a metrics bug must never disturb the query
+            log.exception("could not record the query progress")
+
+    def _on_idle(self, run_id: str) -> None:
+        try:
+            if self._ours(run_id):
+                self.metrics.mark_progress()
+        except Exception:  # noqa: BLE001
+            log.exception("could not record the query idle event")
+
+    def _log_batch(self, progress: dict) -> None:
+        batch_id = progress.get("batchId")
+        with self._lock:
+            counts = self._pending.pop(batch_id, None) or BatchCounts(batch_id)
+            for stale in [b for b in self._pending if b < batch_id]:
+                del self._pending[stale]
+        sources = progress.get("sources") or []
+        inputs = {side: (s.get("numInputRows") or 0) for side, s in zip(("left", "right"), sources)}
+        duration_ms = (progress.get("durationMs") or {}).get("triggerExecution")
+        log.info(
+            "batch %s committed: input left %d, right %d; output %s; dead letters %s; %s ms",
+            batch_id, inputs.get("left", 0), inputs.get("right", 0), counts.output, counts.dead_letters, duration_ms,
+            extra={
+                "batch_id": batch_id, "input_left": inputs.get("left", 0), "input_right": inputs.get("right", 0),
+                "output": counts.output, "dead_letters": counts.dead_letters, "duration_ms": duration_ms,
+            },
+        )
 
     def ensure_topics(self) -> int:
         """Create the output and dead-letter topics if missing (as many partitions as the left
@@ -47,17 +144,70 @@ class Service:
 
     def start(self):
         log.info("join plan:\n%s", self.plan.explain())
-        output_partitions = self.ensure_topics()
-        self.query = JoinPipeline(self.settings, self.plan, self.spark, self._on_batch, output_partitions).start()
+        if self.settings.metrics_port and self.metrics_server is None:
+            # First, so that /healthz answers (and /readyz says why it is not ready) while starting.
+            try:
+                self.metrics_server = MetricsServer(self.metrics, self.settings.metrics_port).start()
+            except OSError as err:
+                raise RuntimeError(f"cannot serve metrics on METRICS_PORT={self.settings.metrics_port}: {err}") from err
+        try:
+            output_partitions = self.ensure_topics()
+            self._query_known.clear()
+            self._query_listener = _QueryListener(self)
+            self.spark.streams.addListener(self._query_listener)
+            try:
+                with self._idle_events_within_ready_window():
+                    self.query = JoinPipeline(
+                        self.settings, self.plan, self.spark, self._on_batch, output_partitions).start()
+                self._run_id = str(self.query.runId)
+            finally:
+                self._query_known.set()
+        except BaseException:
+            self._stop_observability()
+            raise
         return self.query
+
+    @contextmanager
+    def _idle_events_within_ready_window(self):
+        """Spark reports an idle query every ``noDataProgressEventInterval`` (10 s by default),
+        which can be longer than the readiness window: the query is started with a third of the
+        window (at least 1 s) unless SPARK_CONF_ sets it. Spark copies the session's SQL
+        configuration when a query starts, so the session's own value is restored afterwards."""
+        if IDLE_EVENT_CONF in self.settings.spark_conf:
+            yield
+            return
+        conf = self.spark.conf
+        previous = conf.get(IDLE_EVENT_CONF, None)
+        conf.set(IDLE_EVENT_CONF, f"{max(1000, int(self.metrics.ready_window_s * 1000 // 3))}ms")
+        try:
+            yield
+        finally:
+            if previous is None:
+                conf.unset(IDLE_EVENT_CONF)
+            else:
+                conf.set(IDLE_EVENT_CONF, previous)
 
     def process_available(self) -> None:
         """Block until every record available now has been joined and written."""
         self.query.processAllAvailable()
 
+    def _stop_observability(self) -> None:
+        if self._query_listener is not None:
+            try:
+                self.spark.streams.removeListener(self._query_listener)
+            except Exception:  # noqa: BLE001 - Spark may already be stopped
+                log.debug("could not remove the query listener", exc_info=True)
+            self._query_listener = None
+        if self.metrics_server is not None:
+            self.metrics_server.stop()
+            self.metrics_server = None
+
     def stop(self) -> None:
-        if self.query is not None and self.query.isActive:
-            self.query.stop()
+        try:
+            if self.query is not None and self.query.isActive:
+                self.query.stop()
+        finally:
+            self._stop_observability()
 
     def run_forever(self) -> int:
         """Run until SIGTERM/SIGINT (graceful stop after the current micro-batch) or a failure."""

@@ -1,0 +1,37 @@
+"""Structured logs: one JSON object per line (``LOG_FORMAT=json``).
+
+Every line has ``time`` (UTC, ISO 8601 with milliseconds), ``level``, ``logger`` and ``message``;
+fields passed with ``extra={...}`` (e.g. ``batch_id`` and the counts of the per-batch line) are
+added as they are, and an exception's traceback goes to ``exception``. Values JSON cannot encode
+are written as their ``str``.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import logging
+
+# The attributes every LogRecord has: anything else on a record came from ``extra``.
+_STANDARD = frozenset(vars(logging.LogRecord("", logging.INFO, "", 0, "", (), None))) | {"message", "asctime"}
+
+
+class JsonFormatter(logging.Formatter):
+    """Formats a record as one line of JSON."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = {
+            "time": _dt.datetime.fromtimestamp(record.created, _dt.timezone.utc).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        for key, value in vars(record).items():
+            if key not in _STANDARD and not key.startswith("_") and key not in line:
+                line[key] = value
+        if record.exc_info:
+            line["exception"] = self.formatException(record.exc_info)
+        elif record.exc_text:
+            line["exception"] = record.exc_text
+        if record.stack_info:
+            line["stack"] = self.formatStack(record.stack_info)
+        return json.dumps(line, default=str, ensure_ascii=False)

@@ -1,0 +1,253 @@
+"""Prometheus metrics, ``/healthz`` and ``/readyz`` for one running join.
+
+:class:`JoinMetrics` holds the metrics in its own ``CollectorRegistry`` (several services can run in
+one process, e.g. in tests) and is fed from two places, both on the driver:
+
+* the streaming query's progress (a ``StreamingQueryListener`` in ``app.py`` hands the progress
+  JSON of every micro-batch to :meth:`JoinMetrics.observe_progress`): input records per side, batch
+  duration and size, the last committed batch, state size, input lag;
+* the counts the producing tasks report for every micro-batch (``pipeline.BatchCounts``, through
+  :meth:`JoinMetrics.observe_batch`): output records by RowKind and dead letters by reason.
+
+:class:`MetricsServer` serves ``/metrics``, ``/healthz`` and ``/readyz`` from one small WSGI
+server (``wsgiref`` + ``prometheus_client.make_wsgi_app``) on a daemon thread.
+
+Where the numbers come from (Spark's ``StreamingQueryProgress``):
+
+* the query reads ``unionByName(left, right)``; Spark lists a query's sources in plan order, so
+  ``sources[0]`` is the left input and ``sources[1]`` the right one (their descriptions do not name
+  the topic; the order is also what the checkpoint's offset log relies on);
+* a source's ``endOffset`` is ``{"<partition>": next offset to read}`` after the batch and its
+  ``latestOffset`` the newest offsets the Kafka source saw when it planned the batch, before
+  ``maxRecordsPerTrigger`` capped the range (``KafkaStreamReader.reportLatestOffset``), so their
+  difference is the records left behind in each partition. No extra Kafka call is made;
+* ``stateOperators[i]``: ``numRowsTotal`` is the number of state rows; the join processor keeps
+  one row per join key (both sides together), so it is exported as join keys. ``memoryUsedBytes``
+  and the RocksDB ``customMetrics["rocksdbSstFileSize"]`` are exported as state bytes.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any, Callable, Iterable, Mapping
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+from socketserver import ThreadingMixIn
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
+
+log = logging.getLogger(__name__)
+
+PREFIX = "changejoin_"
+SIDES = ("left", "right")
+LATE_REASON = "late"  # service.decode.LATE, the reason of late probe rows
+DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+RECORD_BUCKETS = (0, 1, 10, 100, 1_000, 10_000, 100_000, 1_000_000, 10_000_000)
+
+
+def ready_window_seconds(trigger_interval_ms: int, max_trigger_intervals: int) -> float:
+    """How long the query may go without progress and still be ready: that many trigger
+    intervals, an interval counting as at least one second (``TRIGGER_INTERVAL=0`` runs batches
+    back to back)."""
+    return max(trigger_interval_ms / 1000.0, 1.0) * max_trigger_intervals
+
+
+class JoinMetrics:
+    """The metrics of one join, and its readiness.
+
+    ``is_active`` tells whether the streaming query is running (called at scrape time and by
+    ``/readyz``); ``clock`` is a monotonic clock in seconds (injectable for tests)."""
+
+    def __init__(self, ready_window_s: float = 10.0, is_active: Callable[[], bool] | None = None,
+                 clock: Callable[[], float] = time.monotonic, registry: CollectorRegistry | None = None):
+        self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
+        self.ready_window_s = ready_window_s
+        self._is_active = is_active or (lambda: False)
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._last_progress: float | None = None
+        self._warned_sources = False
+        r = self.registry
+
+        self.input_records = Counter(
+            PREFIX + "input_records", "Records read from the input topics (left, right), from the query progress.",
+            ["side"], registry=r)
+        self.output_records = Counter(
+            PREFIX + "output_records", "Records written to the output topic, by RowKind (+I, -U, +U, -D).",
+            ["kind"], registry=r)
+        self.dead_letters = Counter(
+            PREFIX + "dead_letter_records", "Records written to the dead-letter topic, by reason.",
+            ["reason"], registry=r)
+        self.late_probe_rows = Counter(
+            PREFIX + "late_probe_rows", "Probe rows at or behind the watermark (temporal joins), sent to the "
+            "dead-letter topic with reason 'late'.", registry=r)
+        self.batch_duration = Histogram(
+            PREFIX + "batch_duration_seconds", "Micro-batch duration (Spark's triggerExecution).",
+            buckets=DURATION_BUCKETS, registry=r)
+        self.batch_input = Histogram(
+            PREFIX + "batch_input_records", "Input records per micro-batch (both sides).",
+            buckets=RECORD_BUCKETS, registry=r)
+        self.last_batch_id = Gauge(
+            PREFIX + "last_committed_batch_id", "Id of the last micro-batch committed to the checkpoint (-1 until "
+            "this process committed one).", registry=r)
+        self.last_batch_id.set(-1)
+        self.last_progress_time = Gauge(
+            PREFIX + "last_progress_timestamp_seconds", "Unix time of the last progress (or idle) report of the "
+            "streaming query.", registry=r)
+        self.query_active = Gauge(
+            PREFIX + "query_active", "1 while the streaming query runs, else 0.", registry=r)
+        self.query_active.set_function(lambda: 1.0 if self.is_active() else 0.0)
+        self.input_lag = Gauge(
+            PREFIX + "input_lag_records", "Records in an input partition not read yet: the newest offset the "
+            "source saw when planning the last batch minus the batch's end offset.", ["side", "partition"], registry=r)
+        self.state_keys = Gauge(
+            PREFIX + "state_keys", "Join keys holding state, both sides together (Spark's numRowsTotal; one state "
+            "row per join key).", ["operator"], registry=r)
+        self.state_bytes = Gauge(
+            PREFIX + "state_bytes", "Size of the join state: 'memory' is Spark's memoryUsedBytes, 'sst_files' the "
+            "RocksDB SST files of the committed version.", ["operator", "kind"], registry=r)
+
+    # -- feeding --------------------------------------------------------------------------
+
+    def is_active(self) -> bool:
+        try:
+            return bool(self._is_active())
+        except Exception:  # noqa: BLE001 - e.g. the JVM is gone after Spark stopped
+            return False
+
+    def mark_progress(self) -> None:
+        """The query reported progress or that it is idle and waiting for data: it is alive."""
+        with self._lock:
+            self._last_progress = self._clock()
+        self.last_progress_time.set(time.time())
+
+    def observe_progress(self, progress: Mapping[str, Any]) -> None:
+        """One micro-batch's ``StreamingQueryProgress`` as a dict (``json.loads(progress.json)``)."""
+        sources = progress.get("sources") or []
+        if len(sources) != len(SIDES) and not self._warned_sources:
+            self._warned_sources = True
+            log.warning("the query progress lists %d sources, expected %d (left, right)", len(sources), len(SIDES))
+        for side, source in zip(SIDES, sources):
+            self.input_records.labels(side=side).inc(source.get("numInputRows") or 0)
+            for partition, lag in input_lag(source).items():
+                self.input_lag.labels(side=side, partition=partition).set(lag)
+        duration_ms = (progress.get("durationMs") or {}).get("triggerExecution")
+        if duration_ms is not None:
+            self.batch_duration.observe(duration_ms / 1000.0)
+        self.batch_input.observe(progress.get("numInputRows") or 0)
+        if progress.get("batchId") is not None:
+            self.last_batch_id.set(progress["batchId"])
+        for name, operator in _operators(progress.get("stateOperators") or []):
+            if operator.get("numRowsTotal") is not None:
+                self.state_keys.labels(operator=name).set(operator["numRowsTotal"])
+            if operator.get("memoryUsedBytes") is not None:
+                self.state_bytes.labels(operator=name, kind="memory").set(operator["memoryUsedBytes"])
+            sst = (operator.get("customMetrics") or {}).get("rocksdbSstFileSize")
+            if sst is not None:
+                self.state_bytes.labels(operator=name, kind="sst_files").set(sst)
+        self.mark_progress()
+
+    def observe_batch(self, counts) -> None:
+        """One micro-batch's ``pipeline.BatchCounts`` (what the producing tasks wrote)."""
+        for kind, n in counts.output.items():
+            if n:
+                self.output_records.labels(kind=kind).inc(n)
+        for reason, n in counts.dead_letters.items():
+            if n:
+                self.dead_letters.labels(reason=reason).inc(n)
+                if reason == LATE_REASON:
+                    self.late_probe_rows.inc(n)
+
+    # -- readiness ------------------------------------------------------------------------
+
+    def readiness(self) -> tuple[bool, str]:
+        """(ready, reason): ready when the query is active and reported progress (or idleness)
+        within the last ``ready_window_s`` seconds."""
+        if not self.is_active():
+            return False, "streaming query not active"
+        with self._lock:
+            last = self._last_progress
+        if last is None:
+            return False, "no progress reported yet"
+        age = self._clock() - last
+        if age > self.ready_window_s:
+            return False, f"no progress for {age:.1f}s (limit {self.ready_window_s:g}s)"
+        return True, "ready"
+
+
+def input_lag(source: Mapping[str, Any]) -> dict[str, int]:
+    """Per partition: latest offset minus end offset (never negative) of one progress source."""
+    latest, end = source.get("latestOffset"), source.get("endOffset")
+    if not isinstance(latest, Mapping) or not isinstance(end, Mapping):
+        return {}
+    lags = {}
+    for partition, newest in latest.items():
+        done = end.get(partition)
+        if isinstance(newest, int) and isinstance(done, int):
+            lags[str(partition)] = max(0, newest - done)
+    return lags
+
+
+def _operators(operators: Iterable[Mapping[str, Any]]):
+    """(label, operator) pairs; the index is added when two operators share a name."""
+    operators = list(operators)
+    names = [op.get("operatorName") or "stateful" for op in operators]
+    for i, (name, op) in enumerate(zip(names, operators)):
+        yield (f"{name}_{i}" if names.count(name) > 1 else name), op
+
+
+# --------------------------------------------------------------------------------------------
+# HTTP: /metrics, /healthz, /readyz
+# --------------------------------------------------------------------------------------------
+
+
+class _Server(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format, *args):  # noqa: A002 - probes every few seconds: no access log
+        pass
+
+
+class MetricsServer:
+    """One HTTP server on ``host:port`` (port 0: any free port, see :attr:`port`) serving
+    ``/metrics`` (Prometheus text format), ``/healthz`` (200 while the process serves) and
+    ``/readyz`` (200 when :meth:`JoinMetrics.readiness` says so, else 503 with the reason)."""
+
+    def __init__(self, metrics: JoinMetrics, port: int, host: str = "0.0.0.0"):
+        self.metrics = metrics
+        self._prometheus = make_wsgi_app(metrics.registry)
+        self._httpd = make_server(host, port, self._app, server_class=_Server, handler_class=_QuietHandler)
+        self.port = self._httpd.server_port
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.2}, name=f"metrics-http-{self.port}",
+            daemon=True)
+
+    def start(self) -> "MetricsServer":
+        self._thread.start()
+        log.info("metrics on http://0.0.0.0:%d/metrics (/healthz, /readyz)", self.port)
+        return self
+
+    def stop(self) -> None:
+        if self._thread.is_alive():
+            self._httpd.shutdown()
+            self._thread.join(timeout=5)
+        self._httpd.server_close()
+
+    def _app(self, environ, start_response):
+        path = environ.get("PATH_INFO") or "/"
+        if path == "/healthz":
+            return _text(start_response, "200 OK", "ok\n")
+        if path == "/readyz":
+            ready, reason = self.metrics.readiness()
+            return _text(start_response, "200 OK" if ready else "503 Service Unavailable", reason + "\n")
+        if path in ("/metrics", "/"):
+            return self._prometheus(environ, start_response)
+        return _text(start_response, "404 Not Found", "not found: try /metrics, /healthz or /readyz\n")
+
+
+def _text(start_response, status: str, body: str):
+    data = body.encode()
+    start_response(status, [("Content-Type", "text/plain; charset=utf-8"), ("Content-Length", str(len(data)))])
+    return [data]
