@@ -76,6 +76,9 @@ class InputDecoder:
         # Columns that must not be NULL: the primary key, and the event time of a temporal join.
         self.required = tuple(sp.primary_key or ()) + ((sp.time_column,) if sp.time_column is not None else ())
         self.time_column = sp.time_column if plan.kind == "temporal_event_time" else None
+        # Probe rows of an event-time join may turn out late in the join: they carry their
+        # original record so that the dead letter holds the original key, value and headers.
+        self.keep_original = plan.kind == "temporal_event_time" and side == 0
         self.topic = sp.topic
 
     def map(self, record) -> Iterator[tuple]:
@@ -102,8 +105,9 @@ class InputDecoder:
         if self.time_column is not None:
             millis = to_epoch_millis(row[self.time_column])
             event_time = _EPOCH + _dt.timedelta(milliseconds=millis)
+        payload = (row, _original(record)) if self.keep_original else row
         yield (
-            encode_join_key(self.key_of(row)), self.side, int(kind), pickle.dumps(row, protocol=5),
+            encode_join_key(self.key_of(row)), self.side, int(kind), pickle.dumps(payload, protocol=5),
             event_time, record.timestamp_ms or 0, record.partition, record.offset,
         )
 
@@ -126,15 +130,19 @@ class InputDecoder:
         return kind
 
     def dead_letter(self, record, reason: str, detail: str) -> tuple:
-        letter = {
-            "reason": reason, "detail": detail, "topic": record.topic, "partition": record.partition,
-            "offset": record.offset, "key": record.key, "value": record.value,
-            "headers": list(record.headers or ()), "timestamp_ms": record.timestamp_ms,
-        }
+        letter = {"reason": reason, "detail": detail, **_original(record)}
         return (
             dead_letter_key(record.partition), DEAD_LETTER, 0, pickle.dumps(letter, protocol=5), None,
             record.timestamp_ms or 0, record.partition, record.offset,
         )
+
+
+def _original(record) -> dict:
+    """What a dead letter keeps of the record it stands for."""
+    return {
+        "topic": record.topic, "partition": record.partition, "offset": record.offset, "key": record.key,
+        "value": record.value, "headers": list(record.headers or ()), "timestamp_ms": record.timestamp_ms,
+    }
 
 
 class _Dead(Exception):

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from pyspark.sql import functions as F
+
 from .config import Settings
 from .decode import mapper_config
 from .plan import EVENT_TIME, JoinPlan
@@ -200,6 +202,9 @@ class JoinPipeline:
             # The watermark column is renamed away before the join: Spark would otherwise drop late
             # rows silently, and late probe rows must reach the dead-letter topic.
             df = df.withWatermark("event_time", f"{sp.watermark_delay_ms} milliseconds")
+            # Spark keeps tracking the watermark, but with the watermarked column gone it no longer
+            # filters rows behind it: the join decides what is late and dead-letters it.
+            df = df.withColumn("event_time", F.col("event_time").cast("long").cast("timestamp"))
         return df
 
     def dataframe(self):
@@ -219,7 +224,7 @@ class JoinPipeline:
         for row in rows:
             target = counts.output if row.target == "output" else counts.dead_letters
             target[row.label] = target.get(row.label, 0) + row.n
-        log.info("batch %d written: output %s, dead letters %s", batch_id, counts.output, counts.dead_letters)
+        log.debug("batch %d written: output %s, dead letters %s", batch_id, counts.output, counts.dead_letters)
         if self.on_batch:
             self.on_batch(counts)
 

@@ -98,6 +98,7 @@ class JoinProcessor(StatefulProcessor):
         domain = {"ProcessingTime": PROC, "EventTime": EVENT}.get(self.time_mode)
         self.state = SparkKeyState(self.value, handle, domain)
         self.bundle = self.plan.mini_batch_size
+        self.probe_originals = self.plan.kind == "temporal_event_time"
         key = self.plan.output_key
         self.output_key = (lambda row: repr(tuple(row[i] for i in key)).encode()) if key else (lambda row: b"")
         self.seq = _task_sequence()
@@ -113,6 +114,12 @@ class JoinProcessor(StatefulProcessor):
         letters = [r for r in ordered if r[SIDE] == DEAD_LETTER]
         loads = pickle.loads
         records = [(r[SIDE], r[KIND], loads(r[ROW])) for r in ordered if r[SIDE] != DEAD_LETTER]
+        originals = {}
+        if self.probe_originals:  # probe payloads are (row, original record), see decode.py
+            for i, (side, kind, payload) in enumerate(records):
+                if side == 0:
+                    records[i] = (side, kind, payload[0])
+                    originals[id(payload[0])] = payload[1]
         for r in letters:  # dead letters only pass through: their key holds no state
             yield Row(target=DEAD, kind=0, payload=r[ROW], okey=key[0], seq=next(self.seq))
         if not records:
@@ -123,7 +130,7 @@ class JoinProcessor(StatefulProcessor):
                 process_bundle(self.operator, self.state, records[i : i + self.bundle], ctx, out)
         else:
             self.operator.process(self.state, records, ctx, out)
-        yield from self._emit(out)
+        yield from self._emit(out, originals)
 
     def handleExpiredTimer(self, key, timerValues, expiredTimerInfo) -> Iterator[Row]:
         out = Output()
@@ -131,12 +138,13 @@ class JoinProcessor(StatefulProcessor):
         self.operator.on_timer(self.state, domain, expiredTimerInfo.getExpiryTimeInMs(), self._context(timerValues), out)
         yield from self._emit(out)
 
-    def _emit(self, out: Output) -> Iterator[Row]:
+    def _emit(self, out: Output, originals: dict | None = None) -> Iterator[Row]:
         for kind, row in out.rows:
             yield Row(target=OUTPUT, kind=kind, payload=pickle.dumps(row, protocol=5), okey=self.output_key(row),
                       seq=next(self.seq))
         for kind, row in out.late:
-            letter = {"reason": LATE, "detail": "probe row at or behind the watermark", "kind": kind, "row": row}
+            letter = {"reason": LATE, "detail": "probe row at or behind the watermark",
+                      **(originals or {}).get(id(row), {"row": row, "kind": kind})}
             yield Row(target=DEAD, kind=kind, payload=pickle.dumps(letter, protocol=5), okey=b"late", seq=next(self.seq))
 
     def close(self) -> None:
