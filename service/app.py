@@ -18,6 +18,7 @@ import json
 import logging
 import signal
 import threading
+import time
 from contextlib import contextmanager
 
 from pyspark.sql.streaming import StreamingQueryListener
@@ -187,9 +188,28 @@ class Service:
             else:
                 conf.set(IDLE_EVENT_CONF, previous)
 
-    def process_available(self) -> None:
-        """Block until every record available now has been joined and written."""
-        self.query.processAllAvailable()
+    def process_available(self, timeout_s: float = 900.0) -> None:
+        """Block until every record available now has been joined and written.
+
+        A query whose join uses processing-time timers runs a micro-batch at every trigger, even
+        without data, so Spark's ``processAllAvailable`` never sees it idle: it is then done when
+        a committed micro-batch read nothing and every source's end offset is its latest offset."""
+        from .pipeline import time_mode
+
+        if time_mode(self.plan) != "ProcessingTime":
+            self.query.processAllAvailable()
+            return
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.query.exception() is not None:
+                raise self.query.exception()
+            progress = self.query.lastProgress
+            if progress and progress["numInputRows"] == 0 and all(
+                _offsets(src.get("endOffset")) == _offsets(src.get("latestOffset")) for src in progress["sources"]
+            ):
+                return
+            time.sleep(0.2)
+        raise TimeoutError(f"the query did not catch up with its input within {timeout_s:.0f} s")
 
     def _stop_observability(self) -> None:
         if self._query_listener is not None:
@@ -202,9 +222,14 @@ class Service:
             self.metrics_server.stop()
             self.metrics_server = None
 
-    def stop(self) -> None:
+    def stop(self, graceful_timeout_s: float = 0.0) -> None:
+        """Stop the query. With a timeout, first wait (up to it) for the micro-batch in flight to
+        commit, so that a planned stop leaves nothing to replay."""
         try:
             if self.query is not None and self.query.isActive:
+                deadline = time.monotonic() + graceful_timeout_s
+                while time.monotonic() < deadline and self.query.status.get("isTriggerActive"):
+                    time.sleep(0.05)
                 self.query.stop()
         finally:
             self._stop_observability()
@@ -223,9 +248,21 @@ class Service:
         while not stopping.is_set():
             if self.query.awaitTermination(1):
                 break
-        self.stop()
+        self.stop(graceful_timeout_s=60)
         exception = self.query.exception()
         if exception is not None:
             log.error("the streaming query failed: %s", exception)
             return 1
         return 0
+
+
+def _offsets(value) -> object:
+    """A source offset from query progress (a JSON string or already parsed) as a comparable value."""
+    import json
+
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
