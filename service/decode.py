@@ -5,7 +5,8 @@ This runs inside the Kafka source's reading task on Spark's Python workers (the 
 Every record becomes one *envelope* row (:data:`ENVELOPE_SCHEMA`):
 
 - ``jk``: the join key, encoded so that equal keys have equal bytes (Spark groups by it);
-- ``side``: 0 = left, 1 = right, :data:`DEAD_LETTER` = a record that could not be used;
+- ``side``: 0 = left, 1 = right, :data:`DEAD_LETTER` = a record that could not be used,
+  :data:`HEARTBEAT` = an idle heartbeat (see :meth:`InputDecoder.heartbeat`);
 - ``kind``: the RowKind byte (0-3);
 - ``row``: the decoded row (a pickled tuple in schema order), or the dead letter's details;
 - ``event_time``: the row's event time for temporal joins, else NULL;
@@ -32,6 +33,8 @@ ENVELOPE_SCHEMA = (
     "jk binary, side tinyint, kind tinyint, row binary, event_time timestamp, ts long, part int, offset long"
 )
 DEAD_LETTER = 2
+HEARTBEAT = 3
+HEARTBEAT_KEY = b"\x02heartbeat"
 
 # Dead-letter reasons (the `reason` header of a dead-letter record).
 UNDECODABLE = "undecodable"
@@ -53,6 +56,11 @@ def encode_join_key(values: tuple) -> bytes:
     """Equal join keys give equal bytes: ``repr`` of a tuple of Avro-decoded values is canonical
     (pickle is not: it shares repeated objects)."""
     return repr(values).encode()
+
+
+def upsert_key(message_key: bytes) -> bytes:
+    """Grouping key of the normalize stage: the upsert topic's message key (its primary key)."""
+    return b"\x01" + message_key
 
 
 def dead_letter_key(partition: int) -> bytes:
@@ -84,13 +92,15 @@ class InputDecoder:
     def map(self, record) -> Iterator[tuple]:
         try:
             kind = self._kind(record)
-            if record.value is None:
-                if self.mode == "upsert":
-                    raise _Dead(MISSING_KEY if record.key is None else UNDECODABLE,
-                                "upsert deletes are handled by the upsert stage")
-                raise _Dead(TOMBSTONE_ON_RETRACT, "a null value (tombstone) on a changelog topic")
             if self.mode == "upsert" and record.key is None:
-                raise _Dead(MISSING_KEY, "an upsert record needs the primary key as message key")
+                raise _Dead(MISSING_KEY, "an upsert record needs its primary key as message key")
+            if record.value is None:
+                if self.mode != "upsert":
+                    raise _Dead(TOMBSTONE_ON_RETRACT, f"a null value (tombstone) on a {self.mode} topic")
+                # A delete on an upsert topic: the normalize stage knows which row it removes.
+                yield (upsert_key(record.key), self.side, int(RowKind.DELETE), pickle.dumps(None), None,
+                       record.timestamp_ms or 0, record.partition, record.offset)
+                return
             try:
                 row = self.decoder.decode(record.value)
             except DecodeError as err:
@@ -106,10 +116,18 @@ class InputDecoder:
             millis = to_epoch_millis(row[self.time_column])
             event_time = _EPOCH + _dt.timedelta(milliseconds=millis)
         payload = (row, _original(record)) if self.keep_original else row
+        # Upsert records are grouped by their message key first (normalize stage), then by join key.
+        key = upsert_key(record.key) if self.mode == "upsert" else encode_join_key(self.key_of(row))
         yield (
-            encode_join_key(self.key_of(row)), self.side, int(kind), pickle.dumps(payload, protocol=5),
+            key, self.side, int(kind), pickle.dumps(payload, protocol=5),
             event_time, record.timestamp_ms or 0, record.partition, record.offset,
         )
+
+    def heartbeat(self, event_time_ms: int) -> Iterator[tuple]:
+        """The source's idle heartbeat (``IDLE_TIMEOUT``): a row that carries only an event time,
+        so that this input's watermark moves while it has no records. The join ignores it."""
+        yield (HEARTBEAT_KEY, HEARTBEAT, 0, pickle.dumps(None), _EPOCH + _dt.timedelta(milliseconds=event_time_ms),
+               event_time_ms, -1, -1)
 
     def _kind(self, record) -> RowKind:
         raw = None

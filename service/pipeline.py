@@ -21,7 +21,7 @@ from pyspark.sql import functions as F
 from .config import Settings
 from .decode import mapper_config
 from .plan import EVENT_TIME, JoinPlan
-from .processor import OUTPUT_SCHEMA, JoinProcessor, UpsertProcessor
+from .processor import OUTPUT_SCHEMA, JoinProcessor, NormalizeProcessor, UpsertProcessor
 
 log = logging.getLogger(__name__)
 
@@ -195,9 +195,16 @@ class JoinPipeline:
         )
         if s.max_records_per_trigger:
             reader = reader.option("maxRecordsPerTrigger", str(s.max_records_per_trigger))
+        if self.plan.kind == EVENT_TIME and s.idle_timeout_ms:
+            # An idle input sends heartbeats (decode.py) so that it stops holding the watermark back.
+            reader = reader.option("idleTimeoutMs", str(s.idle_timeout_ms))
         for key, value in s.kafka_client.items():
             reader = reader.option(f"kafka.{key}", value)
         df = reader.load()
+        if sp.changelog_mode == "upsert":
+            df = df.groupBy("jk").transformWithState(
+                NormalizeProcessor(self.plan.to_json(), side), NormalizeProcessor.schema, "Append", "None"
+            )
         if self.plan.kind == EVENT_TIME:
             # The watermark column is renamed away before the join: Spark would otherwise drop late
             # rows silently, and late probe rows must reach the dead-letter topic.

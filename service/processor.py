@@ -22,9 +22,10 @@ from pyspark.sql.types import BinaryType, StructField, StructType
 
 from operators import EVENT, PROC, Context, Output
 from operators.minibatch import process_bundle
+from operators.normalize import ChangelogNormalize
 from operators.upsert import UpsertMaterializer
 
-from .decode import DEAD_LETTER, LATE
+from .decode import DEAD_LETTER, ENVELOPE_SCHEMA, HEARTBEAT, LATE, encode_join_key
 from .plan import JoinPlan
 
 # What the processor emits: changelog rows for the output topic and dead letters.
@@ -113,7 +114,8 @@ class JoinProcessor(StatefulProcessor):
         out = Output()
         letters = [r for r in ordered if r[SIDE] == DEAD_LETTER]
         loads = pickle.loads
-        records = [(r[SIDE], r[KIND], loads(r[ROW])) for r in ordered if r[SIDE] != DEAD_LETTER]
+        # Idle heartbeats (decode.py) only move the watermark: no state, no output.
+        records = [(r[SIDE], r[KIND], loads(r[ROW])) for r in ordered if r[SIDE] not in (DEAD_LETTER, HEARTBEAT)]
         originals = {}
         if self.probe_originals:  # probe payloads are (row, original record), see decode.py
             for i, (side, kind, payload) in enumerate(records):
@@ -191,3 +193,73 @@ class UpsertProcessor(StatefulProcessor):
 
     def close(self) -> None:
         pass
+
+
+class NormalizeProcessor(StatefulProcessor):
+    """The normalize stage of an upsert input, keyed by message key (see ``operators/normalize.py``):
+    emits envelopes of a full changelog, keyed by join key, for the join stage."""
+
+    schema = ENVELOPE_SCHEMA
+
+    def __init__(self, plan_json: str, side: int):
+        self.plan_json = plan_json
+        self.side = side
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        plan = JoinPlan.from_json(self.plan_json)
+        join_key = plan.sides[self.side].join_key
+        self.join_key = lambda row: encode_join_key(tuple(row[i] for i in join_key))
+        self.state = SparkKeyState(handle.getValueState("last", _STATE_SCHEMA), handle, None)
+        self.operator = ChangelogNormalize()
+
+    def handleInputRows(self, key, rows, timerValues) -> Iterator[Row]:
+        ordered = ordered_records(rows)
+        state = _ReadOnceState(self.state)
+        for r in ordered:
+            if r[SIDE] in (DEAD_LETTER, HEARTBEAT):  # passed on to the join stage
+                yield r
+                continue
+            out = Output()
+            self.operator.process(state, [pickle.loads(r[ROW])], Context(), out)
+            # Each output keeps its record's place; a -U/+U pair gets two consecutive offsets
+            # (offset * 4 + i) so the join stage orders them, whatever order the shuffle gives.
+            for i, (kind, row) in enumerate(out.rows):
+                yield Row(jk=self.join_key(row), side=self.side, kind=int(kind), row=pickle.dumps(row, protocol=5),
+                          event_time=r[EVENT_TIME], ts=r[TS], part=r[PART], offset=r[OFFSET] * 4 + i)
+        state.flush()
+
+    def close(self) -> None:
+        pass
+
+
+class _ReadOnceState:
+    """A KeyState that reads the underlying state at most once and writes it back once."""
+
+    __slots__ = ("_state", "_value", "_loaded", "_dirty")
+
+    def __init__(self, state):
+        self._state, self._value, self._loaded, self._dirty = state, None, False, False
+
+    def get(self):
+        if not self._loaded:
+            self._value, self._loaded = self._state.get(), True
+        return self._value
+
+    def put(self, value) -> None:
+        self._value, self._loaded, self._dirty = value, True, True
+
+    def clear(self) -> None:
+        self.put(None)
+
+    def register_timer(self, domain: str, ts: int) -> None:
+        self._state.register_timer(domain, ts)
+
+    def delete_timer(self, domain: str, ts: int) -> None:
+        self._state.delete_timer(domain, ts)
+
+    def flush(self) -> None:
+        if self._dirty:
+            if self._value is None:
+                self._state.clear()
+            else:
+                self._state.put(self._value)

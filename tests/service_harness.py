@@ -84,11 +84,12 @@ class JoinHarness:
 
     def changelog(self) -> list[tuple[str, tuple]]:
         schema = fastavro.parse_schema(self.service.plan.output_schema)
+        skip = 5 if self.service.settings.schema_registry_url else 0  # Confluent wire format header
         out = []
         for record in consume_all(self.bootstrap, self.output):
             headers = dict(record.headers)
             value = None if record.value is None else tuple(
-                fastavro.schemaless_reader(io.BytesIO(record.value), schema, None).values())
+                fastavro.schemaless_reader(io.BytesIO(record.value[skip:]), schema, None).values())
             out.append((headers.get("rowkind", b"").decode(), value, record.key, headers))
         return out
 

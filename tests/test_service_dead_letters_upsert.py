@@ -1,0 +1,95 @@
+"""Every dead-letter class, with a Schema Registry; and upsert inputs, end to end."""
+import struct
+from collections import Counter
+
+import pytest
+
+from schema_registry_fake import fake_schema_registry, schema_registry_url  # noqa: F401
+from service_harness import ORDERS, PRICES, JoinHarness, avro, order, price
+
+pytestmark = pytest.mark.integration
+
+LEFT_JOIN = "SELECT o.order_id, o.product, o.quantity, p.price FROM orders AS o LEFT JOIN prices AS p ON o.product = p.product"
+
+
+def wire(schema_id: int, schema: dict, row: dict) -> bytes:
+    return b"\x00" + struct.pack(">I", schema_id) + avro(schema, row)
+
+
+def test_every_bad_record_is_dead_lettered_with_its_reason_and_the_good_ones_are_joined(
+    kafka_bootstrap, spark, tmp_path, new_topic, fake_schema_registry, schema_registry_url
+):
+    h = JoinHarness(kafka_bootstrap, spark, tmp_path, new_topic, JOIN_SQL=LEFT_JOIN,
+                    SCHEMA_REGISTRY_URL=schema_registry_url, LEFT_SCHEMA_FILE="", RIGHT_SCHEMA_FILE="",
+                    RIGHT_PRIMARY_KEY="product,currency", MAX_OUTPUT_RECORD_BYTES="60")
+    orders_id = fake_schema_registry.register(f"{h.orders}-value", ORDERS)
+    prices_id = fake_schema_registry.register(f"{h.prices}-value", PRICES)
+    incompatible = fake_schema_registry.register("other-value", {
+        "type": "record", "name": "Order", "namespace": "changejoin.demo",
+        "fields": [{"name": "order_id", "type": "string"}]})
+    rk = lambda kind: [("rowkind", kind.encode())]  # noqa: E731
+    good_orders = [order(1, "book", 2), order(2, "pen", 1), order(3, "x" * 80, 1)]  # order 3's output is too large
+    from kafka_fixture import produce
+
+    produce(kafka_bootstrap, h.orders, [
+        (None, wire(orders_id, ORDERS, good_orders[0]), rk("+I")),
+        (None, b"\x00\x00\x00", rk("+I")),                                               # undecodable
+        (None, wire(9999, ORDERS, order(7, "pen", 1)), rk("+I")),                        # unknown_schema_id
+        (None, wire(incompatible, {"type": "record", "name": "Order", "namespace": "changejoin.demo",
+                                   "fields": [{"name": "order_id", "type": "string"}]}, {"order_id": "x"}),
+         rk("+I")),                                                                      # schema_mismatch
+        (None, wire(orders_id, ORDERS, order(8, "pen", 1)), None),                       # missing_rowkind
+        (None, wire(orders_id, ORDERS, order(9, "pen", 1)), rk("?X")),                   # unknown_rowkind
+        (None, None, rk("-D")),                                                          # tombstone on retract
+        (None, wire(orders_id, ORDERS, good_orders[1]), rk("+I")),
+        (None, wire(orders_id, ORDERS, good_orders[2]), rk("+I")),
+    ])
+    produce(kafka_bootstrap, h.prices, [
+        (None, wire(prices_id, PRICES, price("book", 12.5)), rk("+I")),
+        (None, wire(prices_id, PRICES, price("pen", 1.5, None)), rk("+I")),            # null in primary key
+    ])
+    service = h.run()
+    assert h.retract_table() == Counter({(1, "book", 2, 12.5): 1, (2, "pen", 1, None): 1})
+    letters = h.dead_letters()
+    reasons = Counter(dict(r.headers)["reason"].decode() for r in letters)
+    assert reasons == Counter({"undecodable": 1, "unknown_schema_id": 1, "schema_mismatch": 1, "missing_rowkind": 1,
+                               "unknown_rowkind": 1, "tombstone_on_retract_topic": 1, "null_in_required_column": 1,
+                               "too_large": 1})
+    for record in letters:
+        headers = dict(record.headers)
+        if headers["reason"] != b"too_large":
+            assert headers["source.topic"].decode() in (h.orders, h.prices) and "source.offset" in headers
+    counted = Counter()
+    for batch in service.batches:
+        counted.update(batch.dead_letters)
+    assert counted == reasons
+    assert f"{h.output}-value" in fake_schema_registry.subjects()  # the output schema was registered
+
+
+def test_upsert_inputs_with_join_key_equal_to_and_different_from_the_primary_key(
+    kafka_bootstrap, spark, tmp_path, new_topic
+):
+    h = JoinHarness(kafka_bootstrap, spark, tmp_path, new_topic, JOIN_SQL=LEFT_JOIN,
+                    LEFT_CHANGELOG_MODE="upsert", RIGHT_CHANGELOG_MODE="upsert")
+    from kafka_fixture import produce
+
+    # orders: keyed by order_id, joined on product (normalized first); prices: keyed by product = join key.
+    produce(kafka_bootstrap, h.orders, [
+        (b"1", avro(ORDERS, order(1, "book", 2))),
+        (b"2", avro(ORDERS, order(2, "pen", 10))),
+        (b"3", avro(ORDERS, order(3, "ink", 1))),
+        (b"2", avro(ORDERS, order(2, "pen", 12))),   # an update with no -U: the upsert way
+        (b"1", avro(ORDERS, order(1, "ink", 2))),    # moves to another join key
+        (b"3", None),                                # delete
+        (None, avro(ORDERS, order(5, "pen", 1))),    # no key: dead letter
+    ])
+    produce(kafka_bootstrap, h.prices, [
+        (b"book", avro(PRICES, price("book", 12.5))),
+        (b"pen", avro(PRICES, price("pen", 1.2))),
+        (b"pen", avro(PRICES, price("pen", 1.5))),
+        (b"ink", avro(PRICES, price("ink", 7.0))),
+        (b"book", None),
+    ])
+    h.run()
+    assert h.retract_table() == Counter({(1, "ink", 2, 7.0): 1, (2, "pen", 12, 1.5): 1})
+    assert [dict(r.headers)["reason"] for r in h.dead_letters()] == [b"upsert_record_without_key"]
