@@ -29,15 +29,18 @@ Options (all strings, names are case-insensitive):
 ``mapper``, ``mapper.config``  see below.
 ``rawArrow``               ``true`` (default): raw rows are handed to Spark as Arrow batches
                            (about 1.7x the throughput of tuples); ``false``: as tuples.
+``idleTimeoutMs``          optional; heartbeats while the topic is idle (below). Needs a mapper
+                           with a ``heartbeat`` method.
 ``kafka.<property>``       passed to librdkafka as ``<property>`` (security, SASL, tuning...).
                            Their values are never logged.
 
 Offsets are a JSON dict ``{"<partition>": next_offset}`` kept by Spark in the query checkpoint,
-so a restarted query resumes exactly where it stopped. Partitions that appear later are read from
-their beginning. Each micro-batch has one Spark input partition per Kafka partition that has
-records in the batch's range; a task assigns itself the partition, seeks to the range start and
-reads up to the range end (exclusive). It never subscribes, never commits offsets and does not
-depend on consumer-group state.
+so a restarted query resumes exactly where it stopped (with ``idleTimeoutMs`` it may also hold
+``"heartbeat"``, see below). Partitions that appear later are read from their beginning. Each
+micro-batch has one Spark input partition per Kafka partition that has records in the batch's
+range; a task assigns itself the partition, seeks to the range start and reads up to the range
+end (exclusive). It never subscribes, never commits offsets and does not depend on
+consumer-group state.
 
 Rows: by default the raw schema :data:`RAW_SCHEMA`. With ``mapper = "package.module:factory"``
 and ``mapper.config = <JSON>``, ``factory(json.loads(config))`` must return an object with a
@@ -45,6 +48,21 @@ and ``mapper.config = <JSON>``, ``factory(json.loads(config))`` must return an o
 ``map(record: KafkaRecord) -> Iterable[tuple]`` method; it runs inside the reading task, so the
 records are decoded without another Python hop. The module must be importable by Spark's Python
 workers.
+
+Idle heartbeats (``idleTimeoutMs``): an input that receives nothing holds an event-time query's
+watermark back (Spark's global watermark is the minimum over the inputs). With this option the
+driver, when planning, notices that the topic has had nothing new to read for ``idleTimeoutMs``
+of wall-clock time and advances the offset's ``"heartbeat"`` component to the current wall-clock
+epoch milliseconds; while the topic stays idle, again each time ``idleTimeoutMs`` has passed
+since the previous heartbeat's micro-batch was done (so heartbeats are at least that far apart,
+and the query sees the topic with nothing new in between). The micro-batch that reads up to such
+an offset has one extra input partition, whose task yields the mapper's
+``heartbeat(event_time_ms) -> Iterable[tuple]`` rows for that instant. A query that takes its
+watermark from those rows sees this input's watermark jump to about now minus its delay, so the
+input stops holding the global watermark back. The heartbeat's time is part of the offset, which
+Spark logs in the checkpoint before running the batch, so a replayed batch replays the same
+heartbeat. The idle clock itself is driver memory: it restarts with the query. No heartbeats
+under ``Trigger.AvailableNow`` (its run ends when the records available at its start are read).
 """
 
 from __future__ import annotations
@@ -90,6 +108,8 @@ DEFAULT_OFFSETS_TIMEOUT_S = 300.0
 _ARROW_BATCH_ROWS = 10_000
 _CONSUME_BATCH = 1_000
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+#: The offset component holding the time of the latest idle heartbeat (epoch milliseconds).
+HEARTBEAT = "heartbeat"
 
 
 class KafkaSourceError(RuntimeError):
@@ -160,6 +180,17 @@ class SourceOptions:
         )
         self.mapper_spec = opts.get("mapper") or None
         self.mapper_config = opts.get("mapper.config", "{}")
+        idle = opts.get("idletimeoutms")
+        self.idle_timeout_ms: Optional[int] = None
+        if idle is not None and idle.strip() != "":
+            try:
+                self.idle_timeout_ms = int(idle)
+            except ValueError:
+                raise KafkaSourceError(
+                    f"option 'idleTimeoutMs' must be an integer, got {idle!r}"
+                ) from None
+            if self.idle_timeout_ms <= 0:
+                raise KafkaSourceError("option 'idleTimeoutMs' must be positive")
         # Client properties: secrets may be among them, so they are never logged.
         self.client_props: Dict[str, str] = {
             k[len(KAFKA_PREFIX) :]: v
@@ -172,8 +203,8 @@ class SourceOptions:
         props = ",".join(sorted(self.client_props)) or "-"
         return (
             f"topic={self.topic} bootstrap={self.bootstrap} startingOffsets={self.starting} "
-            f"maxRecordsPerTrigger={self.max_records} mapper={self.mapper_spec} "
-            f"clientProps=[{props}]"
+            f"maxRecordsPerTrigger={self.max_records} idleTimeoutMs={self.idle_timeout_ms} "
+            f"mapper={self.mapper_spec} clientProps=[{props}]"
         )
 
     def admin_config(self) -> Dict[str, Any]:
@@ -269,14 +300,26 @@ def load_mapper(spec: str, config_json: str) -> Any:
 # --------------------------------------------------------------------------------------------
 
 
-def _offsets_dict(offsets: Mapping[int, int]) -> Dict[str, int]:
+def _offsets_dict(offsets: Mapping[int, int], heartbeat: Optional[int] = None) -> Dict[str, int]:
     """The JSON form Spark stores: string partition keys, in partition order (Spark compares
-    offsets by their JSON text, so the order must be stable)."""
-    return {str(p): int(offsets[p]) for p in sorted(offsets)}
+    offsets by their JSON text, so the order must be stable), then the heartbeat if any."""
+    out = {str(p): int(offsets[p]) for p in sorted(offsets)}
+    if heartbeat is not None:
+        out[HEARTBEAT] = int(heartbeat)
+    return out
 
 
 def _parse_offsets(offsets: Optional[Mapping[str, Any]]) -> Dict[int, int]:
-    return {int(p): int(o) for p, o in (offsets or {}).items()}
+    return {int(p): int(o) for p, o in (offsets or {}).items() if p != HEARTBEAT}
+
+
+def _heartbeat_of(offsets: Optional[Mapping[str, Any]]) -> Optional[int]:
+    value = (offsets or {}).get(HEARTBEAT)
+    return None if value is None else int(value)
+
+
+def _wall_clock_ms() -> int:
+    return int(time.time() * 1000)
 
 
 def fair_shares(lags: Mapping[int, int], limit: int) -> Dict[int, int]:
@@ -317,6 +360,18 @@ class KafkaInputPartition(InputPartition):
 
     def __repr__(self) -> str:
         return f"KafkaInputPartition({self.topic}[{self.partition}] {self.start}..{self.end})"
+
+
+class HeartbeatInputPartition(InputPartition):
+    """The idle heartbeat of one micro-batch: the mapper's heartbeat rows for ``event_time_ms``."""
+
+    def __init__(self, topic: str, event_time_ms: int):
+        super().__init__((topic, HEARTBEAT, event_time_ms))
+        self.topic = topic
+        self.event_time_ms = event_time_ms
+
+    def __repr__(self) -> str:
+        return f"HeartbeatInputPartition({self.topic} at {self.event_time_ms})"
 
 
 class _OffsetsClient:
@@ -596,6 +651,13 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._client: Optional[_OffsetsClient] = None
         self._target: Optional[Dict[int, int]] = None
         self._last_latest: Optional[Dict[int, int]] = None
+        # Idle heartbeats (driver only): the wall clock (epoch ms; replaceable in tests), the
+        # latest offsets seen, when the topic was last seen with something new, and the latest
+        # heartbeat whose batch is known to be done.
+        self._clock: Callable[[], int] = _wall_clock_ms
+        self._idle_latest: Optional[Dict[int, int]] = None
+        self._active_at_ms: Optional[int] = None
+        self._heartbeat_done: Optional[int] = None
 
     def __getstate__(self) -> Dict[str, Any]:
         state = dict(self.__dict__)
@@ -657,7 +719,42 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             # The partition was re-created: everything in it now is new. This batch moves the
             # offset back to its beginning (reading nothing); the next batches read it.
             result.update(self.client.offsets(went_back, "earliest"))
-        return _offsets_dict(result)
+        heartbeat = _heartbeat_of(start)  # carried along unchanged unless a new one is due
+        if self.opts.idle_timeout_ms is not None and self._target is None:
+            heartbeat = self._plan_heartbeat(begin, result, self._last_latest, heartbeat)
+        return _offsets_dict(result, heartbeat)
+
+    def _plan_heartbeat(
+        self,
+        begin: Mapping[int, int],
+        result: Mapping[int, int],
+        latest: Mapping[int, int],
+        previous: Optional[int],
+    ) -> Optional[int]:
+        """The heartbeat component of the next offset: a new one (now) when the topic has had
+        nothing new for ``idleTimeoutMs``, counted from the later of the last records and the
+        end of the previous heartbeat's batch; else the previous one."""
+        now = self._clock()
+        timeout = self.opts.idle_timeout_ms
+        assert timeout is not None
+        if (
+            dict(result) != dict(begin)
+            or self._idle_latest != latest
+            or self._active_at_ms is None
+            or previous != self._heartbeat_done
+        ):
+            # Records to read, records produced since the last look, the first look, or the
+            # batch of the latest heartbeat is done (Spark plans the next batch only then): the
+            # idle clock restarts. So a heartbeat is always followed by a full idle timeout with
+            # nothing new from this topic, however long its batch took.
+            self._idle_latest = dict(latest)
+            self._heartbeat_done = previous
+            self._active_at_ms = now
+            return previous
+        if now - self._active_at_ms < timeout:
+            return previous
+        log.debug("topic %s idle for %d ms: heartbeat at %d", self.opts.topic, now - self._active_at_ms, now)
+        return now
 
     def _offsets_went_back(self, partition: int, start: int, latest: int) -> None:
         msg = (
@@ -685,6 +782,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             s, e = begin.get(p, finish[p]), finish[p]
             if e > s:
                 out.append(KafkaInputPartition(self.opts.topic, p, s, e))
+        heartbeat = _heartbeat_of(end)
+        if heartbeat is not None and heartbeat != _heartbeat_of(start):
+            out.append(HeartbeatInputPartition(self.opts.topic, heartbeat))
         return out
 
     def commit(self, end: dict) -> None:
@@ -697,6 +797,12 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # -- executor side --------------------------------------------------------------------
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
+        if isinstance(partition, HeartbeatInputPartition):
+            heartbeat = None
+            if self.opts.mapper_spec:
+                mapper = load_mapper(self.opts.mapper_spec, self.opts.mapper_config)
+                heartbeat = getattr(mapper, "heartbeat", None)
+            return iter(heartbeat(partition.event_time_ms) if callable(heartbeat) else ())
         assert isinstance(partition, KafkaInputPartition), partition
         msgs = _iter_records(self.opts, partition)
         if self.opts.mapper_spec:
@@ -735,6 +841,14 @@ class KafkaDataSource(DataSource):
                 f"without a mapper the schema is {RAW_SCHEMA!r}; got {schema.simpleString()}"
             )
         raw_arrow = _bool_option(options, "rawArrow", True)
+        if options.get("idletimeoutms"):
+            mapper = options.get("mapper")
+            if not mapper or not callable(
+                getattr(load_mapper(mapper, options.get("mapper.config", "{}")), "heartbeat", None)
+            ):
+                raise KafkaSourceError(
+                    "option 'idleTimeoutMs' needs a mapper with a 'heartbeat(event_time_ms)' method"
+                )
         return KafkaStreamReader(self.options, schema, raw_arrow=raw_arrow)
 
 

@@ -13,6 +13,8 @@ from hypothesis import strategies as st
 from kafka_fixture import consume_all, create_topic, produce
 from service.source import (
     RAW_SCHEMA,
+    HeartbeatInputPartition,
+    KafkaDataSource,
     KafkaInputPartition,
     KafkaRecord,
     KafkaSourceError,
@@ -56,6 +58,17 @@ class EchoMapper:
 
 def make_echo_mapper(config: Dict[str, Any]) -> EchoMapper:
     return EchoMapper(config)
+
+
+class BeatingMapper(EchoMapper):
+    """An EchoMapper that also answers idle heartbeats."""
+
+    def heartbeat(self, event_time_ms: int):
+        yield (None, None, -1, -1, event_time_ms, "", f"{self.tag}heartbeat")
+
+
+def make_beating_mapper(config: Dict[str, Any]) -> BeatingMapper:
+    return BeatingMapper(config)
 
 
 # --------------------------------------------------------------------------------------------
@@ -164,6 +177,142 @@ def test_offsets_that_went_back_are_data_loss():
     assert ranges(lenient, {"0": 10}, moved_back) == []
     assert lenient.latestOffset(moved_back, ReadAllAvailable()) == {"0": 3}
     assert ranges(lenient, moved_back, {"0": 3}) == [(0, 0, 3)]
+
+
+class FakeClock:
+    """Wall-clock epoch milliseconds, moved by hand."""
+
+    def __init__(self, now_ms: int = 0):
+        self.now_ms = now_ms
+
+    def __call__(self) -> int:
+        return self.now_ms
+
+
+def idle_reader(fake: FakeOffsets, clock: FakeClock, **options: str) -> KafkaStreamReader:
+    reader = planning_reader(fake, idleTimeoutMs="1000", **options)
+    reader._clock = clock  # type: ignore[assignment]
+    return reader
+
+
+def test_an_idle_topic_gets_heartbeats_an_idle_timeout_apart():
+    fake, clock = FakeOffsets(earliest={0: 0}, latest={0: 5}), FakeClock(10_000)
+    reader = idle_reader(fake, clock)
+    caught_up = {"0": 5}
+    assert reader.latestOffset(caught_up, ReadAllAvailable()) == caught_up  # the idle clock starts
+    clock.now_ms = 10_999
+    assert reader.latestOffset(caught_up, ReadAllAvailable()) == caught_up
+    clock.now_ms = 11_000
+    beat = reader.latestOffset(caught_up, ReadAllAvailable())
+    assert json.dumps(beat) == '{"0": 5, "heartbeat": 11000}'  # partitions first, stable text
+    # Spark asks again once the heartbeat's batch is done (here 600 ms later): the idle clock
+    # restarts there, so the next heartbeat comes a full timeout after that batch.
+    clock.now_ms = 11_600
+    assert reader.latestOffset(beat, ReadAllAvailable()) == beat  # the same offset: no batch
+    clock.now_ms = 12_599
+    assert reader.latestOffset(beat, ReadAllAvailable()) == beat
+    clock.now_ms = 12_600
+    assert reader.latestOffset(beat, ReadAllAvailable()) == {"0": 5, "heartbeat": 12_600}
+    # Records arrive: they are read, the heartbeat is carried along unchanged, the clock restarts.
+    fake.latest_[0] = 8
+    clock.now_ms = 13_000
+    after = reader.latestOffset({"0": 5, "heartbeat": 12_600}, ReadAllAvailable())
+    assert after == {"0": 8, "heartbeat": 12_600}
+    clock.now_ms = 13_999
+    assert reader.latestOffset(after, ReadAllAvailable()) == after
+    clock.now_ms = 14_000
+    assert reader.latestOffset(after, ReadAllAvailable()) == {"0": 8, "heartbeat": 14_000}
+    assert reader.reportLatestOffset() == {"0": 8}  # partitions only (input lag metrics)
+
+
+def test_a_topic_with_records_left_to_read_is_not_idle():
+    fake, clock = FakeOffsets(earliest={0: 0}, latest={0: 100}), FakeClock(0)
+    reader = idle_reader(fake, clock, maxRecordsPerTrigger="10")
+    start = {"0": 0}
+    for step in range(10):  # nothing is produced, but every batch reads records
+        clock.now_ms = 5_000 * (step + 1)
+        end = reader.latestOffset(start, ReadMaxRows(10))
+        assert end == {"0": 10 * (step + 1)}
+        start = end
+    clock.now_ms += 999
+    assert reader.latestOffset(start, ReadMaxRows(10)) == {"0": 100}
+    clock.now_ms += 1
+    assert reader.latestOffset(start, ReadMaxRows(10)) == {"0": 100, "heartbeat": clock.now_ms}
+
+
+def test_records_produced_since_the_last_look_restart_the_idle_clock():
+    fake, clock = FakeOffsets(earliest={0: 0}, latest={0: 5}), FakeClock(0)
+    reader = idle_reader(fake, clock, maxRecordsPerTrigger="10")
+    reader.latestOffset({"0": 5}, ReadMaxRows(10))
+    fake.latest_[0] = 6  # produced, and (say) the query has not planned it yet
+    clock.now_ms = 1_500
+    assert reader.latestOffset({"0": 6}, ReadMaxRows(10)) == {"0": 6}
+    clock.now_ms = 2_499
+    assert reader.latestOffset({"0": 6}, ReadMaxRows(10)) == {"0": 6}
+    clock.now_ms = 2_500
+    assert reader.latestOffset({"0": 6}, ReadMaxRows(10)) == {"0": 6, "heartbeat": 2_500}
+
+
+def test_heartbeat_partitions_are_planned_from_the_offsets_alone():
+    fake = FakeOffsets(earliest={0: 0, 1: 0}, latest={0: 9, 1: 9})
+    reader = planning_reader(fake, idleTimeoutMs="1000")
+
+    def planned(start, end):
+        return [
+            ("heartbeat", p.event_time_ms) if isinstance(p, HeartbeatInputPartition) else (p.partition, p.start, p.end)
+            for p in reader.partitions(start, end)
+        ]
+
+    assert planned({"0": 3, "1": 4}, {"0": 3, "1": 4, "heartbeat": 7_000}) == [("heartbeat", 7_000)]
+    assert planned({"0": 3, "1": 4, "heartbeat": 7_000}, {"0": 5, "1": 4, "heartbeat": 8_000}) == [
+        (0, 3, 5), ("heartbeat", 8_000),
+    ]
+    # A range whose heartbeat did not change has none: each heartbeat is read by one batch only.
+    assert planned({"0": 3, "1": 4, "heartbeat": 7_000}, {"0": 5, "1": 4, "heartbeat": 7_000}) == [(0, 3, 5)]
+    # The same range planned again (a replayed batch) gives the same heartbeat.
+    assert planned({"0": 3, "heartbeat": 7_000}, {"0": 3, "heartbeat": 8_000}) == [("heartbeat", 8_000)]
+
+
+def test_no_heartbeats_without_the_option_or_under_available_now():
+    fake, clock = FakeOffsets(earliest={0: 0}, latest={0: 5}), FakeClock(0)
+    plain = planning_reader(fake)
+    plain._clock = clock  # type: ignore[assignment]
+    once = idle_reader(fake, clock)
+    once.prepareForTriggerAvailableNow()
+    for reader in (plain, once):
+        for now in (0, 5_000, 10_000):
+            clock.now_ms = now
+            assert reader.latestOffset({"0": 5}, ReadAllAvailable()) == {"0": 5}
+        # A heartbeat already in the checkpoint (e.g. the option was removed) is carried along.
+        assert reader.latestOffset({"0": 5, "heartbeat": 1}, ReadAllAvailable()) == {"0": 5, "heartbeat": 1}
+
+
+def test_a_heartbeat_partition_reads_the_mappers_heartbeat_rows():
+    config = {"mapper.config": json.dumps({"tag": "t"})}
+    beating = planning_reader(FakeOffsets({}, {}), mapper="test_kafka_source:make_beating_mapper", **config)
+    assert list(beating.read(HeartbeatInputPartition("t", 1234))) == [(None, None, -1, -1, 1234, "", "theartbeat")]
+    echo = planning_reader(FakeOffsets({}, {}), mapper="test_kafka_source:make_echo_mapper", **config)
+    assert list(echo.read(HeartbeatInputPartition("t", 1234))) == []
+
+
+def test_idle_timeout_needs_a_mapper_that_answers_heartbeats():
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    def stream_reader(**options: str):
+        source = KafkaDataSource({"bootstrap.servers": "b:9092", "topic": "t", "idleTimeoutMs": "1000", **options})
+        # Only the field names matter here (a raw schema's are checked); no Spark session needed.
+        names = ["topic", "partition", "offset", "timestamp", "key", "value", "headers"]
+        return source.streamReader(StructType([StructField(n, StringType()) for n in names]))
+
+    config = {"mapper.config": json.dumps({"tag": "t"})}
+    assert stream_reader(mapper="test_kafka_source:make_beating_mapper", **config).opts.idle_timeout_ms == 1000
+    with pytest.raises(KafkaSourceError, match="heartbeat"):
+        stream_reader(mapper="test_kafka_source:make_echo_mapper", **config)
+    with pytest.raises(KafkaSourceError, match="heartbeat"):
+        stream_reader()
+    for bad in ("0", "-5", "1s"):
+        with pytest.raises(KafkaSourceError, match="idleTimeoutMs"):
+            SourceOptions({"bootstrap.servers": "b", "topic": "t", "idleTimeoutMs": bad})
 
 
 def test_options_are_validated_and_secrets_not_described():
