@@ -206,11 +206,9 @@ class JoinPipeline:
                 NormalizeProcessor(self.plan.to_json(), side), NormalizeProcessor.schema, "Append", "None"
             )
         if self.plan.kind == EVENT_TIME:
-            # The watermark column is renamed away before the join: Spark would otherwise drop late
-            # rows silently, and late probe rows must reach the dead-letter topic.
             df = df.withWatermark("event_time", f"{sp.watermark_delay_ms} milliseconds")
-            # Spark keeps tracking the watermark, but with the watermarked column gone it no longer
-            # filters rows behind it: the join decides what is late and dead-letters it.
+            # Re-derive the column: Spark keeps tracking the watermark, but no longer silently drops
+            # rows behind it before the join; the join decides what is late and dead-letters it.
             df = df.withColumn("event_time", F.col("event_time").cast("long").cast("timestamp"))
         return df
 
