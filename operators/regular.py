@@ -14,7 +14,7 @@ from typing import Iterable, Sequence
 from .layouts import ASSOC, COPIES, ROW, WRITTEN, view_for
 from .rowkind import DELETE, INSERT, RowKind
 from .rows import nulls, row_builder
-from .spec import JoinSpec
+from .spec import JoinSpec, null_key_filter
 from .state import PROC, Context, KeyState, Output
 
 Record = tuple  # (side: 0 left | 1 right, kind: RowKind value, row: tuple)
@@ -29,17 +29,8 @@ class _KeyedJoin:
         self.spec = spec
         self.views = (view_for(spec.left), view_for(spec.right))
         self.condition = spec.condition
-        self._filtered = tuple(
-            (spec.left.join_key[i], spec.right.join_key[i]) for i, f in enumerate(spec.filter_nulls) if f
-        )
+        self.key_can_match = null_key_filter(spec.filter_nulls, spec.left.join_key, spec.right.join_key)
         self._ttl = spec.left.state_ttl_ms is not None or spec.right.state_ttl_ms is not None
-
-    def key_can_match(self, side: int, row: tuple) -> bool:
-        """False when a NULL sits in a join-key column compared with ``=``: such a row matches nothing."""
-        for pair in self._filtered:
-            if row[pair[side]] is None:
-                return False
-        return True
 
     def matches(self, side: int, row: tuple, other: dict, now: int) -> list:
         """Visible entries of the other side that ``row`` (on ``side``) joins with."""

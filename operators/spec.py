@@ -144,5 +144,19 @@ class ConfigurationError(ValueError):
     """A join that cannot be built as configured."""
 
 
+def null_key_filter(filter_nulls, left_key, right_key):
+    """``can_match(side, row)``: False when a NULL sits in a join-key column compared with ``=``;
+    such a row matches nothing (it is still stored, and null-padded on a preserved side)."""
+    filtered = tuple((left_key[i], right_key[i]) for i, f in enumerate(filter_nulls) if f)
+
+    def can_match(side: int, row: tuple) -> bool:
+        for pair in filtered:
+            if row[pair[side]] is None:
+                return False
+        return True
+
+    return can_match
+
+
 def make_condition(sql: str | None, left: InputSpec, right: InputSpec, left_alias="l", right_alias="r"):
     return None if sql is None else compile_condition(sql, left.columns, right.columns, left_alias, right_alias)

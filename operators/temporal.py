@@ -20,7 +20,7 @@ from typing import Iterable
 
 from .rowkind import RowKind
 from .rows import nulls, row_builder
-from .spec import JoinType, TemporalJoinSpec, TemporalKind
+from .spec import JoinType, TemporalJoinSpec, TemporalKind, null_key_filter
 from .state import EVENT, PROC, Context, KeyState, Output
 
 _ACCUMULATE = (RowKind.INSERT, RowKind.UPDATE_AFTER)
@@ -35,15 +35,7 @@ class _TemporalJoin:
         self.condition = spec.condition
         self._build = row_builder(spec.projection)
         self._right_nulls = nulls(spec.right.width)
-        self._filtered = tuple(
-            (spec.left.join_key[i], spec.right.join_key[i]) for i, f in enumerate(spec.filter_nulls) if f
-        )
-
-    def key_can_match(self, side: int, row: tuple) -> bool:
-        for pair in self._filtered:
-            if row[pair[side]] is None:
-                return False
-        return True
+        self.key_can_match = null_key_filter(spec.filter_nulls, spec.left.join_key, spec.right.join_key)
 
     def _emit(self, out: Output, kind: int, probe: tuple, build: tuple | None) -> None:
         """Join ``probe`` with ``build`` (None = nothing to join) under the join condition."""
