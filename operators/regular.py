@@ -9,7 +9,7 @@ One call processes all records of one join key (in order) with one state read an
 """
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from typing import Iterable
 
 from .layouts import ASSOC, COPIES, ROW, WRITTEN, view_for
 from .rowkind import DELETE, INSERT, RowKind
@@ -279,7 +279,3 @@ class SemiAntiJoin(_KeyedJoin):
 
 def make_join(spec: JoinSpec) -> _KeyedJoin:
     return SemiAntiJoin(spec) if spec.join_type.is_semi_anti else RegularJoin(spec)
-
-
-def join_key_of(spec_side_key: Sequence[int], row: tuple) -> tuple:
-    return tuple(row[i] for i in spec_side_key)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Callable, Sequence
 
-from .condition import Condition, compile_condition
+from .condition import Condition
 
 
 class JoinType(str, Enum):
@@ -156,7 +156,3 @@ def null_key_filter(filter_nulls, left_key, right_key):
         return True
 
     return can_match
-
-
-def make_condition(sql: str | None, left: InputSpec, right: InputSpec, left_alias="l", right_alias="r"):
-    return None if sql is None else compile_condition(sql, left.columns, right.columns, left_alias, right_alias)

@@ -29,7 +29,7 @@ from operators import (
 
 from .avro import SchemaRegistry, load_schema_file, output_schema, record_columns, to_epoch_millis
 from .config import Settings
-from .query import JoinQuery, QueryError, describe, parse_join_sql
+from .query import QueryError, describe, parse_join_sql
 
 log = logging.getLogger(__name__)
 
