@@ -73,17 +73,17 @@ def changelogs(rows: int, keys: int, scenario: str, seed: int = 3):
     return orders[:rows], prices[:rows]
 
 
-def preload(bootstrap: str, topic: str, schema, changes) -> None:
+def preload(bootstrap: str, topic: str, schema, changes, partition_of) -> None:
     from confluent_kafka import Producer
 
     # One record per produce request: Tansu reports wrong end offsets for multi-record batches.
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "batch.num.messages": 1,
                          "queue.buffering.max.messages": 1_000_000})
-    for i, (kind, row) in enumerate(changes):
+    for kind, row in changes:
         while True:
             try:
                 producer.produce(topic, value=body(schema, row), headers=[("rowkind", kind.encode())],
-                                 partition=i % 2)
+                                 partition=partition_of(row))  # a key's changes stay in order
                 break
             except BufferError:
                 producer.poll(0.05)
@@ -96,8 +96,8 @@ def run(bootstrap: str, scenario: str, rows: int, keys: int, max_per_trigger: in
     ensure_topics(bootstrap, {}, {orders_topic: 2, prices_topic: 2})
     orders, prices = changelogs(rows, keys, scenario)
     t0 = time.perf_counter()
-    preload(bootstrap, orders_topic, ORDERS, orders)
-    preload(bootstrap, prices_topic, PRICES, prices)
+    preload(bootstrap, orders_topic, ORDERS, orders, lambda row: row["order_id"] % 2)
+    preload(bootstrap, prices_topic, PRICES, prices, lambda row: int(row["product"][1:]) % 2)
     load_s = time.perf_counter() - t0
     if scenario == "left-pk":
         sql = "SELECT o.order_id, o.product, o.quantity, p.price FROM orders o LEFT JOIN prices p ON o.product = p.product"
