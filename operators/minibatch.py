@@ -8,6 +8,8 @@ Records of a bundle are folded per side before they reach the join:
   is processed without the transient null-padding flips between the two;
 - inputs without a unique key: an accumulate and a retraction of the identical row cancel out.
 
+Records of upsert inputs are first turned into a full changelog (``_KeyedJoin.upserts_to_changes``).
+
 A flush processes the non-preserved side first (left then right for RIGHT joins, right then left
 otherwise), so rows matched within the same bundle get no transient null-padded output.
 """
@@ -68,6 +70,7 @@ def process_bundle(join: _KeyedJoin, state: KeyState, records: Iterable, ctx: Co
     if not records:
         return
     if not join.key_can_match(records[0][0], records[0][2]):
+        records = join.upserts_to_changes([{}, {}], records, ctx.now)
         per_side = [[(k, r) for s, k, r in records if s == side] for side in (0, 1)]
         for side in _order(join):
             for group in fold(join, side, per_side[side]):
@@ -76,6 +79,7 @@ def process_bundle(join: _KeyedJoin, state: KeyState, records: Iterable, ctx: Co
         return
     sides, timer = join._load(state)
     now = ctx.now
+    records = join.upserts_to_changes(sides, records, now)
     per_side = [[(k, r) for s, k, r in records if s == side] for side in (0, 1)]
     for side in _order(join):
         for group in fold(join, side, per_side[side]):

@@ -4,6 +4,10 @@ An upsert topic carries, per message key (the primary key), the latest row, or a
 delete. Keeping the last row per key turns it into a full changelog the join can retract from:
 the first row of a key is ``+I``, a changed row ``-U`` old / ``+U`` new, a tombstone ``-D`` of
 the last row. A repeated identical row and a tombstone for an unknown key change nothing.
+
+:func:`upsert_changes` is that rule for one record. :class:`ChangelogNormalize` applies it as a
+stage of its own, keyed by primary key; a join whose join key is part of an upsert input's
+primary key applies it itself, against the row it stores for the key (``regular.py``).
 """
 from __future__ import annotations
 
@@ -13,23 +17,26 @@ from .rowkind import RowKind
 from .state import Context, KeyState, Output
 
 
+def upsert_changes(last: tuple | None, row: tuple | None) -> list[tuple[RowKind, tuple]]:
+    """The full-changelog records for upsert record ``row`` (``None`` = tombstone) of a key whose
+    current row is ``last`` (``None`` = none)."""
+    if row is None:
+        return [] if last is None else [(RowKind.DELETE, last)]
+    if last is None:
+        return [(RowKind.INSERT, row)]
+    if row != last:
+        return [(RowKind.UPDATE_BEFORE, last), (RowKind.UPDATE_AFTER, row)]
+    return []
+
+
 class ChangelogNormalize:
     def process(self, state: KeyState, records: Iterable, ctx: Context, out: Output) -> None:
         """``records``: rows of one message key in offset order; ``None`` stands for a tombstone."""
         last = state.get()
         before = last
         for row in records:
-            if row is None:
-                if last is not None:
-                    out.rows.append((RowKind.DELETE, last))
-                    last = None
-            elif last is None:
-                out.rows.append((RowKind.INSERT, row))
-                last = row
-            elif row != last:
-                out.rows.append((RowKind.UPDATE_BEFORE, last))
-                out.rows.append((RowKind.UPDATE_AFTER, row))
-                last = row
+            out.rows.extend(upsert_changes(last, row))
+            last = row
         if last is not before:
             if last is None:
                 state.clear()

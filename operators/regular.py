@@ -6,12 +6,17 @@ with FLINK-40681 fixed: an accumulate that *replaces* a stored row of the same u
 replaced row already matched, and the matches it loses are retracted.
 
 One call processes all records of one join key (in order) with one state read and one write.
+
+An upsert input (``InputSpec.upsert``) is joined directly: its bare accumulates and key-only
+retractions are first turned into a full changelog against the rows the join stores for their
+unique keys (the rule of ``normalize.py``), so the output is a full changelog too.
 """
 from __future__ import annotations
 
 from typing import Iterable
 
 from .layouts import ASSOC, COPIES, ROW, WRITTEN, view_for
+from .normalize import upsert_changes
 from .rowkind import DELETE, INSERT, RowKind
 from .rows import nulls, row_builder
 from .spec import JoinSpec, null_key_filter
@@ -31,6 +36,7 @@ class _KeyedJoin:
         self.condition = spec.condition
         self.key_can_match = null_key_filter(spec.filter_nulls, spec.left.join_key, spec.right.join_key)
         self._ttl = spec.left.state_ttl_ms is not None or spec.right.state_ttl_ms is not None
+        self._upsert = tuple(i for i, s in enumerate((spec.left, spec.right)) if s.upsert)
 
     def matches(self, side: int, row: tuple, other: dict, now: int) -> list:
         """Visible entries of the other side that ``row`` (on ``side``) joins with."""
@@ -77,14 +83,39 @@ class _KeyedJoin:
         """Process records of one join key in order."""
         records = list(records)
         if records and not self.key_can_match(records[0][0], records[0][2]):
-            for side, kind, row in records:
+            for side, kind, row in self.upserts_to_changes([{}, {}], records, ctx.now):
                 self.unmatched(side, kind, row, out)
             return
         sides, timer = self._load(state)
         now = ctx.now
-        for side, kind, row in records:
+        for side, kind, row in self.upserts_to_changes(sides, records, now):
             self.apply(sides, side, kind, row, now, out)
         self._store(state, sides, timer, now)
+
+    def upserts_to_changes(self, sides: list, records: list, now: int) -> list:
+        """``records`` with those of upsert inputs turned into a full changelog: each against the
+        row currently stored for its unique key, or the one an earlier record of the call left.
+        (Only an input's own records change its stored rows, so converting up front is exact.)
+        Keys that can never match are not stored: their rows are converted within the call only."""
+        if not self._upsert:
+            return records
+        changes, latest = [], {}
+        for record in records:
+            side, kind, row = record
+            if side not in self._upsert:
+                changes.append(record)
+                continue
+            view = self.views[side]
+            key = (side, view.entry_key(row))
+            if key in latest:
+                last = latest[key]
+            else:
+                entry = view.replaced(sides[side], row, now)
+                last = entry[ROW] if entry is not None else None
+            new = row if kind in _ACCUMULATE else None
+            changes.extend((side, k, r) for k, r in upsert_changes(last, new))
+            latest[key] = new
+        return changes
 
     def unmatched(self, side: int, kind: int, row: tuple, out: Output) -> None:
         """A record whose join key can never match: no state needed, the output is known."""

@@ -62,6 +62,17 @@ class InputSpec:
     join_key: tuple[int, ...]
     unique_key: tuple[int, ...] | None = None
     state_ttl_ms: int | None = None  # processing-time TTL of this side's state, None = keep forever
+    # An upsert input joined directly: an accumulate is the new row of its unique key (a bare +U),
+    # a retraction deletes the key's row and needs to carry only the unique-key columns (a
+    # tombstone). The join turns these into a full changelog against the row it stores for the key.
+    upsert: bool = False
+
+    def __post_init__(self):
+        if self.upsert and not (self.unique_key and set(self.join_key) <= set(self.unique_key)):
+            raise ConfigurationError(
+                "an upsert input can be joined directly only when every join-key column is part of its "
+                "unique key (all changes of a unique key then meet in one join key); normalize it first"
+            )
 
     @property
     def width(self) -> int:
@@ -125,6 +136,8 @@ class TemporalJoinSpec:
     right_is_versioned: bool = True  # build side has a primary key and event time (a versioned table)
 
     def __post_init__(self):
+        if self.left.upsert or self.right.upsert:
+            raise ConfigurationError("the inputs of a temporal join must be changelogs: normalize upsert inputs first")
         if self.join_type not in (JoinType.INNER, JoinType.LEFT):
             raise ConfigurationError(f"temporal joins support INNER and LEFT, not {self.join_type.value}")
         if not self.filter_nulls:
