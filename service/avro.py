@@ -56,7 +56,7 @@ _NAMED = frozenset({"record", "error", "enum", "fixed"})
 class DecodeError(Exception):
     """A value that cannot be turned into a row; ``reason`` is one of ``REASONS``."""
 
-    REASONS = frozenset({"undecodable", "unknown_schema_id", "schema_mismatch"})
+    REASONS = frozenset({"undecodable", "unknown_schema_id", "schema_mismatch", "undecodable_key"})
 
     def __init__(self, reason: str, detail: str = ""):
         if reason not in self.REASONS:

@@ -47,6 +47,7 @@ def _column_list(text: str | None) -> tuple[str, ...] | None:
 
 
 ChangelogMode = Literal["retract", "upsert", "append"]
+KeyFormat = Literal["auto", "avro", "raw"]  # message keys of upsert inputs, see keys.py
 
 
 class Settings(BaseModel):
@@ -70,6 +71,8 @@ class Settings(BaseModel):
     right_primary_key: tuple[str, ...] | None = Field(None, alias="RIGHT_PRIMARY_KEY")
     left_changelog_mode: ChangelogMode = Field("retract", alias="LEFT_CHANGELOG_MODE")
     right_changelog_mode: ChangelogMode = Field("retract", alias="RIGHT_CHANGELOG_MODE")
+    left_key_format: KeyFormat = Field("auto", alias="LEFT_KEY_FORMAT")
+    right_key_format: KeyFormat = Field("auto", alias="RIGHT_KEY_FORMAT")
     rowkind_header: str = Field("rowkind", alias="ROWKIND_HEADER", min_length=1)
     join_sql: str = Field(alias="JOIN_SQL", min_length=1)
     right_event_time_column: str | None = Field(None, alias="RIGHT_EVENT_TIME_COLUMN")
@@ -109,7 +112,7 @@ class Settings(BaseModel):
         return _column_list(value) if isinstance(value, str) else value
 
     @field_validator("log_level", "log_format", "output_mode", "left_changelog_mode", "right_changelog_mode",
-                     "starting_offsets", mode="before")
+                     "left_key_format", "right_key_format", "starting_offsets", mode="before")
     @classmethod
     def _case(cls, value):
         if not isinstance(value, str):

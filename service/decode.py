@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import logging
 import pickle
 from functools import lru_cache
 from typing import Iterator
@@ -27,7 +28,11 @@ from typing import Iterator
 from operators import RowKind
 
 from .avro import DecodeError, SchemaRegistry, ValueDecoder, to_epoch_millis
+from .keys import UNDECODABLE_KEY as UNDECODABLE_KEY  # a dead-letter reason, with those below
+from .keys import KeyDecoder
 from .plan import JoinPlan
+
+log = logging.getLogger(__name__)
 
 ENVELOPE_SCHEMA = (
     "jk binary, side tinyint, kind tinyint, row binary, event_time timestamp, ts long, part int, offset long"
@@ -88,6 +93,11 @@ class InputDecoder:
         # original record so that the dead letter holds the original key, value and headers.
         self.keep_original = plan.kind == "temporal_event_time" and side == 0
         self.topic = sp.topic
+        # An upsert input joined directly (plan.py): rows are keyed by join key like any changelog,
+        # tombstones by the primary key their message key holds (keys.py).
+        self.keys = KeyDecoder(sp, sp.key_format, registry) if sp.direct_upsert else None
+        self.primary_key_of = _getter(sp.primary_key or ())
+        self.key_format_warned = False
 
     def map(self, record) -> Iterator[tuple]:
         try:
@@ -97,6 +107,9 @@ class InputDecoder:
             if record.value is None:
                 if self.mode != "upsert":
                     raise _Dead(TOMBSTONE_ON_RETRACT, f"a null value (tombstone) on a {self.mode} topic")
+                if self.keys is not None:
+                    yield self._keyed_delete(record)
+                    return
                 # A delete on an upsert topic: the normalize stage knows which row it removes.
                 yield (upsert_key(record.key), self.side, int(RowKind.DELETE), pickle.dumps(None), None,
                        record.timestamp_ms or 0, record.partition, record.offset)
@@ -116,12 +129,43 @@ class InputDecoder:
             millis = to_epoch_millis(row[self.time_column])
             event_time = _EPOCH + _dt.timedelta(milliseconds=millis)
         payload = (row, _original(record)) if self.keep_original else row
-        # Upsert records are grouped by their message key first (normalize stage), then by join key.
-        key = upsert_key(record.key) if self.mode == "upsert" else encode_join_key(self.key_of(row))
+        if self.keys is not None and not self.key_format_warned:
+            self._check_key(record, row)
+        # Normalized upsert records are grouped by their message key first, then by join key.
+        normalized = self.mode == "upsert" and self.keys is None
+        key = upsert_key(record.key) if normalized else encode_join_key(self.key_of(row))
         yield (
             key, self.side, int(kind), pickle.dumps(payload, protocol=5),
             event_time, record.timestamp_ms or 0, record.partition, record.offset,
         )
+
+    def _keyed_delete(self, record) -> tuple:
+        """A tombstone of an upsert input joined directly: a -D of a row holding only the primary
+        key, under the join key (the join deletes the row it stores for that key)."""
+        try:
+            values = self.keys.decode(record.key)
+        except DecodeError as err:
+            return self.dead_letter(record, err.reason, err.detail)
+        row = [None] * len(self.side_plan.columns)
+        for index, value in zip(self.side_plan.primary_key, values):
+            if value is None:
+                return self.dead_letter(record, NULL_KEY, f"column {self.side_plan.columns[index]} is NULL")
+            row[index] = value
+        row = tuple(row)
+        return (encode_join_key(self.key_of(row)), self.side, int(RowKind.DELETE), pickle.dumps(row, protocol=5),
+                None, record.timestamp_ms or 0, record.partition, record.offset)
+
+    def _check_key(self, record, row: tuple) -> None:
+        """Warn (once per worker and input) when a message key does not hold its value's primary key
+        as ``*_KEY_FORMAT`` reads it: tombstones of such keys would not find their rows."""
+        primary_key = self.primary_key_of(row)
+        if not self.keys.agrees(record.key, primary_key):
+            self.key_format_warned = True
+            log.warning(
+                "%s_KEY_FORMAT=%s: the message key %r of %s[%d]@%d does not read as its value's primary key %r; "
+                "tombstones of keys written this way cannot find their rows. Set %s_KEY_FORMAT to how the "
+                "keys are written (avro or raw)", self.side_plan.name.upper(), self.side_plan.key_format,
+                record.key, record.topic, record.partition, record.offset, primary_key, self.side_plan.name.upper())
 
     def heartbeat(self, event_time_ms: int) -> Iterator[tuple]:
         """The source's idle heartbeat (``IDLE_TIMEOUT``): a row that carries only an event time,

@@ -201,7 +201,7 @@ class JoinPipeline:
         for key, value in s.kafka_client.items():
             reader = reader.option(f"kafka.{key}", value)
         df = reader.load()
-        if sp.changelog_mode == "upsert":
+        if sp.normalized:
             df = df.groupBy("jk").transformWithState(
                 NormalizeProcessor(self.plan.to_json(), side), NormalizeProcessor.schema, "Append", "None"
             )

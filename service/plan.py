@@ -29,6 +29,7 @@ from operators import (
 
 from .avro import SchemaRegistry, load_schema_file, output_schema, record_columns, to_epoch_millis
 from .config import Settings
+from .keys import KeyDecoder
 from .query import QueryError, describe, parse_join_sql
 
 log = logging.getLogger(__name__)
@@ -57,6 +58,10 @@ class SidePlan:
     time_column: int | None = None  # event-time column (temporal joins)
     watermark_delay_ms: int = 0
     state_ttl_ms: int | None = None
+    # An upsert input whose join key is its primary key is joined directly, without a normalize
+    # stage; its tombstones find their join key through the message key (keys.py).
+    direct_upsert: bool = False
+    key_format: str = "auto"
 
     @property
     def name(self) -> str:
@@ -67,7 +72,12 @@ class SidePlan:
         return choose_layout(self.join_key, self.primary_key)
 
     def input_spec(self) -> InputSpec:
-        return InputSpec(self.columns, self.join_key, self.primary_key, self.state_ttl_ms)
+        return InputSpec(self.columns, self.join_key, self.primary_key, self.state_ttl_ms, upsert=self.direct_upsert)
+
+    @property
+    def normalized(self) -> bool:
+        """An upsert input that goes through a normalize stage before the join."""
+        return self.changelog_mode == "upsert" and not self.direct_upsert
 
 
 @dataclass(frozen=True)
@@ -158,8 +168,13 @@ class JoinPlan:
             pk = ", ".join(s.columns[i] for i in s.primary_key) if s.primary_key else "none"
             extra = f", event time {s.columns[s.time_column]}" if s.time_column is not None else ""
             ttl = f", state TTL {s.state_ttl_ms} ms" if s.state_ttl_ms else ""
+            upsert = ""
+            if s.direct_upsert:
+                upsert = f", joined directly (tombstones keyed by their {s.key_format} message key)"
+            elif s.normalized:
+                upsert = ", normalized per primary key before the join"
             lines.append(
-                f"{s.name}: topic {s.topic} as {s.table} ({s.changelog_mode}); join key ({keys}); "
+                f"{s.name}: topic {s.topic} as {s.table} ({s.changelog_mode}{upsert}); join key ({keys}); "
                 f"primary key ({pk}); state layout {s.layout.value}{extra}{ttl}"
             )
         if self.mini_batch_size:
@@ -249,15 +264,28 @@ def build_plan(settings: Settings, schemas: tuple[dict, dict] | None = None) -> 
     topics = (settings.left_topic, settings.right_topic)
     tables = (settings.left_table_name, settings.right_table_name)
     modes = (settings.left_changelog_mode, settings.right_changelog_mode)
+    key_formats = (settings.left_key_format, settings.right_key_format)
     for i in (0, 1):
+        # An upsert input goes to the join directly when its join key is its primary key: every change
+        # of a primary key then meets the join in one join key, and the join itself turns bare +U and
+        # tombstones into a full changelog. With a join key that has other columns too, a row can move
+        # to another join key, and only a stage keyed by the primary key can retract it there.
+        direct = (kind == REGULAR and modes[i] == "upsert" and pks[i] is not None
+                  and set(keys[i]) == set(pks[i]))
         sides.append(
             SidePlan(
                 side=i, topic=topics[i], table=tables[i], columns=names[i],
                 avro_types=tuple(c.avro_type for c in columns[i]), nullable=tuple(c.nullable for c in columns[i]),
                 reader_schema=schemas[i], join_key=keys[i], primary_key=pks[i], changelog_mode=modes[i],
                 time_column=time_columns[i], watermark_delay_ms=delays[i], state_ttl_ms=ttls[i],
+                direct_upsert=direct, key_format=key_formats[i],
             )
         )
+        if direct:
+            try:
+                KeyDecoder(sides[i], key_formats[i], None)
+            except ValueError as err:
+                raise PlanError(f"{sides[i].name.upper()}_KEY_FORMAT: {err}") from None
 
     projection = tuple((0 if c.side == "L" else 1, _index(names[0 if c.side == "L" else 1], c.column, "JOIN_SQL"))
                        for c in query.projection)

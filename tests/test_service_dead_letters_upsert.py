@@ -93,3 +93,35 @@ def test_upsert_inputs_with_join_key_equal_to_and_different_from_the_primary_key
     h.run()
     assert h.retract_table() == Counter({(1, "ink", 2, 7.0): 1, (2, "pen", 12, 1.5): 1})
     assert [dict(r.headers)["reason"] for r in h.dead_letters()] == [b"upsert_record_without_key"]
+
+
+def test_an_upsert_input_keyed_by_its_join_key_is_joined_directly_with_avro_keys(
+    kafka_bootstrap, spark, tmp_path, new_topic, fake_schema_registry, schema_registry_url
+):
+    h = JoinHarness(kafka_bootstrap, spark, tmp_path, new_topic, JOIN_SQL=LEFT_JOIN,
+                    SCHEMA_REGISTRY_URL=schema_registry_url, LEFT_SCHEMA_FILE="", RIGHT_SCHEMA_FILE="",
+                    RIGHT_CHANGELOG_MODE="upsert")
+    orders_id = fake_schema_registry.register(f"{h.orders}-value", ORDERS)
+    prices_id = fake_schema_registry.register(f"{h.prices}-value", PRICES)
+    key_schema = {"type": "record", "name": "PriceKey", "fields": [{"name": "product", "type": "string"}]}
+    key_id = fake_schema_registry.register(f"{h.prices}-key", key_schema)
+    key = lambda product: wire(key_id, key_schema, {"product": product})  # noqa: E731
+    from kafka_fixture import produce
+
+    produce(kafka_bootstrap, h.orders, [(None, wire(orders_id, ORDERS, order(i, p, 1)), [("rowkind", b"+I")])
+                                        for i, p in ((1, "book"), (2, "pen"), (3, "ink"))])
+    produce(kafka_bootstrap, h.prices, [
+        (key("book"), wire(prices_id, PRICES, price("book", 12.5))),
+        (key("pen"), wire(prices_id, PRICES, price("pen", 1.2))),
+        (key("pen"), wire(prices_id, PRICES, price("pen", 1.5))),   # a bare update
+        (key("pen"), wire(prices_id, PRICES, price("pen", 1.5))),   # the same row again: no change
+        (key("ink"), wire(prices_id, PRICES, price("ink", 7.0))),
+        (key("book"), None),                                        # a tombstone: only the key says which row
+    ])
+    service = h.run()
+    assert service.plan.right.direct_upsert and not service.plan.right.normalized
+    # retract_table checks every retraction retracts a row the output holds: a full changelog.
+    assert h.retract_table() == Counter({(1, "book", 1, None): 1, (2, "pen", 1, 1.5): 1, (3, "ink", 1, 7.0): 1})
+    kinds = Counter(kind for kind, _, _, _ in h.changelog())
+    assert kinds["-D"] >= 2 and kinds["+U"] == 0  # outer-join retractions are -D/+I, as in Flink
+    assert h.dead_letters() == []
