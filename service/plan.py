@@ -157,6 +157,9 @@ class JoinPlan:
             time_of=to_epoch_millis,
             retention_ms=self.retention_ms,
             right_is_versioned=self.kind == EVENT_TIME,
+            # A versioned table's -U carries the old row at its old version time: a version ends
+            # where the next begins, so Flink's planner drops -U before the join, and so do we.
+            drop_update_before_on_right=self.kind == EVENT_TIME,
         )
         return make_temporal_join(spec)
 

@@ -50,3 +50,23 @@ def test_processing_time_temporal_join_against_a_versioned_table_is_refused():
     with pytest.raises(PlanError, match="RIGHT_EVENT_TIME_COLUMN"):
         plan_for(JOIN_SQL="SELECT o.order_id, p.price FROM orders o JOIN prices FOR SYSTEM_TIME AS OF PROCTIME() AS p "
                           "ON o.product = p.product", RIGHT_EVENT_TIME_COLUMN="price")
+
+
+
+def test_an_event_time_join_drops_the_versioned_tables_update_before():
+    from pathlib import Path
+
+    from operators import Context, InMemoryState, Output, RowKind
+
+    data = Path(__file__).parent / "data"
+    _, plan = plan_for(
+        LEFT_SCHEMA_FILE=str(data / "orders_timed.avsc"), RIGHT_SCHEMA_FILE=str(data / "rates.avsc"),
+        RIGHT_TABLE="rates", RIGHT_PRIMARY_KEY="currency", RIGHT_EVENT_TIME_COLUMN="rate_time",
+        JOIN_SQL="SELECT o.order_id, r.rate FROM orders o LEFT JOIN rates FOR SYSTEM_TIME AS OF o.order_time AS r "
+                 "ON o.currency = r.currency")
+    state, out = InMemoryState(), Output()
+    records = [(1, RowKind.INSERT, ("USD", 1.1, 10)), (1, RowKind.UPDATE_BEFORE, ("USD", 1.1, 10)),
+               (1, RowKind.UPDATE_AFTER, ("USD", 1.2, 50)), (0, RowKind.INSERT, (7, "USD", 5.0, 20))]
+    plan.operator.process(state.for_key(("USD",)), records, Context(), out)
+    plan.operator.on_timer(state.for_key(("USD",)), "event", 20, Context(watermark=100), out)
+    assert out.rows == [(RowKind.INSERT, (7, 1.1))]  # the version of time 10 still holds at 20

@@ -71,6 +71,29 @@ def test_event_time_join_uses_the_version_at_the_probe_time_and_dead_letters_lat
     assert sum(b.dead_letters.get("late", 0) for b in service.batches) == 1
 
 
+def test_event_time_join_over_an_upsert_versioned_table(temporal, kafka_bootstrap):
+    """An upsert topic as the versioned table: normalized first, its -U dropped before the join (as
+    Flink does), so an update adds a version instead of erasing the one before it."""
+    from kafka_fixture import produce
+    from service_harness import avro
+
+    h = temporal(EVENT_TIME_SQL.format(join="LEFT"), RIGHT_EVENT_TIME_COLUMN="rate_time",
+                 RIGHT_CHANGELOG_MODE="upsert")
+    produce(kafka_bootstrap, h.prices, [
+        (b"USD", avro(RATES, rate("USD", 1.1, 1_000))),
+        (b"EUR", avro(RATES, rate("EUR", 0.9, 1_000))),
+        (b"USD", avro(RATES, rate("USD", 1.2, 5_000))),   # a new version of USD
+        (b"EUR", None),                                   # deletes EUR's (only) version
+        (b"ANY", avro(RATES, rate("ANY", 1.0, 100_000))),
+    ])
+    h.send_orders([("+I", timed_order(1, "USD", 10, 2_000)), ("+I", timed_order(3, "USD", 30, 6_000)),
+                   ("+I", timed_order(2, "EUR", 20, 3_000)), ("+I", timed_order(9, "ANY", 1, 100_000))])
+    service = h.run()
+    assert service.plan.right.normalized
+    assert h.retract_table() == Counter({(1, "USD", 10.0, 1.1): 1, (3, "USD", 30.0, 1.2): 1,
+                                         (2, "EUR", 20.0, None): 1, (9, "ANY", 1.0, 1.0): 1})
+
+
 def test_processing_time_join_uses_the_build_row_present_at_arrival(temporal):
     h = temporal("SELECT o.order_id, r.rate FROM orders AS o LEFT JOIN rates FOR SYSTEM_TIME AS OF PROCTIME() AS r "
                  "ON o.currency = r.currency", RIGHT_PRIMARY_KEY="currency")
