@@ -238,7 +238,7 @@ def mapper(config: dict) -> InputDecoder:
     return _cached(json.dumps(config, sort_keys=True))
 
 
-def mapper_config(plan: JoinPlan, side: int, rowkind_header: str, registry_url: str | None,
-                  registry_auth: str | None) -> dict:
-    return {"plan": plan.to_json(), "side": side, "rowkind_header": rowkind_header,
-            "registry_url": registry_url, "registry_auth": registry_auth}
+def mapper_config(plan: JoinPlan, side: int, rowkind_header: str, registry_url: str | None) -> dict:
+    """The source's ``mapper.config``; the registry's credentials travel apart, as ``registry_auth``
+    in ``mapper.secret`` (see ``pipeline.py``)."""
+    return {"plan": plan.to_json(), "side": side, "rowkind_header": rowkind_header, "registry_url": registry_url}

@@ -26,7 +26,7 @@ Options (all strings, names are case-insensitive):
                            read a re-created partition again from its beginning.
 ``readTimeoutSeconds``     a task fails when it makes no progress for this long (default 300).
 ``offsetsTimeoutSeconds``  the driver retries offset look-ups this long before failing (default 300).
-``mapper``, ``mapper.config``  see below.
+``mapper``, ``mapper.config``, ``mapper.secret``  see below.
 ``rawArrow``               ``true`` (default): raw rows are handed to Spark as Arrow batches
                            (about 1.7x the throughput of tuples); ``false``: as tuples.
 ``idleTimeoutMs``          optional; heartbeats while the topic is idle (below). Needs a mapper
@@ -47,7 +47,8 @@ and ``mapper.config = <JSON>``, ``factory(json.loads(config))`` must return an o
 ``schema`` attribute (a Spark DDL string, which becomes the source's schema) and a
 ``map(record: KafkaRecord) -> Iterable[tuple]`` method; it runs inside the reading task, so the
 records are decoded without another Python hop. The module must be importable by Spark's Python
-workers.
+workers. ``mapper.secret`` (JSON object, optional) is merged into the config: its option name
+matches Spark's ``spark.redaction.regex``, so Spark hides its value wherever it shows options.
 
 Idle heartbeats (``idleTimeoutMs``): an input that receives nothing holds an event-time query's
 watermark back (Spark's global watermark is the minimum over the inputs). With this option the
@@ -180,6 +181,7 @@ class SourceOptions:
         )
         self.mapper_spec = opts.get("mapper") or None
         self.mapper_config = opts.get("mapper.config", "{}")
+        self.mapper_secret = opts.get("mapper.secret")
         idle = opts.get("idletimeoutms")
         self.idle_timeout_ms: Optional[int] = None
         if idle is not None and idle.strip() != "":
@@ -265,8 +267,9 @@ def _only_common_props(props: Mapping[str, str]) -> Dict[str, str]:
 # --------------------------------------------------------------------------------------------
 
 
-def load_mapper(spec: str, config_json: str) -> Any:
-    """Import ``package.module:factory`` and return ``factory(json.loads(config_json))``."""
+def load_mapper(spec: str, config_json: str, secret_json: str | None = None) -> Any:
+    """Import ``package.module:factory`` and return ``factory(config)``: ``config_json`` with
+    ``secret_json``'s entries merged in."""
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise KafkaSourceError(f"option 'mapper' must look like 'package.module:factory', got {spec!r}")
@@ -284,6 +287,11 @@ def load_mapper(spec: str, config_json: str) -> Any:
         config = json.loads(config_json) if config_json else {}
     except ValueError as exc:
         raise KafkaSourceError(f"option 'mapper.config' is not valid JSON: {exc}") from exc
+    if secret_json:
+        try:
+            config.update(json.loads(secret_json))
+        except (ValueError, TypeError, AttributeError):
+            raise KafkaSourceError("option 'mapper.secret' is not a JSON object") from None
     mapper = factory(config)
     if not isinstance(getattr(mapper, "schema", None), str) or not callable(
         getattr(mapper, "map", None)
@@ -800,13 +808,13 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if isinstance(partition, HeartbeatInputPartition):
             heartbeat = None
             if self.opts.mapper_spec:
-                mapper = load_mapper(self.opts.mapper_spec, self.opts.mapper_config)
+                mapper = load_mapper(self.opts.mapper_spec, self.opts.mapper_config, self.opts.mapper_secret)
                 heartbeat = getattr(mapper, "heartbeat", None)
             return iter(heartbeat(partition.event_time_ms) if callable(heartbeat) else ())
         assert isinstance(partition, KafkaInputPartition), partition
         msgs = _iter_records(self.opts, partition)
         if self.opts.mapper_spec:
-            mapper = load_mapper(self.opts.mapper_spec, self.opts.mapper_config)
+            mapper = load_mapper(self.opts.mapper_spec, self.opts.mapper_config, self.opts.mapper_secret)
             return _mapped(mapper, msgs)
         if self.raw_arrow:
             from pyspark.sql.pandas.types import to_arrow_schema
@@ -831,7 +839,7 @@ class KafkaDataSource(DataSource):
     def schema(self) -> str:
         spec = self.options.get("mapper")
         if spec:
-            return load_mapper(spec, self.options.get("mapper.config", "{}")).schema
+            return load_mapper(spec, self.options.get("mapper.config", "{}"), self.options.get("mapper.secret")).schema
         return RAW_SCHEMA
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:

@@ -691,3 +691,13 @@ def test_a_schema_other_than_the_raw_one_needs_a_mapper(kspark, kafka_bootstrap,
             .start()
             .awaitTermination()
         )
+
+
+def test_mapper_secret_is_merged_into_the_mappers_config():
+    from service.source import KafkaSourceError, load_mapper
+
+    mapper = load_mapper("test_kafka_source:make_echo_mapper", json.dumps({"tag": "public"}), json.dumps({"tag": "s"}))
+    assert mapper.tag == "s"
+    assert load_mapper("test_kafka_source:make_echo_mapper", json.dumps({"tag": "public"})).tag == "public"
+    with pytest.raises(KafkaSourceError, match="mapper.secret"):
+        load_mapper("test_kafka_source:make_echo_mapper", json.dumps({"tag": "t"}), "[1]")

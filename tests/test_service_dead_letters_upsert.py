@@ -125,3 +125,21 @@ def test_an_upsert_input_keyed_by_its_join_key_is_joined_directly_with_avro_keys
     kinds = Counter(kind for kind, _, _, _ in h.changelog())
     assert kinds["-D"] >= 2 and kinds["+U"] == 0  # outer-join retractions are -D/+I, as in Flink
     assert h.dead_letters() == []
+
+
+def test_registry_credentials_reach_the_workers(kafka_bootstrap, spark, tmp_path, new_topic):
+    """They travel in the source's mapper.secret option, apart from mapper.config (pipeline.py)."""
+    from schema_registry_fake import FakeSchemaRegistry
+
+    with FakeSchemaRegistry(basic_auth_user_info="svc:s3cret-pw") as registry:
+        h = JoinHarness(kafka_bootstrap, spark, tmp_path, new_topic, JOIN_SQL=LEFT_JOIN,
+                        SCHEMA_REGISTRY_URL=registry.url, SCHEMA_REGISTRY_BASIC_AUTH_USER_INFO="svc:s3cret-pw",
+                        LEFT_SCHEMA_FILE="", RIGHT_SCHEMA_FILE="")
+        orders_id = registry.register(f"{h.orders}-value", ORDERS)
+        registry.register(f"{h.prices}-value", PRICES)
+        from kafka_fixture import produce
+
+        produce(kafka_bootstrap, h.orders, [(None, wire(orders_id, ORDERS, order(1, "book", 2)), [("rowkind", b"+I")])])
+        h.run()
+        assert h.retract_table() == Counter({(1, "book", 2, None): 1})  # the workers fetched the schema by id
+        assert ("GET", f"/schemas/ids/{orders_id}") in registry.requests
