@@ -1,4 +1,4 @@
-"""Every dead-letter class, with a Schema Registry; and upsert inputs, end to end."""
+"""Every dead-letter class in one stream, counted, with a Schema Registry; and upsert inputs, end to end."""
 import struct
 from collections import Counter
 
@@ -16,53 +16,80 @@ def wire(schema_id: int, schema: dict, row: dict) -> bytes:
     return b"\x00" + struct.pack(">I", schema_id) + avro(schema, row)
 
 
+# An event-time temporal join: orders (retract, probe side, nullable time so that a NULL can be sent)
+# against rates (an upsert topic keyed by currency), so that every dead-letter class can occur.
+TIMED_ORDERS = {"type": "record", "name": "TimedOrder", "namespace": "changejoin.test", "fields": [
+    {"name": "order_id", "type": "long"}, {"name": "currency", "type": "string"}, {"name": "amount", "type": "double"},
+    {"name": "order_time", "type": ["null", {"type": "long", "logicalType": "timestamp-millis"}]}]}
+RATES = {"type": "record", "name": "Rate", "namespace": "changejoin.test", "fields": [
+    {"name": "currency", "type": "string"}, {"name": "rate", "type": "double"}, {"name": "rate_time", "type": "long"}]}
+TEMPORAL_JOIN = ("SELECT o.order_id, o.currency, o.amount, r.rate FROM orders AS o LEFT JOIN prices "
+                 "FOR SYSTEM_TIME AS OF o.order_time AS r ON o.currency = r.currency")
+
+
 def test_every_bad_record_is_dead_lettered_with_its_reason_and_the_good_ones_are_joined(
     kafka_bootstrap, spark, tmp_path, new_topic, fake_schema_registry, schema_registry_url
 ):
-    h = JoinHarness(kafka_bootstrap, spark, tmp_path, new_topic, JOIN_SQL=LEFT_JOIN,
+    h = JoinHarness(kafka_bootstrap, spark, tmp_path, new_topic, JOIN_SQL=TEMPORAL_JOIN,
                     SCHEMA_REGISTRY_URL=schema_registry_url, LEFT_SCHEMA_FILE="", RIGHT_SCHEMA_FILE="",
-                    RIGHT_PRIMARY_KEY="product,currency", MAX_OUTPUT_RECORD_BYTES="60")
-    orders_id = fake_schema_registry.register(f"{h.orders}-value", ORDERS)
-    prices_id = fake_schema_registry.register(f"{h.prices}-value", PRICES)
-    incompatible = fake_schema_registry.register("other-value", {
-        "type": "record", "name": "Order", "namespace": "changejoin.demo",
-        "fields": [{"name": "order_id", "type": "string"}]})
+                    RIGHT_PRIMARY_KEY="currency", RIGHT_CHANGELOG_MODE="upsert", RIGHT_EVENT_TIME_COLUMN="rate_time",
+                    MAX_OUTPUT_RECORD_BYTES="60")
+    orders_id = fake_schema_registry.register(f"{h.orders}-value", TIMED_ORDERS)
+    rates_id = fake_schema_registry.register(f"{h.prices}-value", RATES)
+    other = {"type": "record", "name": "TimedOrder", "namespace": "changejoin.test",
+             "fields": [{"name": "order_id", "type": "string"}]}
+    incompatible = fake_schema_registry.register("other-value", other)
     rk = lambda kind: [("rowkind", kind.encode())]  # noqa: E731
-    good_orders = [order(1, "book", 2), order(2, "pen", 1), order(3, "x" * 80, 1)]  # order 3's output is too large
+    o = lambda i, cur, amount, at: wire(orders_id, TIMED_ORDERS, {  # noqa: E731
+        "order_id": i, "currency": cur, "amount": amount, "order_time": at})
+    r = lambda cur, rate, at: wire(rates_id, RATES, {"currency": cur, "rate": rate, "rate_time": at})  # noqa: E731
+    bad_orders = {
+        "undecodable": (None, b"\x00\x00\x00", rk("+I")),
+        "unknown_schema_id": (None, wire(9999, TIMED_ORDERS, {"order_id": 7, "currency": "USD", "amount": 1.0,
+                                                              "order_time": 2_000}), rk("+I")),
+        "schema_mismatch": (None, wire(incompatible, other, {"order_id": "x"}), rk("+I")),
+        "missing_rowkind": (None, o(8, "USD", 1.0, 2_000), None),
+        "unknown_rowkind": (None, o(9, "USD", 1.0, 2_000), rk("?X")),
+        "tombstone_on_retract_topic": (b"k", None, rk("-D")),
+        "null_in_required_column": (None, o(10, "USD", 1.0, None), rk("+I")),  # the probe's event time
+    }
     from kafka_fixture import produce
 
     produce(kafka_bootstrap, h.orders, [
-        (None, wire(orders_id, ORDERS, good_orders[0]), rk("+I")),
-        (None, b"\x00\x00\x00", rk("+I")),                                               # undecodable
-        (None, wire(9999, ORDERS, order(7, "pen", 1)), rk("+I")),                        # unknown_schema_id
-        (None, wire(incompatible, {"type": "record", "name": "Order", "namespace": "changejoin.demo",
-                                   "fields": [{"name": "order_id", "type": "string"}]}, {"order_id": "x"}),
-         rk("+I")),                                                                      # schema_mismatch
-        (None, wire(orders_id, ORDERS, order(8, "pen", 1)), None),                       # missing_rowkind
-        (None, wire(orders_id, ORDERS, order(9, "pen", 1)), rk("?X")),                   # unknown_rowkind
-        (None, None, rk("-D")),                                                          # tombstone on retract
-        (None, wire(orders_id, ORDERS, good_orders[1]), rk("+I")),
-        (None, wire(orders_id, ORDERS, good_orders[2]), rk("+I")),
+        (None, o(1, "USD", 10.0, 2_000), rk("+I")),
+        *bad_orders.values(),
+        (None, o(2, "X" * 80, 20.0, 3_000), rk("+I")),     # its output row is over 60 bytes: too_large
+        (None, o(3, "USD", 30.0, 6_000), rk("+I")),
+        (None, o(99, "ANY", 1.0, 100_000), rk("+I")),
     ])
     produce(kafka_bootstrap, h.prices, [
-        (None, wire(prices_id, PRICES, price("book", 12.5)), rk("+I")),
-        (None, wire(prices_id, PRICES, price("pen", 1.5, None)), rk("+I")),            # null in primary key
+        (b"USD", r("USD", 1.1, 1_000)),
+        (None, r("USD", 9.9, 1_500)),                      # upsert_record_without_key
+        (b"USD", r("USD", 1.2, 5_000)),
+        (b"ANY", r("ANY", 1.0, 100_000)),
     ])
-    service = h.run()
-    assert h.retract_table() == Counter({(1, "book", 2, 12.5): 1, (2, "pen", 1, None): 1})
+    first = h.run()
+    produce(kafka_bootstrap, h.orders, [(None, o(4, "USD", 40.0, 500), rk("+I"))])  # behind the watermark: late
+    second = h.run()
+
+    # The output is the join of the good records alone.
+    assert h.retract_table() == Counter({(1, "USD", 10.0, 1.1): 1, (3, "USD", 30.0, 1.2): 1,
+                                         (99, "ANY", 1.0, 1.0): 1})
     letters = h.dead_letters()
     reasons = Counter(dict(r.headers)["reason"].decode() for r in letters)
-    assert reasons == Counter({"undecodable": 1, "unknown_schema_id": 1, "schema_mismatch": 1, "missing_rowkind": 1,
-                               "unknown_rowkind": 1, "tombstone_on_retract_topic": 1, "null_in_required_column": 1,
-                               "too_large": 1})
-    for record in letters:
-        headers = dict(record.headers)
-        if headers["reason"] != b"too_large":
-            assert headers["source.topic"].decode() in (h.orders, h.prices) and "source.offset" in headers
+    assert reasons == Counter([*bad_orders, "too_large", "upsert_record_without_key", "late"])
+    by_reason = {dict(r.headers)["reason"].decode(): r for r in letters}
+    for reason, (key, value, headers) in bad_orders.items():  # the original key, value and headers
+        letter = by_reason[reason]
+        assert (letter.key, letter.value) == (key, value)
+        assert [hd for hd in letter.headers if hd[0] == "rowkind"] == (headers or [])
+        assert dict(letter.headers)["source.topic"].decode() == h.orders
+    assert dict(by_reason["upsert_record_without_key"].headers)["source.topic"].decode() == h.prices
+    assert dict(by_reason["late"].headers)["source.offset"] == b"%d" % (len(bad_orders) + 4)
     counted = Counter()
-    for batch in service.batches:
+    for batch in first.batches + second.batches:
         counted.update(batch.dead_letters)
-    assert counted == reasons
+    assert counted == reasons  # counted per reason
     assert f"{h.output}-value" in fake_schema_registry.subjects()  # the output schema was registered
 
 
