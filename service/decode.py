@@ -28,7 +28,6 @@ from typing import Iterator
 from operators import RowKind
 
 from .avro import DecodeError, SchemaRegistry, ValueDecoder, to_epoch_millis
-from .keys import UNDECODABLE_KEY as UNDECODABLE_KEY  # a dead-letter reason, with those below
 from .keys import KeyDecoder
 from .plan import JoinPlan
 
@@ -50,6 +49,7 @@ UNKNOWN_ROWKIND = "unknown_rowkind"
 ROWKIND_ON_APPEND = "rowkind_on_append_topic"
 TOMBSTONE_ON_RETRACT = "tombstone_on_retract_topic"
 MISSING_KEY = "upsert_record_without_key"
+# and keys.UNDECODABLE_KEY: the tombstone of an upsert input joined directly, whose key cannot be read
 NULL_KEY = "null_in_required_column"
 LATE = "late"
 TOO_LARGE = "too_large"
