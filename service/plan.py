@@ -173,7 +173,7 @@ class JoinPlan:
             ttl = f", state TTL {s.state_ttl_ms} ms" if s.state_ttl_ms else ""
             upsert = ""
             if s.direct_upsert:
-                upsert = f", joined directly (tombstones keyed by their {s.key_format} message key)"
+                upsert = f", joined directly; tombstones by message key, {s.name.upper()}_KEY_FORMAT={s.key_format}"
             elif s.normalized:
                 upsert = ", normalized per primary key before the join"
             lines.append(
