@@ -179,6 +179,8 @@ class Settings(BaseModel):
             if value is None:
                 continue
             secret = "AUTH" in info.alias
+            if isinstance(value, tuple):  # column lists, as they are written
+                value = ",".join(value)
             shown[info.alias] = "*****" if secret else value
         for key, value in self.kafka_client.items():
             shown[KAFKA_CLIENT_PREFIX + key.upper().replace(".", "_")] = "*****" if SECRET_PROPERTIES.search(key) else value
