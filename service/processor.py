@@ -46,9 +46,8 @@ class SparkKeyState:
         self._domain = timer_domain
 
     def get(self):
-        if not self._value.exists():
-            return None
-        return pickle.loads(self._value.get()[0])
+        value = self._value.get()  # None when the key has no state: one call to the JVM, not two
+        return None if value is None else pickle.loads(value[0])
 
     def put(self, value) -> None:
         self._value.update((pickle.dumps(value, protocol=5),))
