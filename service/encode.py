@@ -15,17 +15,19 @@ the same headers, which lets consumers drop replays.
 from __future__ import annotations
 
 import pickle
-from typing import Iterator
+from typing import Iterable, Iterator
 
 from operators import RowKind
 
 from .avro import SchemaRegistry, ValueEncoder, output_schema
 from .decode import TOO_LARGE
 from .plan import JoinPlan
+from .processor import DEAD, PACKED, unpack_changes
 
 BATCH_HEADER = "changejoin.batch"
 SEQ_HEADER = "changejoin.seq"
-_KIND_BYTES = {k: k.short.encode() for k in RowKind}
+_KIND_SHORT = tuple(RowKind(k).short for k in range(4))  # by RowKind value
+_UPDATE_BEFORE, _DELETE = int(RowKind.UPDATE_BEFORE), int(RowKind.DELETE)
 
 
 class OutputEncoder:
@@ -36,6 +38,7 @@ class OutputEncoder:
         self.dlq_topic = dlq_topic
         self.upsert = mode == "upsert"
         self.header = rowkind_header
+        self._kind_headers = tuple((rowkind_header, short.encode()) for short in _KIND_SHORT)
         self.max_bytes = max_record_bytes
         self.values = ValueEncoder(plan.output_schema, registry, f"{output_topic}-value" if registry else None)
         self.key_columns = plan.output_key
@@ -51,29 +54,64 @@ class OutputEncoder:
             key_schema = output_schema(plan.output_schema["name"] + "_key", fields)
             self.keys = ValueEncoder(key_schema, registry, f"{output_topic}-key" if registry else None)
 
-    def output(self, kind: int, payload: bytes, batch: bytes, seq: bytes, task: int = 0) -> Iterator[tuple]:
-        """Kafka records for one output change: (topic, key, value, headers, partition).
+    def records(self, rows: Iterable[tuple], batch_id: int, task: int, counts: dict) -> Iterator[tuple]:
+        """Kafka records for one task's share of a micro-batch, in order.
+
+        ``rows`` are the join's (target, kind, payload) rows (``processor.OUTPUT_SCHEMA``); a
+        PACKED row stands for its changes, in order. Every change and dead letter takes the
+        next ``changejoin.seq`` index of the task, also a change that writes nothing (``-U`` in
+        upsert mode), so a replay numbers its records the same way. ``counts`` gets, per
+        ``("output", RowKind)`` or ``("dead_letter", reason)``, how many records were written."""
+        batch = (BATCH_HEADER, str(batch_id).encode())
+        prefix = f"{task}:".encode()
+        topic = self.topic
+        by_kind = [0, 0, 0, 0]
+        index = 0
+        for target, kind, payload in rows:
+            if target == DEAD:
+                record = self.dead_letter(payload, batch[1], prefix + str(index).encode())
+                index += 1
+                _count_dead_letter(counts, record)
+                yield record
+                continue
+            changes = unpack_changes(payload) if target == PACKED else ((kind, pickle.loads(payload)),)
+            for kind, row in changes:
+                record = self.output(kind, row, batch, (SEQ_HEADER, prefix + str(index).encode()), task)
+                index += 1
+                if record is None:
+                    continue
+                if record[0] is topic:
+                    by_kind[kind] += 1
+                else:
+                    _count_dead_letter(counts, record)
+                yield record
+        for kind, n in enumerate(by_kind):
+            if n:
+                label = ("output", _KIND_SHORT[kind])
+                counts[label] = counts.get(label, 0) + n
+
+    def output(self, kind: int, row: tuple, batch: tuple, seq: tuple, task: int = 0) -> tuple | None:
+        """The Kafka record for one output change, (topic, key, value, headers, partition), or None
+        for a change that is not written (``-U`` in upsert mode). ``batch`` and ``seq`` are the
+        ``changejoin.batch`` and ``changejoin.seq`` headers.
 
         Without a message key the partition is chosen from the producing task: all output of a
         join key comes from one task, so it lands, in order, in one partition."""
-        kind = RowKind(kind)
-        row = pickle.loads(payload)
-        key = self.keys.encode(tuple(row[i] for i in self.key_columns)) if self.keys else None
-        headers = [(BATCH_HEADER, batch), (SEQ_HEADER, seq)]
         if self.upsert:
-            if kind is RowKind.UPDATE_BEFORE:
-                return
-            if kind is RowKind.DELETE:
-                yield (self.topic, key, None, headers, None)
-                return
+            if kind == _UPDATE_BEFORE:
+                return None
+            headers = [batch, seq]
         else:
-            headers.insert(0, (self.header, _KIND_BYTES[kind]))
+            headers = [self._kind_headers[kind], batch, seq]
+        key = self.keys.encode(tuple(row[i] for i in self.key_columns)) if self.keys else None
+        if self.upsert and kind == _DELETE:
+            return (self.topic, key, None, headers, None)
         value = self.values.encode(row)
         if len(value) + (len(key) if key else 0) > self.max_bytes:
-            detail = f"{kind.short} output record of {len(value)} bytes exceeds MAX_OUTPUT_RECORD_BYTES={self.max_bytes}"
-            yield (self.dlq_topic, key, None, headers + _reason(TOO_LARGE, detail, self.topic, None, None))
-            return
-        yield (self.topic, key, value, headers, None if key is not None else task % self.partitions)
+            detail = (f"{_KIND_SHORT[kind]} output record of {len(value)} bytes exceeds "
+                      f"MAX_OUTPUT_RECORD_BYTES={self.max_bytes}")
+            return (self.dlq_topic, key, None, headers + _reason(TOO_LARGE, detail, self.topic, None, None))
+        return (self.topic, key, value, headers, None if key is not None else task % self.partitions)
 
     def dead_letter(self, payload: bytes, batch: bytes, seq: bytes) -> tuple:
         """The dead-letter record: the original key, value and headers plus why and where from."""
@@ -89,6 +127,11 @@ class OutputEncoder:
         headers += _reason(letter["reason"], letter.get("detail", ""), *origin)
         headers += [(BATCH_HEADER, batch), (SEQ_HEADER, seq)]
         return (self.dlq_topic, key, value, headers)
+
+
+def _count_dead_letter(counts: dict, record: tuple) -> None:
+    label = ("dead_letter", dict(record[3])["reason"].decode())
+    counts[label] = counts.get(label, 0) + 1
 
 
 def _reason(reason: str, detail: str, topic, partition, offset) -> list[tuple[str, bytes]]:

@@ -131,35 +131,15 @@ def produce_partition(config_json: str, batch_id: int) -> Callable:
         import pyarrow as pa
         from pyspark import TaskContext
 
-        from operators import RowKind
-        from .processor import OUTPUT
-
         encoder, sink = _encoder_and_sink(config_json)
-        partition = TaskContext.get().partitionId()
-        batch = str(batch_id).encode()
         counts: dict[tuple[str, str], int] = {}
 
-        def records():
-            index = 0
+        def rows():
             for arrow in batches:
                 columns = arrow.to_pydict()
-                for target, kind, payload in zip(columns["target"], columns["kind"], columns["payload"]):
-                    seq = f"{partition}:{index}".encode()
-                    index += 1
-                    if target == OUTPUT:
-                        label = ("output", RowKind(kind).short)
-                        for record in encoder.output(kind, payload, batch, seq, partition):
-                            if record[0] != encoder.topic:
-                                label = ("dead_letter", dict(record[3])["reason"].decode())
-                            counts[label] = counts.get(label, 0) + 1
-                            yield record
-                    else:
-                        record = encoder.dead_letter(payload, batch, seq)
-                        label = ("dead_letter", dict(record[3])["reason"].decode())
-                        counts[label] = counts.get(label, 0) + 1
-                        yield record
+                yield from zip(columns["target"], columns["kind"], columns["payload"])
 
-        sink.produce_all(records())
+        sink.produce_all(encoder.records(rows(), batch_id, TaskContext.get().partitionId(), counts))
         yield pa.RecordBatch.from_pylist(
             [{"target": t, "label": l, "n": n} for (t, l), n in counts.items()],
             schema=pa.schema([("target", pa.string()), ("label", pa.string()), ("n", pa.int64())]),
@@ -218,16 +198,20 @@ class JoinPipeline:
         left, right = self._read(0), self._read(1)
         mode = time_mode(self.plan)
         envelopes = left.unionByName(right)
+        # The upsert materializer stage groups the join's changes by output key: it needs them one
+        # per row; otherwise each key's changes travel packed to the sink (processor.JoinProcessor).
+        materialize = needs_upsert_materializer(self.settings, self.plan)
         joined = envelopes.groupBy("jk").transformWithState(
-            JoinProcessor(self.plan.to_json(), mode), OUTPUT_SCHEMA, "Append", mode
+            JoinProcessor(self.plan.to_json(), mode, pack=not materialize), OUTPUT_SCHEMA, "Append", mode
         )
-        if needs_upsert_materializer(self.settings, self.plan):
+        if materialize:
             joined = joined.groupBy("okey").transformWithState(UpsertProcessor(), OUTPUT_SCHEMA, "Append", "None")
         return joined
 
     def _write_batch(self, batch_df, batch_id: int) -> None:
         counts = BatchCounts(batch_id)
-        rows = batch_df.mapInArrow(produce_partition(self._sink_json, batch_id), COUNTS_SCHEMA).collect()
+        rows = (batch_df.select("target", "kind", "payload")
+                .mapInArrow(produce_partition(self._sink_json, batch_id), COUNTS_SCHEMA).collect())
         for row in rows:
             target = counts.output if row.target == "output" else counts.dead_letters
             target[row.label] = target.get(row.label, 0) + row.n

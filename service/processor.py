@@ -29,8 +29,14 @@ from .decode import DEAD_LETTER, ENVELOPE_SCHEMA, HEARTBEAT, LATE, encode_join_k
 from .plan import JoinPlan
 
 # What the processor emits: changelog rows for the output topic and dead letters.
-OUTPUT, DEAD = 0, 1
-# okey: the output's upsert key (for the upsert materializer stage); seq: emission order in the task.
+#   OUTPUT: one change; kind = its RowKind, payload = the pickled output row.
+#   DEAD:   one dead letter; payload = the pickled letter (see encode.OutputEncoder.dead_letter).
+#   PACKED: consecutive changes of one key's call, in order (see pack_changes); kind is unused.
+OUTPUT, DEAD, PACKED = 0, 1, 2
+# At most this many changes per PACKED row, which bounds a row's size when a key emits a lot.
+PACK_LIMIT = 1000
+# okey: the output's upsert key (for the upsert materializer stage); seq: emission order in the task
+# (a PACKED row holding n changes takes the n numbers from seq on).
 OUTPUT_SCHEMA = "target tinyint, kind tinyint, payload binary, okey binary, seq long"
 _STATE_SCHEMA = StructType([StructField("v", BinaryType(), True)])
 
@@ -64,6 +70,18 @@ class SparkKeyState:
             self._handle.deleteTimer(int(ts))
 
 
+def pack_changes(changes: list) -> bytes:
+    """The payload of a PACKED row: ``changes`` ((RowKind, row) pairs) as the RowKinds' bytes and
+    the list of rows; :func:`unpack_changes` gives the pairs back, in order."""
+    return pickle.dumps((bytes([kind for kind, _ in changes]), [row for _, row in changes]), protocol=5)
+
+
+def unpack_changes(payload: bytes):
+    """(kind, row) pairs of a PACKED row, kinds as plain ints."""
+    kinds, rows = pickle.loads(payload)
+    return zip(kinds, rows)
+
+
 # Positions of the envelope's fields (decode.ENVELOPE_SCHEMA); Row attribute access is slow.
 JK, SIDE, KIND, ROW, EVENT_TIME, TS, PART, OFFSET = range(8)
 
@@ -84,11 +102,18 @@ def ordered_records(rows) -> list:
 
 
 class JoinProcessor(StatefulProcessor):
-    """Runs one :class:`JoinPlan`'s operator per join key."""
+    """Runs one :class:`JoinPlan`'s operator per join key.
 
-    def __init__(self, plan_json: str, time_mode: str):
+    With ``pack`` (the default), the changes that one call (one key's rows, or one expired timer)
+    emits go out together in one PACKED row (or more, beyond :data:`PACK_LIMIT` changes), which
+    the sink unpacks: Spark's per-row costs (Row objects, Arrow conversion, the JVM) are then paid
+    once per key and call instead of once per change. Without it, every change is one OUTPUT row keyed by its upsert key (``okey``), as the
+    upsert materializer stage needs."""
+
+    def __init__(self, plan_json: str, time_mode: str, pack: bool = True):
         self.plan_json = plan_json
         self.time_mode = time_mode  # "None" | "ProcessingTime" | "EventTime"
+        self.pack = pack
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.plan = JoinPlan.from_json(self.plan_json)
@@ -101,7 +126,7 @@ class JoinProcessor(StatefulProcessor):
         self.probe_originals = self.plan.kind == "temporal_event_time"
         key = self.plan.output_key
         self.output_key = (lambda row: repr(tuple(row[i] for i in key)).encode()) if key else (lambda row: b"")
-        self.seq = _task_sequence()
+        self.seq = _TaskSequence()
 
     def _context(self, timer_values) -> Context:
         now = timer_values.getCurrentProcessingTimeInMs()
@@ -122,7 +147,7 @@ class JoinProcessor(StatefulProcessor):
                     records[i] = (side, kind, payload[0])
                     originals[id(payload[0])] = payload[1]
         for r in letters:  # dead letters only pass through: their key holds no state
-            yield Row(target=DEAD, kind=0, payload=r[ROW], okey=key[0], seq=next(self.seq))
+            yield Row(target=DEAD, kind=0, payload=r[ROW], okey=key[0], seq=self.seq.take())
         if not records:
             return
         ctx = self._context(timerValues)
@@ -140,27 +165,39 @@ class JoinProcessor(StatefulProcessor):
         yield from self._emit(out)
 
     def _emit(self, out: Output, originals: dict | None = None) -> Iterator[Row]:
-        for kind, row in out.rows:
-            yield Row(target=OUTPUT, kind=kind, payload=pickle.dumps(row, protocol=5), okey=self.output_key(row),
-                      seq=next(self.seq))
+        if self.pack:
+            for i in range(0, len(out.rows), PACK_LIMIT):
+                changes = out.rows[i : i + PACK_LIMIT]
+                yield Row(target=PACKED, kind=0, payload=pack_changes(changes), okey=b"", seq=self.seq.take(len(changes)))
+        else:
+            for kind, row in out.rows:
+                yield Row(target=OUTPUT, kind=kind, payload=pickle.dumps(row, protocol=5), okey=self.output_key(row),
+                          seq=self.seq.take())
         for kind, row in out.late:
             letter = {"reason": LATE, "detail": "probe row at or behind the watermark",
                       **(originals or {}).get(id(row), {"row": row, "kind": kind})}
-            yield Row(target=DEAD, kind=kind, payload=pickle.dumps(letter, protocol=5), okey=b"late", seq=next(self.seq))
+            yield Row(target=DEAD, kind=kind, payload=pickle.dumps(letter, protocol=5), okey=b"late", seq=self.seq.take())
 
     def close(self) -> None:
         pass
 
 
-def _task_sequence():
+class _TaskSequence:
     """Increasing numbers within this task: the partition id in the high bits, then a counter."""
-    from itertools import count
 
-    from pyspark import TaskContext
+    __slots__ = ("_next",)
 
-    context = TaskContext.get()
-    base = (context.partitionId() if context is not None else 0) << 40
-    return (base + i for i in count())
+    def __init__(self):
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        self._next = (context.partitionId() if context is not None else 0) << 40
+
+    def take(self, n: int = 1) -> int:
+        """The next ``n`` numbers; returns the first."""
+        first = self._next
+        self._next += n
+        return first
 
 
 class UpsertProcessor(StatefulProcessor):
@@ -173,14 +210,14 @@ class UpsertProcessor(StatefulProcessor):
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.state = SparkKeyState(handle.getValueState("rows", _STATE_SCHEMA), handle, None)
         self.operator = UpsertMaterializer()
-        self.seq = _task_sequence()
+        self.seq = _TaskSequence()
 
     def handleInputRows(self, key, rows, timerValues) -> Iterator[Row]:
         ordered = sorted(rows, key=lambda r: r.seq)  # each join task's own order; tasks in turn
         changes = []
         for r in ordered:
             if r.target == DEAD:
-                yield Row(target=DEAD, kind=r.kind, payload=r.payload, okey=r.okey, seq=next(self.seq))
+                yield Row(target=DEAD, kind=r.kind, payload=r.payload, okey=r.okey, seq=self.seq.take())
             else:
                 changes.append((r.kind, pickle.loads(r.payload)))
         if changes:
@@ -188,7 +225,7 @@ class UpsertProcessor(StatefulProcessor):
             self.operator.process(self.state, changes, Context(), out)
             for kind, row in out.rows:
                 yield Row(target=OUTPUT, kind=kind, payload=pickle.dumps(row, protocol=5), okey=key[0],
-                          seq=next(self.seq))
+                          seq=self.seq.take())
 
     def close(self) -> None:
         pass
