@@ -32,6 +32,10 @@ Record = Tuple[Any, ...]
 # Properties that break the guarantees above; client_props may not override them.
 _REQUIRED = {"enable.idempotence": "true", "acks": "all"}
 _ACKS_ALL = {"all", "-1"}
+# librdkafka's "any partition": the partitioner chooses (from the key).
+_ANY_PARTITION = -1
+# Delivery reports are served every this many records while producing (and at the end).
+_POLL_EVERY = 1000
 
 
 class KafkaDeliveryError(RuntimeError):
@@ -66,6 +70,8 @@ def producer_config(
         "partitioner": "murmur2_random",
         "linger.ms": 5,
         "compression.type": "lz4",
+        # Python callbacks for failed deliveries only; produce_all counts on flush() for the rest.
+        "delivery.report.only.error": True,
     }
     conf.update(props)
     # message.timeout.ms is librdkafka's name, delivery.timeout.ms its alias: keep one.
@@ -114,16 +120,17 @@ class KafkaSink:
         """Produce ``(topic, key, value, headers)`` records (optionally a fifth element, the
         partition) in order and wait until each one is delivered. Returns how many were
         delivered; raises KafkaDeliveryError if any was not. After a failure the next call
-        starts with a fresh producer."""
+        starts with a fresh producer.
+
+        Only failed deliveries call back into Python (``delivery.report.only.error``): once
+        the producer's queue is empty, every record has either been acknowledged or been
+        reported as a failure here."""
         if self._broken:
             self._renew()
         failures: List[Tuple[str, str]] = []
-        delivered = [0]
 
         def on_delivery(err: Any, msg: Any) -> None:
-            if err is None:
-                delivered[0] += 1
-            else:
+            if err is not None:
                 failures.append((msg.topic(), err.str() if hasattr(err, "str") else str(err)))
 
         try:
@@ -134,7 +141,7 @@ class KafkaSink:
             self._broken = True
             raise
         try:
-            self._wait_all(sent, delivered, failures)
+            self._wait_all(sent)
         except KafkaDeliveryError:
             self._broken = True
             raise
@@ -148,53 +155,51 @@ class KafkaSink:
                 f"{first_error} (topic {first_topic})",
                 failures,
             )
-        return delivered[0]
+        return sent
 
     def _produce_each(
         self, records: Iterable[Record], on_delivery: Any, failures: List[Tuple[str, str]]
     ) -> int:
         from confluent_kafka import KafkaException
 
-        producer = self._producer
+        produce, poll = self._producer.produce, self._producer.poll
         sent = 0
         for record in records:
             topic, key, value, headers = record[:4]
-            kwargs: Dict[str, Any] = {"key": key, "value": value, "on_delivery": on_delivery}
-            if len(record) > 4 and record[4] is not None:
-                kwargs["partition"] = record[4]
-            if headers:
-                kwargs["headers"] = list(headers)
+            partition = record[4] if len(record) > 4 and record[4] is not None else _ANY_PARTITION
+            if headers and type(headers) is not list:
+                headers = list(headers)
             while True:
                 try:
-                    producer.produce(topic, **kwargs)
+                    produce(topic, value, key, partition, on_delivery, headers=headers or None)
                     break
                 except BufferError:
                     # The local queue is full: serve delivery reports until there is room.
-                    producer.poll(0.1)
+                    poll(0.1)
                 except KafkaException as exc:
                     raise KafkaDeliveryError(
                         f"cannot produce to topic {topic!r}: {exc}", [(topic, str(exc))]
                     ) from exc
             sent += 1
-            producer.poll(0)
-            if failures:
-                break  # no point queueing more: this batch fails anyway
+            if not sent % _POLL_EVERY:
+                poll(0)
+                if failures:
+                    break  # no point queueing more: this batch fails anyway
         return sent
 
-    def _wait_all(self, sent: int, delivered: List[int], failures: List[Tuple[str, str]]) -> None:
-        # Every queued record gets a delivery report within message.timeout.ms; the margin
-        # covers the time spent queueing.
+    def _wait_all(self, sent: int) -> None:
+        # Every queued record gets its delivery report within message.timeout.ms; the margin
+        # covers the time spent queueing. flush() serves the reports and returns how many
+        # records are still queued or in flight.
         deadline = time.monotonic() + self._timeout_s + 60
-        while delivered[0] + len(failures) < sent:
+        while True:
             remaining = self._producer.flush(1.0)
-            if remaining == 0 and delivered[0] + len(failures) >= sent:
-                break
+            if remaining == 0:
+                return
             if time.monotonic() > deadline:
-                missing = sent - delivered[0] - len(failures)
                 raise KafkaDeliveryError(
-                    f"{missing} of {sent} records got no delivery report within "
+                    f"{remaining} of {sent} records got no delivery report within "
                     f"{self._timeout_s + 60:.0f}s",
-                    failures,
                 )
 
     def flush(self, timeout: float = 30.0) -> int:
