@@ -1,6 +1,7 @@
 """The whole service, Kafka -> Spark -> Kafka, on the embedded broker.
 
     python bench/pipeline_bench.py [--rows 200000] [--keys 10000] [--max-per-trigger 100000]
+                                   [--shuffle-partitions 2]
 
 Two scenarios, each with ``--rows`` changelog rows per side over ``--keys`` join keys, preloaded
 into the embedded Tansu broker before the service starts:
@@ -91,7 +92,7 @@ def preload(bootstrap: str, topic: str, schema, changes, partition_of) -> None:
     producer.flush(600)
 
 
-def run(bootstrap: str, scenario: str, rows: int, keys: int, max_per_trigger: int) -> None:
+def run(bootstrap: str, scenario: str, rows: int, keys: int, max_per_trigger: int, shuffle_partitions: int) -> None:
     orders_topic, prices_topic, out = f"orders-{scenario}", f"prices-{scenario}", f"out-{scenario}"
     ensure_topics(bootstrap, {}, {orders_topic: 2, prices_topic: 2})
     orders, prices = changelogs(rows, keys, scenario)
@@ -111,7 +112,7 @@ def run(bootstrap: str, scenario: str, rows: int, keys: int, max_per_trigger: in
             "OUTPUT_TOPIC": out, "LEFT_TABLE": "orders", "RIGHT_TABLE": "prices",
             "LEFT_SCHEMA_FILE": str(ROOT / "schemas" / "orders.avsc"),
             "RIGHT_SCHEMA_FILE": str(ROOT / "schemas" / "prices.avsc"), "JOIN_SQL": sql,
-            "CHECKPOINT_LOCATION": f"{work}/cp", "SPARK_MASTER": "local[2]", "SHUFFLE_PARTITIONS": "2",
+            "CHECKPOINT_LOCATION": f"{work}/cp", "SPARK_MASTER": "local[2]", "SHUFFLE_PARTITIONS": str(shuffle_partitions),
             "TRIGGER_INTERVAL": "0", "MAX_RECORDS_PER_TRIGGER": str(max_per_trigger), "METRICS_PORT": "0", **pks,
         })
         first_output = []
@@ -138,11 +139,12 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--keys", type=int, default=10_000)
     parser.add_argument("--max-per-trigger", type=int, default=100_000)
+    parser.add_argument("--shuffle-partitions", type=int, default=2, help="SHUFFLE_PARTITIONS (Spark runs local[2])")
     parser.add_argument("--scenario", choices=["left-pk", "inner-nopk"], action="append")
     args = parser.parse_args()
     with EmbeddedBroker() as bootstrap:
         for scenario in args.scenario or ["left-pk", "inner-nopk"]:
-            run(bootstrap, scenario, args.rows, args.keys, args.max_per_trigger)
+            run(bootstrap, scenario, args.rows, args.keys, args.max_per_trigger, args.shuffle_partitions)
 
 
 if __name__ == "__main__":
