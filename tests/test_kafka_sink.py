@@ -187,3 +187,25 @@ def test_a_sink_that_failed_works_again_for_the_next_batch(restartable_broker):
         pass
     assert sink.produce_all([("kept", b"k", b"after", [])]) == 1
     assert b"after" in [r.value for r in consume_all(bootstrap, "kept")]
+
+
+def test_more_records_than_one_report_interval_are_all_delivered_in_order(kafka_bootstrap, new_topic):
+    """Delivery reports are served every so many records and at the end: all of them count."""
+    from service.sink import _POLL_EVERY
+
+    topic = new_topic()
+    records = [(topic, b"k", f"v{i}".encode(), [("i", str(i).encode())]) for i in range(2 * _POLL_EVERY + 7)]
+    with KafkaSink(kafka_bootstrap, TEST_PROPS) as sink:
+        assert sink.produce_all(records) == len(records)
+    assert [r.value for r in consume_all(kafka_bootstrap, topic)] == [v for _, _, v, _ in records]
+
+
+def test_one_failing_record_among_many_fails_the_batch(kafka_bootstrap, new_topic):
+    topic = new_topic()
+    records = [(topic, b"k", f"v{i}".encode(), []) for i in range(1500)]
+    records.insert(1200, ("bad topic!", b"k", b"v", []))
+    sink = KafkaSink(kafka_bootstrap, TEST_PROPS, delivery_timeout_ms=10_000)
+    with pytest.raises(KafkaDeliveryError, match="bad topic!"):
+        sink.produce_all(records)
+    assert sink.produce_all([(topic, b"k", b"next batch", [])]) == 1
+    sink.close()
