@@ -5,8 +5,9 @@ and registered as ``<OUTPUT_TOPIC>-value`` when a registry is configured). The m
 Avro record of the ``OUTPUT_KEY`` columns (``<OUTPUT_TOPIC>-key``), or none.
 
 - ``OUTPUT_MODE=retract``: every change is written; its RowKind is in the ``ROWKIND_HEADER`` header.
-- ``OUTPUT_MODE=upsert``: ``-U`` is dropped, ``+I``/``+U`` write the row under its key, ``-D`` writes
-  a tombstone (null value) for the key.
+- ``OUTPUT_MODE=upsert``: ``+I``/``+U`` write the row under its key, ``-D`` writes a tombstone (null
+  value) for the key; ``-U`` is dropped when the same join call writes its key again, and is a
+  tombstone when the row left its key (see ``OutputEncoder._upsert_kinds``).
 
 Every record carries ``changejoin.batch`` (the micro-batch id) and ``changejoin.seq``
 (``<task partition>:<index>``): a micro-batch replayed after a crash writes the same records with
@@ -75,6 +76,8 @@ class OutputEncoder:
                 yield record
                 continue
             changes = unpack_changes(payload) if target == PACKED else ((kind, pickle.loads(payload)),)
+            if self.upsert:
+                changes = self._upsert_kinds(list(changes))
             for kind, row in changes:
                 record = self.output(kind, row, batch, (SEQ_HEADER, prefix + str(index).encode()), task)
                 index += 1
@@ -89,6 +92,26 @@ class OutputEncoder:
             if n:
                 label = ("output", _KIND_SHORT[kind])
                 counts[label] = counts.get(label, 0) + n
+
+    def _upsert_kinds(self, changes: list) -> list:
+        """Upsert mode: a ``-U`` is dropped when a later change of the same call writes its key
+        again (the usual ``-U``/``+U`` of an updated row); otherwise the row leaves its key (say an
+        order that moves to another product, with the product in ``OUTPUT_KEY``) and the ``-U``
+        is written as the key's tombstone, so the old key does not keep a stale row."""
+        key_of = self._key_values
+        rewritten = set()
+        kinds = [0] * len(changes)
+        for i in range(len(changes) - 1, -1, -1):
+            kind, row = changes[i]
+            key = key_of(row)
+            if kind == _UPDATE_BEFORE:
+                kind = _UPDATE_BEFORE if key in rewritten else _DELETE
+            rewritten.add(key)
+            kinds[i] = kind
+        return [(kind, row) for kind, (_, row) in zip(kinds, changes)]
+
+    def _key_values(self, row: tuple) -> tuple:
+        return tuple(row[i] for i in self.key_columns)
 
     def output(self, kind: int, row: tuple, batch: tuple, seq: tuple, task: int = 0) -> tuple | None:
         """The Kafka record for one output change, (topic, key, value, headers, partition), or None

@@ -163,9 +163,28 @@ def test_upsert_output_skips_update_befores_but_they_keep_their_seq_index():
     assert len({r[1] for r in records}) == 1 and records[0][1] is not None  # all under the key
     assert all("rowkind" not in dict(r[3]) for r in records)
     assert counts == {("output", "+I"): 1, ("output", "+U"): 1, ("output", "-D"): 1}
-    # The same changes one per row give the same records.
-    single = [(OUTPUT, int(kind), pickle.dumps(row)) for kind, row in changes]
-    assert list(encoder.records(single, 1, 0, {})) == records
+
+
+def test_upsert_output_writes_a_tombstone_for_a_row_that_leaves_its_key():
+    """An order moving from product book to pen, with the product in OUTPUT_KEY and no materializer:
+    book's call retracts it and pen's call adds it. The -U is all book's key ever gets, so it must
+    delete the key; a -U whose key the same call writes again stays dropped."""
+    plan = plan_for(OUTPUT_MODE="upsert", OUTPUT_KEY="order_id,product")
+    encoder = encoder_for(plan, OUTPUT_MODE="upsert", OUTPUT_KEY="order_id,product")
+    book_call = [(RowKind.UPDATE_BEFORE, (1, "book", 2, 10.0)),
+                 (RowKind.UPDATE_BEFORE, (2, "book", 1, 10.0)), (RowKind.UPDATE_AFTER, (2, "book", 5, 10.0))]
+    pen_call = [(RowKind.UPDATE_AFTER, (1, "pen", 2, 1.5))]
+    counts = {}
+    records = list(encoder.records([(PACKED, 0, pack_changes(book_call)), (PACKED, 0, pack_changes(pen_call))],
+                                   1, 0, counts))
+    keys = encoder.keys
+    assert [(r[1], r[2] is None) for r in records] == [
+        (keys.encode((1, "book")), True),    # order 1 left book: its old key is deleted
+        (keys.encode((2, "book")), False),   # order 2 stayed: its -U was dropped, the +U rewrites the key
+        (keys.encode((1, "pen")), False),
+    ]
+    assert [dict(r[3])["changejoin.seq"] for r in records] == [b"0:0", b"0:2", b"0:3"]
+    assert counts == {("output", "-D"): 1, ("output", "+U"): 2}
 
 
 def test_a_too_large_change_in_a_packed_row_goes_to_the_dead_letter_topic_alone():

@@ -64,6 +64,17 @@ def test_left_join_upsert_output_is_keyed_by_the_output_key(harness):
     assert any(row is None for _, row, _, _ in h.changelog()), "deletes are tombstones"
 
 
+def test_inner_join_upsert_output_deletes_the_key_a_row_leaves(harness):
+    """OUTPUT_KEY holds the join key: no materializer stage; order 1 moves from book to ink, and
+    book's -U must delete its old key (-U is only dropped where the same key is written again)."""
+    h = harness(JOIN_SQL="SELECT o.order_id, o.product, o.quantity, p.price FROM orders o JOIN prices p "
+                         "ON o.product = p.product", OUTPUT_MODE="upsert", OUTPUT_KEY="order_id,product")
+    h.send_prices(PRICE_CHANGES[:5])  # book, pen and ink priced; book's price stays
+    h.send_orders(ORDER_CHANGES)
+    h.run()
+    assert sorted(h.upsert_table().values()) == [(1, "ink", 2, 7.0), (2, "pen", 12, 1.5)]
+
+
 @pytest.mark.parametrize(
     "sql, expected",
     [
