@@ -271,8 +271,10 @@ def build_plan(settings: Settings, schemas: tuple[dict, dict] | None = None) -> 
     for i in (0, 1):
         # An upsert input goes to the join directly when its join key is its primary key: every change
         # of a primary key then meets the join in one join key, and the join itself turns bare +U and
-        # tombstones into a full changelog. With a join key that has other columns too, a row can move
-        # to another join key, and only a stage keyed by the primary key can retract it there.
+        # tombstones into a full changelog. Otherwise it is normalized first: with join-key columns
+        # beyond the primary key a row can move to another join key, where only a stage keyed by the
+        # primary key can retract it; with primary-key columns beyond the join key direct feeding would
+        # be correct too, but the normalize stage needs no key format to route tombstones.
         direct = (kind == REGULAR and modes[i] == "upsert" and pks[i] is not None
                   and set(keys[i]) == set(pks[i]))
         sides.append(
