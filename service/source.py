@@ -147,6 +147,20 @@ def _float_option(options: Mapping[str, str], name: str, default: float) -> floa
     return value
 
 
+def _positive_int_option(options: Mapping[str, str], name: str) -> Optional[int]:
+    """An optional positive integer option; None when absent or blank."""
+    raw = options.get(name.lower())
+    if raw is None or raw.strip() == "":
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        raise KafkaSourceError(f"option {name!r} must be an integer, got {raw!r}") from None
+    if value <= 0:
+        raise KafkaSourceError(f"option {name!r} must be positive")
+    return value
+
+
 class SourceOptions:
     """The parsed, validated options of one source. Picklable (plain data only)."""
 
@@ -163,17 +177,7 @@ class SourceOptions:
             raise KafkaSourceError(
                 f"option 'startingOffsets' must be 'earliest' or 'latest', got {self.starting!r}"
             )
-        max_records = opts.get("maxrecordspertrigger")
-        self.max_records: Optional[int] = None
-        if max_records is not None and max_records.strip() != "":
-            try:
-                self.max_records = int(max_records)
-            except ValueError:
-                raise KafkaSourceError(
-                    f"option 'maxRecordsPerTrigger' must be an integer, got {max_records!r}"
-                ) from None
-            if self.max_records <= 0:
-                raise KafkaSourceError("option 'maxRecordsPerTrigger' must be positive")
+        self.max_records = _positive_int_option(opts, "maxRecordsPerTrigger")
         self.fail_on_data_loss = _bool_option(opts, "failOnDataLoss", True)
         self.read_timeout_s = _float_option(opts, "readTimeoutSeconds", DEFAULT_READ_TIMEOUT_S)
         self.offsets_timeout_s = _float_option(
@@ -182,17 +186,7 @@ class SourceOptions:
         self.mapper_spec = opts.get("mapper") or None
         self.mapper_config = opts.get("mapper.config", "{}")
         self.mapper_secret = opts.get("mapper.secret")
-        idle = opts.get("idletimeoutms")
-        self.idle_timeout_ms: Optional[int] = None
-        if idle is not None and idle.strip() != "":
-            try:
-                self.idle_timeout_ms = int(idle)
-            except ValueError:
-                raise KafkaSourceError(
-                    f"option 'idleTimeoutMs' must be an integer, got {idle!r}"
-                ) from None
-            if self.idle_timeout_ms <= 0:
-                raise KafkaSourceError("option 'idleTimeoutMs' must be positive")
+        self.idle_timeout_ms = _positive_int_option(opts, "idleTimeoutMs")
         # Client properties: secrets may be among them, so they are never logged.
         self.client_props: Dict[str, str] = {
             k[len(KAFKA_PREFIX) :]: v
