@@ -18,22 +18,25 @@ from collections import Counter
 from datetime import datetime, timezone
 from typing import Any
 
-from .condition import compile_condition
-from .minibatch import process_bundle
-from .regular import make_join
-from .rowkind import RowKind
-from .spec import (
+from . import (
+    EVENT,
+    PROC,
     ConfigurationError,
+    Context,
+    InMemoryState,
     InputSpec,
     JoinSpec,
     JoinType,
+    Output,
+    RowKind,
     StateLayout,
     TemporalJoinSpec,
     TemporalKind,
     choose_layout,
+    compile_condition,
+    make_join,
+    make_temporal_join,
 )
-from .state import EVENT, PROC, Context, InMemoryState, Output
-from .temporal import make_temporal_join
 
 SIDES = {"L": 0, "R": 1}
 
@@ -146,8 +149,8 @@ def run_case(case: dict) -> dict:
         for key, record in bundle:
             by_key.setdefault(key, []).append(record)
         bundle.clear()
-        for key, records in by_key.items():
-            process_bundle(operator, state.for_key(key), records, Context(now, combined), out)
+        for key, records in by_key.items():  # each key's share of the bundle: one call, folded
+            operator.process(state.for_key(key), records, Context(now, combined), out)
         drain()
 
     for event in case["events"]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Iterable
 
 from .rowkind import RowKind
-from .state import Context, KeyState, Output
+from .state import Context, KeyState, Output, Record
 
 
 def upsert_changes(last: tuple | None, row: tuple | None) -> list[tuple[RowKind, tuple]]:
@@ -30,11 +30,15 @@ def upsert_changes(last: tuple | None, row: tuple | None) -> list[tuple[RowKind,
 
 
 class ChangelogNormalize:
-    def process(self, state: KeyState, records: Iterable, ctx: Context, out: Output) -> None:
-        """``records``: rows of one message key in offset order; ``None`` stands for a tombstone."""
+    """Keyed by message key; stores the key's last row."""
+
+    def process(self, state: KeyState, records: Iterable[Record], ctx: Context, out: Output) -> None:
+        """``records``: the upsert records of one message key in offset order, a row or ``None`` for a
+        tombstone (their kind is not read: an upsert topic has no RowKind)."""
         last = state.get()
         before = last
-        for row in records:
+        for record in records:
+            row = record[2]
             out.rows.extend(upsert_changes(last, row))
             last = row
         if last is not before:
@@ -42,3 +46,6 @@ class ChangelogNormalize:
                 state.clear()
             else:
                 state.put(last)
+
+    def on_timer(self, state: KeyState, domain: str, ts: int, ctx: Context, out: Output) -> None:
+        """Never called: the stage registers no timers."""

@@ -13,22 +13,21 @@ unique keys (the rule of ``normalize.py``), so the output is a full changelog to
 """
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Callable, Iterable
 
 from .layouts import ASSOC, COPIES, ROW, WRITTEN, view_for
+from .minibatch import MiniBatchJoin
 from .normalize import upsert_changes
-from .rowkind import DELETE, INSERT, RowKind
+from .rowkind import ACCUMULATE, DELETE, INSERT
 from .rows import nulls, row_builder
 from .spec import JoinSpec, null_key_filter
-from .state import PROC, Context, KeyState, Output
-
-Record = tuple  # (side: 0 left | 1 right, kind: RowKind value, row: tuple)
-
-_ACCUMULATE = (RowKind.INSERT, RowKind.UPDATE_AFTER)
+from .state import PROC, Context, KeyState, Output, Record
 
 
 class _KeyedJoin:
     """What regular and semi/anti joins share: key checks, state load/store and TTL timers."""
+
+    folds_pairs = False
 
     def __init__(self, spec: JoinSpec):
         self.spec = spec
@@ -81,16 +80,35 @@ class _KeyedJoin:
 
     def process(self, state: KeyState, records: Iterable[Record], ctx: Context, out: Output) -> None:
         """Process records of one join key in order."""
-        records = list(records)
-        if records and not self.key_can_match(records[0][0], records[0][2]):
-            for side, kind, row in self.upserts_to_changes([{}, {}], records, ctx.now):
-                self.unmatched(side, kind, row, out)
+        self.run_bundles(state, (records,), ctx.now, out, self.apply_all)
+
+    def run_bundles(self, state: KeyState, bundles: Iterable[Iterable[Record]], now: int, out: Output,
+                    apply: Callable) -> None:
+        """The skeleton of one call, shared with mini-batch folding: one state read, then per bundle
+        the upsert records turned into a full changelog and ``apply(sides, changes, now, out)``, then
+        one state write. A key that can never match (NULL in a key column compared with ``=``) keeps
+        no state: ``apply`` gets ``sides=None`` and only null-pads."""
+        bundles = [b for b in map(list, bundles) if b]
+        if not bundles:
+            return
+        first = bundles[0][0]
+        if not self.key_can_match(first[0], first[2]):
+            for bundle in bundles:
+                apply(None, self.upserts_to_changes([{}, {}], bundle, now), now, out)
             return
         sides, timer = self._load(state)
-        now = ctx.now
-        for side, kind, row in self.upserts_to_changes(sides, records, now):
-            self.apply(sides, side, kind, row, now, out)
+        for bundle in bundles:
+            apply(sides, self.upserts_to_changes(sides, bundle, now), now, out)
         self._store(state, sides, timer, now)
+
+    def apply_all(self, sides: list | None, changes: list, now: int, out: Output) -> None:
+        """Apply full-changelog records one at a time (``sides=None``: a key that cannot match)."""
+        if sides is None:
+            for side, kind, row in changes:
+                self.unmatched(side, kind, row, out)
+        else:
+            for side, kind, row in changes:
+                self.apply(sides, side, kind, row, now, out)
 
     def upserts_to_changes(self, sides: list, records: list, now: int) -> list:
         """``records`` with those of upsert inputs turned into a full changelog: each against the
@@ -112,7 +130,7 @@ class _KeyedJoin:
             else:
                 entry = view.replaced(sides[side], row, now)
                 last = entry[ROW] if entry is not None else None
-            new = row if kind in _ACCUMULATE else None
+            new = row if kind in ACCUMULATE else None
             changes.extend((side, k, r) for k, r in upsert_changes(last, new))
             latest[key] = new
         return changes
@@ -127,6 +145,8 @@ class _KeyedJoin:
 
 class RegularJoin(_KeyedJoin):
     """INNER / LEFT / RIGHT / FULL OUTER join with retractions and association counts."""
+
+    folds_pairs = True  # mini-batch -U/+U pairs go through apply_pair
 
     def __init__(self, spec: JoinSpec):
         if spec.join_type.is_semi_anti:
@@ -149,14 +169,14 @@ class RegularJoin(_KeyedJoin):
 
     def unmatched(self, side, kind, row, out):
         if self.outer[side]:
-            self._padded(out, INSERT if kind in _ACCUMULATE else DELETE, side, row)
+            self._padded(out, INSERT if kind in ACCUMULATE else DELETE, side, row)
 
     # -- the algorithm -------------------------------------------------------------------------
     def apply(self, sides, side, kind, row, now, out, pending=None):
         """Apply one record. ``pending`` is set while processing a suppressed ``-U``/``+U`` pair of a
         mini-batch: null-padding flips of other-side rows are collected there instead of emitted,
         so that a flip undone by the pair's accumulate is never emitted at all."""
-        if kind in _ACCUMULATE:
+        if kind in ACCUMULATE:
             self._accumulate(sides, side, kind, row, now, out, pending)
         else:
             self._retract(sides, side, kind, row, now, out, pending)
@@ -257,7 +277,7 @@ class SemiAntiJoin(_KeyedJoin):
     def apply(self, sides, side, kind, row, now, out, pending=None):
         if side == 0:
             self._left(sides, kind, row, now, out)
-        elif kind in _ACCUMULATE:
+        elif kind in ACCUMULATE:
             self._right_accumulate(sides, kind, row, now, out)
         else:
             self._right_retract(sides, kind, row, now, out)
@@ -266,7 +286,7 @@ class SemiAntiJoin(_KeyedJoin):
         found = self.matches(0, row, sides[1], now)
         if bool(found) != self.anti:
             out.rows.append((kind, self._left_out(row)))
-        if kind in _ACCUMULATE:
+        if kind in ACCUMULATE:
             self.views[0].add(sides[0], row, sum(e[COPIES] for e in found), now)
         else:
             self.views[0].retract(sides[0], row, now)
@@ -308,5 +328,7 @@ class SemiAntiJoin(_KeyedJoin):
             self._lose(e, kind, now, out)
 
 
-def make_join(spec: JoinSpec) -> _KeyedJoin:
-    return SemiAntiJoin(spec) if spec.join_type.is_semi_anti else RegularJoin(spec)
+def make_join(spec: JoinSpec):
+    """The operator for ``spec``: the join itself, or, with a bundle size, mini-batch folding over it."""
+    join = SemiAntiJoin(spec) if spec.join_type.is_semi_anti else RegularJoin(spec)
+    return MiniBatchJoin(join, spec.mini_batch_size) if spec.mini_batch_size else join

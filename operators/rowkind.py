@@ -43,3 +43,7 @@ _SHORT = {RowKind.INSERT: "+I", RowKind.UPDATE_BEFORE: "-U", RowKind.UPDATE_AFTE
 _BY_TEXT = {**{v: k for k, v in _SHORT.items()}, **{k.name: k for k in RowKind}, **{str(int(k)): k for k in RowKind}}
 
 INSERT, UPDATE_BEFORE, UPDATE_AFTER, DELETE = RowKind.INSERT, RowKind.UPDATE_BEFORE, RowKind.UPDATE_AFTER, RowKind.DELETE
+
+#: The kinds that add a row (``kind in ACCUMULATE``); the others retract one. A tuple, not the
+#: property, because operators test it for every record.
+ACCUMULATE = (INSERT, UPDATE_AFTER)

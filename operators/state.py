@@ -1,21 +1,50 @@
-"""The state protocol between a join operator and whatever stores its state.
+"""The operator contract: what a host (the Spark processor, the conformance runner, tests,
+benchmarks) and a keyed operator promise each other.
 
-An operator keeps everything it knows about one join key in one value, read at most once and
-written at most once per call (a call processes all of a key's records of a micro-batch). In Spark
-every state access crosses a process boundary, so this shape keeps the cost per key per batch at
-one read and one write, whatever the number of records.
+Every operator in this package is a :class:`KeyedOperator`. The host groups records by the
+operator's key (the join key; the message key for the normalize stage, the upsert key for the
+materializer) and calls
+
+- ``process(state, records, ctx, out)`` with all of one key's records of a micro-batch, in order
+  (:class:`Record`: side, RowKind value, row tuple), and
+- ``on_timer(state, domain, ts, ctx, out)`` when a timer the operator registered for that key is
+  due (``domain`` is :data:`PROC` or :data:`EVENT`).
+
+The operator reads the key's state (:class:`KeyState`) at most once and writes it at most once
+per call: in Spark every state access crosses a process boundary, so the cost per key per batch is
+one read and one write, whatever the number of records. It appends what it emits to
+:class:`Output`: :class:`Change` rows of the output changelog, and probe rows it dropped as late.
+The host never looks inside the state, never slices records into bundles (mini-batch folding is
+an operator of its own, see ``minibatch.py``) and never calls anything but these two methods.
+
+The value an operator stores per key is plain builtins, and it *is* the checkpoint format: see
+``stateformat.py``.
 
 Timers are per key: a processing-time timer (``PROC``) or an event-time timer (``EVENT``). The
-operator asks for them through its :class:`KeyState`; the engine calls the operator back with
-``on_timer`` when one is due.
+operator asks for them through its :class:`KeyState`.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Hashable, Iterator, Protocol
+from typing import Any, Hashable, Iterable, Iterator, NamedTuple, Protocol
 
 PROC = "proc"
 EVENT = "event"
+
+
+class Record(NamedTuple):
+    """One input record of a keyed operator."""
+
+    side: int  # 0 = left, 1 = right
+    kind: int  # RowKind value
+    row: tuple  # the input row, columns in schema order
+
+
+class Change(NamedTuple):
+    """One record of an operator's output changelog."""
+
+    kind: int  # RowKind value
+    row: tuple  # the output row
 
 
 class KeyState(Protocol):
@@ -41,13 +70,24 @@ class Context:
 
 
 class Output:
-    """Collects what an operator emits: changelog rows, and late probe rows it dropped."""
+    """Collects what an operator emits: changelog rows, and late probe rows it dropped.
+
+    Both lists hold ``(RowKind value, row)`` pairs, shaped as :class:`Change`; operators append
+    plain tuples on their hot paths."""
 
     __slots__ = ("rows", "late")
 
     def __init__(self):
-        self.rows: list[tuple[int, tuple]] = []  # (RowKind value, output row)
-        self.late: list[tuple[int, tuple]] = []  # (RowKind value, input row) of dropped late probe rows
+        self.rows: list[Change] = []  # the output changelog
+        self.late: list[Change] = []  # input rows dropped as late (probe rows behind the watermark)
+
+
+class KeyedOperator(Protocol):
+    """A join state machine for one key at a time (see the module docstring)."""
+
+    def process(self, state: KeyState, records: Iterable[Record], ctx: Context, out: Output) -> None: ...
+
+    def on_timer(self, state: KeyState, domain: str, ts: int, ctx: Context, out: Output) -> None: ...
 
 
 @dataclass

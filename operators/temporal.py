@@ -18,12 +18,10 @@ from __future__ import annotations
 from bisect import bisect_right
 from typing import Iterable
 
-from .rowkind import RowKind
+from .rowkind import ACCUMULATE, RowKind
 from .rows import nulls, row_builder
 from .spec import JoinType, TemporalJoinSpec, TemporalKind, null_key_filter
 from .state import EVENT, PROC, Context, KeyState, Output
-
-_ACCUMULATE = (RowKind.INSERT, RowKind.UPDATE_AFTER)
 
 PROBES, VERSIONS, EVENT_TIMER, CLEANUP_TIMER = range(4)
 
@@ -143,7 +141,7 @@ class EventTimeTemporalJoin(_TemporalJoin):
                 build = None
                 if at >= 0 and can_match:
                     version_kind, version_row = versions[times[at]]
-                    if version_kind in _ACCUMULATE:
+                    if version_kind in ACCUMULATE:
                         build = version_row
                 self._emit(out, kind, row, build)
         keep_from = bisect_right(times, watermark) - 1  # the latest version at or before the watermark
@@ -166,7 +164,7 @@ class ProcessingTimeTemporalJoin(_TemporalJoin):
                 self._emit(out, kind, row, build)
                 if build is not None:
                     self._retain(state, value, ctx.now)
-            elif kind in _ACCUMULATE:
+            elif kind in ACCUMULATE:
                 value[0] = row
                 self._retain(state, value, ctx.now)
             else:

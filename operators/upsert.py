@@ -11,18 +11,19 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from .rowkind import RowKind
-from .state import Context, KeyState, Output
-
-_ACCUMULATE = (RowKind.INSERT, RowKind.UPDATE_AFTER)
+from .rowkind import ACCUMULATE, RowKind
+from .state import Context, KeyState, Output, Record
 
 
 class UpsertMaterializer:
-    def process(self, state: KeyState, records: Iterable, ctx: Context, out: Output) -> None:
-        """``records``: (kind, row) changes of one upsert key, each task's in its own order."""
+    """Keyed by the output's upsert key; stores the rows present for the key, oldest first."""
+
+    def process(self, state: KeyState, records: Iterable[Record], ctx: Context, out: Output) -> None:
+        """``records``: the changes of one upsert key (their side is not read), each join task's in
+        its own order."""
         rows = list(state.get() or ())
-        for kind, row in records:
-            if kind in _ACCUMULATE:
+        for _, kind, row in records:
+            if kind in ACCUMULATE:
                 rows.append(row)
                 out.rows.append((RowKind.UPDATE_AFTER if len(rows) > 1 else RowKind.INSERT, row))
                 continue
@@ -40,3 +41,6 @@ class UpsertMaterializer:
             state.put(tuple(rows))
         else:
             state.clear()
+
+    def on_timer(self, state: KeyState, domain: str, ts: int, ctx: Context, out: Output) -> None:
+        """Never called: the stage registers no timers."""

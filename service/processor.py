@@ -20,10 +20,7 @@ from pyspark.sql import Row
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.types import BinaryType, StructField, StructType
 
-from operators import EVENT, PROC, Context, Output
-from operators.minibatch import process_bundle
-from operators.normalize import ChangelogNormalize
-from operators.upsert import UpsertMaterializer
+from operators import EVENT, PROC, ChangelogNormalize, Context, Output, UpsertMaterializer
 
 from .decode import DEAD_LETTER, ENVELOPE_SCHEMA, HEARTBEAT, LATE, encode_join_key
 from .plan import JoinPlan
@@ -122,7 +119,6 @@ class JoinProcessor(StatefulProcessor):
         self.value = handle.getValueState("join", _STATE_SCHEMA)
         domain = {"ProcessingTime": PROC, "EventTime": EVENT}.get(self.time_mode)
         self.state = SparkKeyState(self.value, handle, domain)
-        self.bundle = self.plan.mini_batch_size
         self.probe_originals = self.plan.kind == "temporal_event_time"
         key = self.plan.output_key
         self.output_key = (lambda row: repr(tuple(row[i] for i in key)).encode()) if key else (lambda row: b"")
@@ -150,12 +146,7 @@ class JoinProcessor(StatefulProcessor):
             yield Row(target=DEAD, kind=0, payload=r[ROW], okey=key[0], seq=self.seq.take())
         if not records:
             return
-        ctx = self._context(timerValues)
-        if self.bundle:
-            for i in range(0, len(records), self.bundle):
-                process_bundle(self.operator, self.state, records[i : i + self.bundle], ctx, out)
-        else:
-            self.operator.process(self.state, records, ctx, out)
+        self.operator.process(self.state, records, self._context(timerValues), out)
         yield from self._emit(out, originals)
 
     def handleExpiredTimer(self, key, timerValues, expiredTimerInfo) -> Iterator[Row]:
@@ -219,7 +210,7 @@ class UpsertProcessor(StatefulProcessor):
             if r.target == DEAD:
                 yield Row(target=DEAD, kind=r.kind, payload=r.payload, okey=r.okey, seq=self.seq.take())
             else:
-                changes.append((r.kind, pickle.loads(r.payload)))
+                changes.append((0, r.kind, pickle.loads(r.payload)))
         if changes:
             out = Output()
             self.operator.process(self.state, changes, Context(), out)
@@ -256,7 +247,7 @@ class NormalizeProcessor(StatefulProcessor):
                 yield r
                 continue
             out = Output()
-            self.operator.process(state, [pickle.loads(r[ROW])], Context(), out)
+            self.operator.process(state, [(self.side, r[KIND], pickle.loads(r[ROW]))], Context(), out)
             # Each output keeps its record's place; a -U/+U pair gets two consecutive offsets
             # (offset * 4 + i) so the join stage orders them, whatever order the shuffle gives.
             for i, (kind, row) in enumerate(out.rows):

@@ -8,7 +8,7 @@ I, UB, UA, D = RowKind.INSERT, RowKind.UPDATE_BEFORE, RowKind.UPDATE_AFTER, RowK
 def normalize(batches):
     state, out, op = InMemoryState(), Output(), ChangelogNormalize()
     for batch in batches:
-        op.process(state.for_key(b"k1"), batch, Context(), out)
+        op.process(state.for_key(b"k1"), [(0, UA, row) for row in batch], Context(), out)
     return out.rows
 
 

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from operators import Context, InMemoryState, InputSpec, JoinSpec, JoinType, Output, RowKind, compile_condition
-from operators import make_join, process_bundle
+from operators import make_join
 
 COLUMNS = ("k", "id", "v")  # join key, candidate unique key, payload
 K, ID, V = 0, 1, 2
@@ -110,14 +110,17 @@ def apply_retract(table: Counter, rows):
     return +table
 
 
-def build(join_type, layouts, cond_sql, null_safe):
+def build(join_type, layouts, cond_sql, null_safe, mini_batch=False):
+    """The join operator; with ``mini_batch``, the mini-batch operator, whose bundles are then
+    whatever each call hands it (its size is never reached)."""
     sides = [InputSpec(COLUMNS, (K,), LAYOUTS[layout]) for layout in layouts]
     cond = compile_condition(cond_sql, COLUMNS, COLUMNS) if cond_sql else None
-    return make_join(JoinSpec(join_type, sides[0], sides[1], (not null_safe,), cond)), cond
+    size = 10**9 if mini_batch else None
+    return make_join(JoinSpec(join_type, sides[0], sides[1], (not null_safe,), cond, mini_batch_size=size)), cond
 
 
 def check(join_type, operations, layouts, cond_sql, null_safe, bundle_sizes=None):
-    join, cond = build(join_type, layouts, cond_sql, null_safe)
+    join, cond = build(join_type, layouts, cond_sql, null_safe, mini_batch=bundle_sizes is not None)
     records = changelog(operations, layouts)
     state, out, table = InMemoryState(), Output(), Counter()
     inputs = (Counter(), Counter())
@@ -145,7 +148,7 @@ def check(join_type, operations, layouts, cond_sql, null_safe, bundle_sizes=None
         for record in batch:
             by_key.setdefault((record[2][K],), []).append(record)
         for key, group in by_key.items():
-            process_bundle(join, state.for_key(key), group, Context(), out)
+            join.process(state.for_key(key), group, Context(), out)
         settle(batch)
 
 

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from operators import (
     ConfigurationError, Context, InMemoryState, InputSpec, JoinSpec, JoinType, Output, RowKind, TemporalJoinSpec,
-    TemporalKind, compile_condition, make_join, process_bundle,
+    TemporalKind, compile_condition, make_join,
 )
 from operators.normalize import ChangelogNormalize
 
@@ -72,17 +72,19 @@ def normalized(normalize, state, records, upsert_sides, unique_keys):
         out = Output()
         key = (side,) + tuple(row[i] for i in unique_keys[side])
         value = row if kind in (RowKind.INSERT, RowKind.UPDATE_AFTER) else None
-        normalize.process(state.for_key(key), [value], Context(), out)
+        normalize.process(state.for_key(key), [(side, kind, value)], Context(), out)
         result += [(side, k, r) for k, r in out.rows]
     return result
 
 
-def joins(join_type, unique_keys, upsert_sides, cond_sql):
+def joins(join_type, unique_keys, upsert_sides, cond_sql, mini_batch):
+    """(direct, reference) operators; with ``mini_batch`` their bundles are what each call hands them."""
     cond = compile_condition(cond_sql, COLUMNS, COLUMNS) if cond_sql else None
+    size = 10**9 if mini_batch else None
     specs = []
     for upsert in (True, False):
         sides = [InputSpec(COLUMNS, (K,), unique_keys[i], upsert=upsert and i in upsert_sides) for i in (0, 1)]
-        specs.append(make_join(JoinSpec(join_type, sides[0], sides[1], (True,), cond)))
+        specs.append(make_join(JoinSpec(join_type, sides[0], sides[1], (True,), cond, mini_batch_size=size)))
     return specs
 
 
@@ -103,7 +105,7 @@ def run(join, records, bundle_sizes, before=lambda records: records):
         for record in before(batch):
             by_key.setdefault((record[2][K],), []).append(record)
         for key in sorted(by_key):  # keys in a fixed order: the order between keys means nothing
-            process_bundle(join, state.for_key(key), by_key[key], Context(), out)
+            join.process(state.for_key(key), by_key[key], Context(), out)
     return out.rows
 
 
@@ -125,7 +127,7 @@ def test_direct_upsert_input_gives_the_changelog_of_normalize_then_join(
     if bundle_sizes is not None and join_type.is_semi_anti:
         bundle_sizes = None  # mini-batch folding is for regular joins
     records = upsert_records(operations, upsert_sides, unique_keys)
-    direct, reference = joins(join_type, unique_keys, upsert_sides, cond_sql)
+    direct, reference = joins(join_type, unique_keys, upsert_sides, cond_sql, bundle_sizes is not None)
     expected = run(reference, records, bundle_sizes, normalizer(upsert_sides, unique_keys))
     assert run(direct, records, bundle_sizes) == expected
 

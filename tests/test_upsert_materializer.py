@@ -11,7 +11,7 @@ def upserts(changes):
     state, out = InMemoryState(), Output()
     op = UpsertMaterializer()
     for change in changes:
-        op.process(state.for_key("k"), [change], Context(), out)
+        op.process(state.for_key("k"), [(0, *change)], Context(), out)
     table = None
     for kind, row in out.rows:
         table = None if kind == D else row

@@ -1,0 +1,44 @@
+"""What each operator keeps per key: the checkpoint format.
+
+The service pickles the value an operator ``put``s for a key into Spark's RocksDB state store, so
+the structures below are what a checkpoint holds, and a running service must read the values an
+earlier run wrote. They are builtins only (tuples, lists, dicts, ints, floats, strings, bytes,
+None, bools, and the row values Avro decoding gives: ``datetime``, ``Decimal``), never a class of
+this project, so unpickling needs no code of ours and renaming a class cannot break a checkpoint.
+
+Any change to a structure below is a new :data:`STATE_FORMAT_VERSION`, with a migration from the
+previous one: ``tests/test_state_format.py`` reads state written by the current version (golden
+bytes under ``tests/data/state/``) and fails until both are updated.
+
+Rows are tuples in the input's schema order. An *entry* (``layouts.py``) is a list
+``[row, copies, associations, written_at]``.
+
+Regular and semi/anti joins (``regular.py``, also under mini-batch folding), per join key::
+
+    (left: dict, right: dict, ttl_timer: int | None)
+
+  each side a dict of entries keyed by the side's layout: ``0`` (the join key contains the unique
+  key: at most one row), the tuple of unique-key values, or the row itself (no unique key: a
+  multiset, ``copies`` counts identical rows). ``ttl_timer`` is the registered processing-time
+  cleanup timer, or None. A key with no rows and no timer is cleared.
+
+Event-time temporal join (``temporal.py``), per join key::
+
+    (probes: list[(kind, row, time)], versions: dict[time, (kind, row)],
+     event_timer: int | None, cleanup_timer: int | None)
+
+  probe rows waiting for the watermark in arrival order, the build side's versions by version
+  time (epoch milliseconds), the one registered event-time timer and the idle-state cleanup timer.
+
+Processing-time temporal join, per join key::
+
+    (build_row: tuple | None, cleanup_timer: int | None)
+
+Changelog normalize (``normalize.py``), per message key: the key's last row (a tuple).
+
+Upsert materializer (``upsert.py``), per upsert key: the rows present for the key, oldest first
+(a tuple of rows).
+"""
+from __future__ import annotations
+
+STATE_FORMAT_VERSION = 1

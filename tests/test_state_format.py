@@ -1,0 +1,176 @@
+"""The state each operator stores per key is the checkpoint format (operators/stateformat.py).
+
+Golden bytes under tests/data/state/v<STATE_FORMAT_VERSION>/ hold the state that a first changelog
+leaves, as the service pickles it. The current operators must write exactly those bytes, and must
+read them back and carry on as if they had never stopped. A change of layout fails here until
+STATE_FORMAT_VERSION is raised and a migration is written.
+
+    python tests/test_state_format.py --write    # (re)write the golden files of the current version
+"""
+from __future__ import annotations
+
+import pickle
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from operators import (  # noqa: E402
+    EVENT,
+    PROC,
+    STATE_FORMAT_VERSION,
+    ChangelogNormalize,
+    Context,
+    InMemoryState,
+    InputSpec,
+    JoinSpec,
+    JoinType,
+    Output,
+    RowKind,
+    TemporalJoinSpec,
+    TemporalKind,
+    UpsertMaterializer,
+    make_join,
+    make_temporal_join,
+)
+
+GOLDEN = Path(__file__).resolve().parent / "data" / "state" / f"v{STATE_FORMAT_VERSION}"
+I, UB, UA, D = (int(k) for k in RowKind)
+ORDERS = ("order_id", "product", "quantity")
+PRICES = ("product", "price")
+
+
+def _regular(join_type, left_pk, right_pk, ttl=None, mini_batch=None):
+    left = InputSpec(ORDERS, (1,), left_pk, ttl)
+    right = InputSpec(PRICES, (0,), right_pk, ttl)
+    return lambda: make_join(JoinSpec(join_type, left, right, mini_batch_size=mini_batch))
+
+
+def _temporal(kind):
+    spec = TemporalJoinSpec(
+        kind=kind, join_type=JoinType.LEFT, left=InputSpec(("id", "cur", "at"), (1,)),
+        right=InputSpec(("cur", "rate", "at"), (0,)), left_time=2 if kind is TemporalKind.EVENT_TIME else None,
+        right_time=2 if kind is TemporalKind.EVENT_TIME else None, retention_ms=(1000, 1500),
+        right_is_versioned=kind is TemporalKind.EVENT_TIME,
+    )
+    return lambda: make_temporal_join(spec)
+
+
+# name -> (operator factory, key of a record, changelog before the stop, changelog after it).
+# Records are (side, kind, row); each list is one call per record, at processing time 10 and
+# watermark 100 before the stop, 20 and 150 after.
+SCENARIOS = {
+    "inner_join_key_contains_unique_key": (
+        _regular(JoinType.INNER, (0,), (0,)), lambda r: r[2][1 - r[0]] if r[0] == 0 else r[2][0],
+        [(0, I, (1, "ink", 2)), (1, I, ("ink", 3.5)), (0, I, (2, "ink", 1))],
+        [(1, UB, ("ink", 3.5)), (1, UA, ("ink", 4.0)), (0, D, (1, "ink", 2))],
+    ),
+    "full_join_unique_key_and_multiset_with_ttl": (
+        _regular(JoinType.FULL, (0,), None, ttl=10_000), lambda r: r[2][1] if r[0] == 0 else r[2][0],
+        [(0, I, (1, "ink", 2)), (1, I, ("ink", 3.5)), (1, I, ("ink", 3.5)), (0, I, (2, "pen", 1))],
+        [(1, D, ("ink", 3.5)), (1, D, ("ink", 3.5)), (1, I, ("pen", 9.0))],
+    ),
+    "left_semi_join_mini_batch": (
+        _regular(JoinType.SEMI, (0,), (0,), mini_batch=2), lambda r: r[2][1] if r[0] == 0 else r[2][0],
+        [(0, I, (1, "ink", 2)), (1, I, ("ink", 3.5)), (0, I, (2, "pen", 1))],
+        [(1, D, ("ink", 3.5)), (1, I, ("pen", 1.0))],
+    ),
+    "event_time_temporal_join": (
+        _temporal(TemporalKind.EVENT_TIME), lambda r: r[2][1] if r[0] == 0 else r[2][0],
+        [(1, I, ("EUR", 1.1, 50)), (0, I, (1, "EUR", 120)), (1, UA, ("EUR", 1.2, 110))],
+        [(0, I, (2, "EUR", 160)), (1, UA, ("EUR", 1.3, 140))],
+    ),
+    "processing_time_temporal_join": (
+        _temporal(TemporalKind.PROCESSING_TIME), lambda r: r[2][1] if r[0] == 0 else r[2][0],
+        [(1, I, ("EUR", 1.1, 0)), (0, I, (1, "EUR", 0))],
+        [(0, I, (2, "EUR", 0)), (1, D, ("EUR", 1.1, 0)), (0, I, (3, "EUR", 0))],
+    ),
+    "changelog_normalize": (
+        ChangelogNormalize, lambda r: r[2][0] if r[2] is not None else "o2",
+        [(0, UA, ("o1", "ink", 1)), (0, UA, ("o2", "pen", 1)), (0, UA, ("o1", "ink", 2))],
+        [(0, UA, ("o1", "pen", 2)), (0, D, None)],
+    ),
+    "upsert_materializer": (
+        UpsertMaterializer, lambda r: r[2][0],
+        [(0, I, ("o1", "ink")), (0, I, ("o1", "pen"))],
+        [(0, D, ("o1", "pen")), (0, D, ("o1", "ink"))],
+    ),
+}
+
+
+def _run(name, state, changelog, now, watermark):
+    make, key_of, _, _ = SCENARIOS[name]
+    operator = make()
+    out = Output()
+    for record in changelog:
+        operator.process(state.for_key(key_of(record)), [record], Context(now, watermark), out)
+    for domain, upto in ((EVENT, watermark), (PROC, now)):
+        for ts, key in list(state.due_timers(domain, upto)):
+            if state.has_timer(key, domain, ts):
+                state.consume_timer(key, domain, ts)
+                operator.on_timer(state.for_key(key), domain, ts, Context(now, watermark), out)
+    return out.rows
+
+
+def _stored(state: InMemoryState) -> dict:
+    return {key: state.for_key(key).get() for key in state.keys()}
+
+
+def _first_half(name):
+    state = InMemoryState()
+    _run(name, state, SCENARIOS[name][2], 10, 100)
+    return state
+
+
+def _dump(name) -> bytes:
+    return pickle.dumps(_stored(_first_half(name)), protocol=5)
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_the_operators_write_the_golden_state_of_this_format_version(name):
+    assert _dump(name) == (GOLDEN / f"{name}.pickle").read_bytes(), (
+        f"the state layout of {name} changed: raise STATE_FORMAT_VERSION, write a migration from "
+        f"v{STATE_FORMAT_VERSION}, and regenerate the golden files (python tests/test_state_format.py --write)"
+    )
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_state_read_back_from_golden_bytes_carries_on_like_an_uninterrupted_run(name):
+    uninterrupted = _first_half(name)
+    restored = InMemoryState()
+    for key, value in pickle.loads((GOLDEN / f"{name}.pickle").read_bytes()).items():
+        restored.for_key(key).put(value)
+    for key in uninterrupted.keys():  # timers live in Spark's own timer state, not in the value
+        for domain, ts in uninterrupted._slots[key].timers:
+            restored.for_key(key).register_timer(domain, ts)
+
+    expected = _run(name, uninterrupted, SCENARIOS[name][3], 20, 150)
+    assert _run(name, restored, SCENARIOS[name][3], 20, 150) == expected
+    assert expected, "the scenario's second half must emit something to compare"
+
+
+def test_stored_values_are_builtins_only():
+    allowed = (tuple, list, dict, int, float, str, bytes, bool, type(None))
+
+    def check(value, where):
+        assert isinstance(value, allowed), f"{where}: {type(value).__name__} in stored state"
+        if isinstance(value, (tuple, list)):
+            for item in value:
+                check(item, where)
+        elif isinstance(value, dict):
+            for k, v in value.items():
+                check(k, where)
+                check(v, where)
+
+    for name in SCENARIOS:
+        for value in _stored(_first_half(name)).values():
+            check(value, name)
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["--write"]:
+    GOLDEN.mkdir(parents=True, exist_ok=True)
+    for scenario in SCENARIOS:
+        (GOLDEN / f"{scenario}.pickle").write_bytes(_dump(scenario))
+        print(f"wrote {GOLDEN / scenario}.pickle")
