@@ -20,10 +20,17 @@ class ConditionError(ValueError):
     """The condition cannot be compiled: the message names what the user must fix."""
 
 
+# The one list of what a join condition may contain, as sqlglot expression class names; the SQL
+# front end (service/query.py) checks a query against it before compiling.
+SUPPORTED_NODES = (
+    "Paren", "Column", "Literal", "Null", "Boolean", "Not", "Neg", "Is", "Like", "ILike", "Escape", "In",
+    "Between", "EQ", "NEQ", "LT", "LTE", "GT", "GTE", "Add", "Sub", "Mul", "Div", "Mod", "And", "Or", "NullSafeEQ",
+)
+
 SUPPORTED = (
-    "comparisons (= <> != < <= > >=), AND/OR/NOT, IS [NOT] NULL, [NOT] LIKE, [NOT] IN (list), "
-    "BETWEEN, arithmetic (+ - * / %) and parentheses over l.<column>, r.<column>, "
-    "string and number literals"
+    "column references, string/number/boolean/NULL literals, comparisons (= <> != < <= > >=, "
+    "IS [NOT] DISTINCT FROM), AND/OR/NOT, IS [NOT] NULL, [NOT] LIKE / ILIKE [ESCAPE 'c'], "
+    "[NOT] BETWEEN, [NOT] IN (<value list>), + - * / %, unary minus and parentheses (no functions)"
 )
 
 
@@ -237,7 +244,9 @@ class _Compiler:
         regex = _like_regex(pattern.this, escape)
         if isinstance(node, exp.ILike):
             regex = re.compile(regex.pattern, re.DOTALL | re.IGNORECASE)
-        return f"_like({self.compile(node.this)}, {self.constant(regex)})"
+        test = f"_like({self.compile(node.this)}, {self.constant(regex)})"
+        # sqlglot parses `a NOT LIKE p` as a LIKE node with negate set (not as NOT over LIKE)
+        return f"_not({test})" if node.args.get("negate") else test
 
 
 def compile_condition(

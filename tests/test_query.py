@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import pytest
 
+from operators import compile_condition
 from service.query import JoinQuery, OutputColumn, QueryError, describe, parse_join_sql
 
 ORDER_COLS = ["order_id", "movie_id", "order_time", "currency", "amount", "a", "c", "Name"]
@@ -555,6 +556,21 @@ def test_unsupported_condition_syntax():
         "SELECT o.a FROM order_log o JOIN price_log p ON o.order_id = p.order_id AND p.c IS TRUE",
         "unsupported",
     )
+
+
+def test_every_condition_the_query_accepts_compiles_including_ilike():
+    q = parse(
+        "SELECT o.a FROM order_log o JOIN price_log p ON o.order_id = p.order_id "
+        "AND p.c ILIKE 'ab%' AND p.c NOT ILIKE 'a!_%' ESCAPE '!' AND o.a IS DISTINCT FROM p.b"
+    )
+    cond = compile_condition(q.condition_sql, ORDER_COLS, PRICE_COLS)
+    row = dict.fromkeys(PRICE_COLS)
+    order = dict.fromkeys(ORDER_COLS)
+    order.update(a=1)
+    row.update(c="ABC", b=2)
+    assert cond(tuple(order.values()), tuple(row.values())) is True
+    row.update(c="xbc")
+    assert cond(tuple(order.values()), tuple(row.values())) is False
 
 
 def test_not_sql_or_wrong_statement():
