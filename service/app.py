@@ -26,7 +26,7 @@ from pyspark.sql.streaming import StreamingQueryListener
 from .config import Settings
 from .metrics import JoinMetrics, MetricsServer, ready_window_seconds
 from .pipeline import BatchCounts, JoinPipeline, spark_session
-from .plan import JoinPlan, build_plan
+from .plan import JoinPlan, TimeMode, build_plan
 
 log = logging.getLogger(__name__)
 
@@ -194,9 +194,7 @@ class Service:
         A query whose join uses processing-time timers runs a micro-batch at every trigger, even
         without data, so Spark's ``processAllAvailable`` never sees it idle: it is then done when
         a committed micro-batch read nothing and every source's end offset is its latest offset."""
-        from .pipeline import time_mode
-
-        if time_mode(self.plan) != "ProcessingTime":
+        if self.plan.time_mode is not TimeMode.PROCESSING_TIME:
             self.query.processAllAvailable()
             return
         deadline = time.monotonic() + timeout_s

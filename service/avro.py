@@ -29,6 +29,8 @@ from typing import Any
 import fastavro
 from fastavro.read import SchemaResolutionError
 
+from .deadletters import DeadLetterError, Reason
+
 __all__ = [
     "Column",
     "DecodeError",
@@ -53,20 +55,15 @@ _NAMED = frozenset({"record", "error", "enum", "fixed"})
 # errors and columns
 
 
-class DecodeError(Exception):
-    """A value that cannot be turned into a row; ``reason`` is one of ``REASONS``."""
+class DecodeError(DeadLetterError):
+    """A value (or message key) that cannot be turned into a row; ``reason`` is one of ``REASONS``."""
 
-    REASONS = frozenset({"undecodable", "unknown_schema_id", "schema_mismatch", "undecodable_key"})
+    REASONS = frozenset({Reason.UNDECODABLE, Reason.UNKNOWN_SCHEMA_ID, Reason.SCHEMA_MISMATCH, Reason.UNDECODABLE_KEY})
 
-    def __init__(self, reason: str, detail: str = ""):
+    def __init__(self, reason: Reason, detail: str = ""):
         if reason not in self.REASONS:
             raise ValueError(f"unknown DecodeError reason {reason!r}")
         super().__init__(reason, detail)
-        self.reason = reason
-        self.detail = detail
-
-    def __str__(self) -> str:
-        return f"{self.reason}: {self.detail}" if self.detail else self.reason
 
 
 class SchemaError(ValueError):
@@ -319,30 +316,30 @@ class SchemaRegistry:
     def schema_by_id(self, schema_id: int) -> dict:
         """The Avro schema registered under ``schema_id`` (cached per id).
 
-        Raises DecodeError("unknown_schema_id") when the registry does not know the id, and
-        DecodeError("schema_mismatch") when it is not an Avro schema or uses schema references.
+        Raises DecodeError(Reason.UNKNOWN_SCHEMA_ID) when the registry does not know the id, and
+        DecodeError(Reason.SCHEMA_MISMATCH) when it is not an Avro schema or uses schema references.
         """
         entry = self._by_id.get(schema_id)
         if entry is None:
             entry = self._fetch_by_id(schema_id)
         kind = entry.get("schemaType", "AVRO")
         if kind != "AVRO":
-            raise DecodeError("schema_mismatch", f"schema id {schema_id} is {kind}, not Avro")
+            raise DecodeError(Reason.SCHEMA_MISMATCH, f"schema id {schema_id} is {kind}, not Avro")
         if entry.get("references"):
             raise DecodeError(
-                "schema_mismatch", f"schema id {schema_id} uses schema references (unsupported)"
+                Reason.SCHEMA_MISMATCH, f"schema id {schema_id} uses schema references (unsupported)"
             )
         return entry["parsed"]
 
     def _fetch_by_id(self, schema_id: int) -> dict:
         missing_until = self._missing.get(schema_id)
         if missing_until is not None and time.monotonic() < missing_until:
-            raise DecodeError("unknown_schema_id", f"schema id {schema_id} not found in registry")
+            raise DecodeError(Reason.UNKNOWN_SCHEMA_ID, f"schema id {schema_id} not found in registry")
         path = f"/schemas/ids/{int(schema_id)}"
         status, payload = self._request("GET", path)
         if status == 404:
             self._missing[schema_id] = time.monotonic() + self.missing_ttl
-            raise DecodeError("unknown_schema_id", f"schema id {schema_id} not found in registry")
+            raise DecodeError(Reason.UNKNOWN_SCHEMA_ID, f"schema id {schema_id} not found in registry")
         if status != 200 or not isinstance(payload, dict) or "schema" not in payload:
             raise self._fail("GET", path, status, payload)
         kind = payload.get("schemaType", "AVRO")
@@ -525,13 +522,13 @@ class ValueDecoder:
             writer_expanded = fastavro.parse_schema(schema, expand=True)
         except Exception as e:
             raise DecodeError(
-                "schema_mismatch", f"writer schema id {schema_id} is not valid Avro: {e}"
+                Reason.SCHEMA_MISMATCH, f"writer schema id {schema_id} is not valid Avro: {e}"
             ) from None
         if self._reader is None:
             try:
                 self._set_reader(schema)
             except SchemaError as e:
-                raise DecodeError("schema_mismatch", f"writer schema id {schema_id}: {e}") from None
+                raise DecodeError(Reason.SCHEMA_MISMATCH, f"writer schema id {schema_id}: {e}") from None
             self._reader_schema = schema
         if writer == self._reader:
             plan = (writer, None, self._getter)
@@ -545,19 +542,19 @@ class ValueDecoder:
 
     def decode(self, value: bytes) -> tuple:
         if value is None:
-            raise DecodeError("undecodable", "value is null")
+            raise DecodeError(Reason.UNDECODABLE, "value is null")
         size = len(value)
         bio = io.BytesIO(value)
         if self._registry is None:
             try:
                 record = fastavro.schemaless_reader(bio, self._reader, None)
             except Exception as e:
-                raise DecodeError("undecodable", f"{type(e).__name__}: {e}") from None
+                raise DecodeError(Reason.UNDECODABLE, f"{type(e).__name__}: {e}") from None
             getter = self._getter
         else:
             if size < _HEADER_LEN or value[0] != _MAGIC:
                 raise DecodeError(
-                    "undecodable",
+                    Reason.UNDECODABLE,
                     "not Confluent wire format (no magic byte)"
                     if size and value[0] != _MAGIC
                     else f"too short for Confluent wire format ({size} bytes)",
@@ -572,19 +569,19 @@ class ValueDecoder:
                 record = fastavro.schemaless_reader(bio, writer, reader)
             except SchemaResolutionError as e:
                 raise DecodeError(
-                    "schema_mismatch", f"writer schema id {schema_id} vs reader schema: {e}"
+                    Reason.SCHEMA_MISMATCH, f"writer schema id {schema_id} vs reader schema: {e}"
                 ) from None
             except Exception as e:
                 raise DecodeError(
-                    "undecodable", f"schema id {schema_id}: {type(e).__name__}: {e}"
+                    Reason.UNDECODABLE, f"schema id {schema_id}: {type(e).__name__}: {e}"
                 ) from None
         if bio.tell() != size:
-            raise DecodeError("undecodable", f"{size - bio.tell()} bytes left after the record")
+            raise DecodeError(Reason.UNDECODABLE, f"{size - bio.tell()} bytes left after the record")
         try:
             return getter(record)
         except (KeyError, TypeError, AttributeError) as e:
             raise DecodeError(
-                "schema_mismatch", f"record does not fit the declared columns: {e!r}"
+                Reason.SCHEMA_MISMATCH, f"record does not fit the declared columns: {e!r}"
             ) from None
 
 

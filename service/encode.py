@@ -15,20 +15,22 @@ the same headers, which lets consumers drop replays.
 """
 from __future__ import annotations
 
-import pickle
 from typing import Iterable, Iterator
 
 from operators import RowKind
 
+from . import deadletters
 from .avro import SchemaRegistry, ValueEncoder, output_schema
-from .decode import TOO_LARGE
-from .plan import JoinPlan
-from .processor import DEAD, PACKED, unpack_changes
+from .deadletters import Reason
+from .envelope import Target, loads, unpack
+from .plan import JoinPlan, OutputMode
+from .shipping import built, registry
 
 BATCH_HEADER = "changejoin.batch"
 SEQ_HEADER = "changejoin.seq"
 _KIND_SHORT = tuple(RowKind(k).short for k in range(4))  # by RowKind value
 _UPDATE_BEFORE, _DELETE = int(RowKind.UPDATE_BEFORE), int(RowKind.DELETE)
+_DEAD_LETTER, _PACKED = int(Target.DEAD_LETTER), int(Target.PACKED)
 
 
 class OutputEncoder:
@@ -37,7 +39,7 @@ class OutputEncoder:
         self.topic = output_topic
         self.partitions = max(1, output_partitions)
         self.dlq_topic = dlq_topic
-        self.upsert = mode == "upsert"
+        self.upsert = mode == OutputMode.UPSERT
         self.header = rowkind_header
         self._kind_headers = tuple((rowkind_header, short.encode()) for short in _KIND_SHORT)
         self.max_bytes = max_record_bytes
@@ -55,10 +57,17 @@ class OutputEncoder:
             key_schema = output_schema(plan.output_schema["name"] + "_key", fields)
             self.keys = ValueEncoder(key_schema, registry, f"{output_topic}-key" if registry else None)
 
+    @classmethod
+    def from_config(cls, config: dict) -> "OutputEncoder":
+        """The encoder of a worker config (``shipping.py``), built once per worker process by :func:`encoder`."""
+        return cls(JoinPlan.from_json(config["plan"]), config["output_topic"], config["dlq_topic"],
+                   config["output_mode"], config["rowkind_header"], config["max_record_bytes"], registry(config),
+                   config["output_partitions"])
+
     def records(self, rows: Iterable[tuple], batch_id: int, task: int, counts: dict) -> Iterator[tuple]:
         """Kafka records for one task's share of a micro-batch, in order.
 
-        ``rows`` are the join's (target, kind, payload) rows (``processor.OUTPUT_SCHEMA``); a
+        ``rows`` are the join's (target, kind, payload) rows (``envelope.OUTPUT_SCHEMA``); a
         PACKED row stands for its changes, in order. Every change and dead letter takes the
         next ``changejoin.seq`` index of the task, also a change that writes nothing (``-U`` in
         upsert mode), so a replay numbers its records the same way. ``counts`` gets, per
@@ -69,13 +78,13 @@ class OutputEncoder:
         by_kind = [0, 0, 0, 0]
         index = 0
         for target, kind, payload in rows:
-            if target == DEAD:
+            if target == _DEAD_LETTER:
                 record = self.dead_letter(payload, batch[1], prefix + str(index).encode())
                 index += 1
                 _count_dead_letter(counts, record)
                 yield record
                 continue
-            changes = unpack_changes(payload) if target == PACKED else ((kind, pickle.loads(payload)),)
+            changes = unpack(payload) if target == _PACKED else ((kind, loads(payload)),)
             if self.upsert:
                 changes = self._upsert_kinds(list(changes))
             for kind, row in changes:
@@ -133,23 +142,13 @@ class OutputEncoder:
         if len(value) + (len(key) if key else 0) > self.max_bytes:
             detail = (f"{_KIND_SHORT[kind]} output record of {len(value)} bytes exceeds "
                       f"MAX_OUTPUT_RECORD_BYTES={self.max_bytes}")
-            return (self.dlq_topic, key, None, headers + _reason(TOO_LARGE, detail, self.topic, None, None))
+            return (self.dlq_topic, key, None, headers + deadletters.reason_headers(Reason.TOO_LARGE, detail, self.topic))
         return (self.topic, key, value, headers, None if key is not None else task % self.partitions)
 
     def dead_letter(self, payload: bytes, batch: bytes, seq: bytes) -> tuple:
         """The dead-letter record: the original key, value and headers plus why and where from."""
-        letter = pickle.loads(payload)
-        if "row" in letter:  # a late probe row found by the join: no raw bytes kept, write the row
-            value = None
-            headers = [("row", repr(letter["row"]).encode()), ("rowkind", RowKind(letter["kind"]).short.encode())]
-            key = None
-            origin = (letter.get("topic"), letter.get("partition"), letter.get("offset"))
-        else:
-            key, value, headers = letter["key"], letter["value"], list(letter["headers"])
-            origin = (letter["topic"], letter["partition"], letter["offset"])
-        headers += _reason(letter["reason"], letter.get("detail", ""), *origin)
-        headers += [(BATCH_HEADER, batch), (SEQ_HEADER, seq)]
-        return (self.dlq_topic, key, value, headers)
+        key, value, headers = deadletters.render(loads(payload))
+        return (self.dlq_topic, key, value, headers + [(BATCH_HEADER, batch), (SEQ_HEADER, seq)])
 
 
 def _count_dead_letter(counts: dict, record: tuple) -> None:
@@ -157,12 +156,6 @@ def _count_dead_letter(counts: dict, record: tuple) -> None:
     counts[label] = counts.get(label, 0) + 1
 
 
-def _reason(reason: str, detail: str, topic, partition, offset) -> list[tuple[str, bytes]]:
-    headers = [("reason", reason.encode()), ("reason.detail", detail.encode()[:1000])]
-    if topic is not None:
-        headers.append(("source.topic", str(topic).encode()))
-    if partition is not None:
-        headers.append(("source.partition", str(partition).encode()))
-    if offset is not None:
-        headers.append(("source.offset", str(offset).encode()))
-    return headers
+def encoder(config: dict) -> OutputEncoder:
+    """The worker's encoder for a worker config (with its secrets), built once per process."""
+    return built(OutputEncoder.from_config, config)

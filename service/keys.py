@@ -28,9 +28,9 @@ import uuid
 import fastavro
 
 from .avro import DecodeError, SchemaRegistry, output_schema
+from .deadletters import Reason
 
 FORMATS = ("auto", "avro", "raw")
-UNDECODABLE_KEY = "undecodable_key"
 
 _MAGIC, _HEADER_LEN = 0, 5
 _INTEGER = re.compile(r"-?[0-9]+")
@@ -98,7 +98,7 @@ class KeyDecoder:
     def decode(self, key: bytes) -> tuple:
         """The primary-key values of ``key``; raises DecodeError(``undecodable_key``)."""
         if key is None:
-            raise DecodeError(UNDECODABLE_KEY, "no message key")
+            raise DecodeError(Reason.UNDECODABLE_KEY, "no message key")
         wire = self.registry is not None and len(key) >= _HEADER_LEN and key[0] == _MAGIC
         if self.format == "raw":
             return self._text(key)
@@ -106,7 +106,7 @@ class KeyDecoder:
             return self._wire(key)
         if self.format == "avro":
             if self.registry is not None:
-                raise DecodeError(UNDECODABLE_KEY, "not Confluent wire format (no magic byte)")
+                raise DecodeError(Reason.UNDECODABLE_KEY, "not Confluent wire format (no magic byte)")
             return self._avro(key)
         if self.raw is None:
             return self._avro(key)
@@ -132,7 +132,7 @@ class KeyDecoder:
         try:
             return (self.raw(key),)
         except (ValueError, KeyError, UnicodeDecodeError) as err:
-            raise DecodeError(UNDECODABLE_KEY, f"not the text of a {self.names[0]} value: {err}") from None
+            raise DecodeError(Reason.UNDECODABLE_KEY, f"not the text of a {self.names[0]} value: {err}") from None
 
     def _avro(self, key: bytes) -> tuple:
         record = self._read(key, 0, self._plain)
@@ -145,15 +145,15 @@ class KeyDecoder:
             try:
                 writer = self._writers[schema_id] = fastavro.parse_schema(self.registry.schema_by_id(schema_id))
             except Exception as err:
-                raise DecodeError(UNDECODABLE_KEY, f"key schema id {schema_id}: {err}") from None
+                raise DecodeError(Reason.UNDECODABLE_KEY, f"key schema id {schema_id}: {err}") from None
         value = self._read(key, _HEADER_LEN, writer)
         if isinstance(value, dict):
             try:
                 return tuple(value[name] for name in self.names)
             except KeyError as err:
-                raise DecodeError(UNDECODABLE_KEY, f"key schema id {schema_id} has no field {err}") from None
+                raise DecodeError(Reason.UNDECODABLE_KEY, f"key schema id {schema_id} has no field {err}") from None
         if len(self.names) != 1:
-            raise DecodeError(UNDECODABLE_KEY, f"key schema id {schema_id} is not a record of {', '.join(self.names)}")
+            raise DecodeError(Reason.UNDECODABLE_KEY, f"key schema id {schema_id} is not a record of {', '.join(self.names)}")
         return (value,)
 
     @staticmethod
@@ -163,7 +163,7 @@ class KeyDecoder:
         try:
             value = fastavro.schemaless_reader(bio, schema, None)
         except Exception as err:
-            raise DecodeError(UNDECODABLE_KEY, f"not Avro: {type(err).__name__}: {err}") from None
+            raise DecodeError(Reason.UNDECODABLE_KEY, f"not Avro: {type(err).__name__}: {err}") from None
         if bio.tell() != len(key):
-            raise DecodeError(UNDECODABLE_KEY, f"{len(key) - bio.tell()} bytes left after the Avro key")
+            raise DecodeError(Reason.UNDECODABLE_KEY, f"{len(key) - bio.tell()} bytes left after the Avro key")
         return value

@@ -36,11 +36,12 @@ from socketserver import ThreadingMixIn
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
 
+from .deadletters import Reason
+
 log = logging.getLogger(__name__)
 
 PREFIX = "changejoin_"
 SIDES = ("left", "right")
-LATE_REASON = "late"  # service.decode.LATE, the reason of late probe rows
 DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 RECORD_BUCKETS = (0, 1, 10, 100, 1_000, 10_000, 100_000, 1_000_000, 10_000_000)
 
@@ -155,7 +156,7 @@ class JoinMetrics:
         for reason, n in counts.dead_letters.items():
             if n:
                 self.dead_letters.labels(reason=reason).inc(n)
-                if reason == LATE_REASON:
+                if reason == Reason.LATE:
                     self.late_probe_rows.inc(n)
 
     # -- readiness ------------------------------------------------------------------------

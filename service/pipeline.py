@@ -19,9 +19,10 @@ from typing import Callable
 from pyspark.sql import functions as F
 
 from .config import Settings
-from .decode import mapper_config
-from .plan import EVENT_TIME, JoinPlan
-from .processor import OUTPUT_SCHEMA, JoinProcessor, NormalizeProcessor, UpsertProcessor
+from .envelope import ENVELOPE_SCHEMA, OUTPUT_SCHEMA
+from .plan import JoinPlan
+from .processor import JoinProcessor, NormalizeProcessor, UpsertProcessor
+from .shipping import built, worker_config, worker_secrets
 
 log = logging.getLogger(__name__)
 
@@ -56,27 +57,6 @@ def spark_session(settings: Settings):
     return spark
 
 
-def needs_upsert_materializer(settings: Settings, plan: JoinPlan) -> bool:
-    """Upsert output under a key the join key does not determine needs the materializer stage.
-
-    The join key determines the output key when, for every join-key column, the output key holds
-    that column from a side that is never null-padded."""
-    if settings.output_mode != "upsert" or not plan.output_key:
-        return False
-    unpadded = {"INNER": (0, 1), "LEFT": (0,), "SEMI": (0,), "ANTI": (0,), "RIGHT": (1,), "FULL": ()}[plan.join_type]
-    keyed = {plan.projection[i] for i in plan.output_key}
-    for j in range(len(plan.left.join_key)):
-        if not any((side, plan.sides[side].join_key[j]) in keyed for side in unpadded):
-            return True
-    return False
-
-
-def time_mode(plan: JoinPlan) -> str:
-    if plan.kind == EVENT_TIME:
-        return "EventTime"
-    return "ProcessingTime" if plan.uses_processing_time else "None"
-
-
 @dataclass
 class BatchCounts:
     """What one micro-batch wrote, reported by the producing tasks."""
@@ -86,52 +66,18 @@ class BatchCounts:
     dead_letters: dict[str, int] = field(default_factory=dict)  # by reason
 
 
-def _sink_config(settings: Settings, plan: JoinPlan, output_partitions: int) -> str:
-    return json.dumps({
-        "output_partitions": output_partitions,
-        "plan": plan.to_json(),
-        "output_topic": settings.output_topic,
-        "dlq_topic": settings.dead_letter_topic,
-        "mode": settings.output_mode,
-        "rowkind_header": settings.rowkind_header,
-        "max_record_bytes": settings.max_output_record_bytes,
-        "registry_url": settings.schema_registry_url,
-        "registry_auth": settings.schema_registry_basic_auth_user_info,
-        "kafka": settings.kafka_properties(),
-    })
-
-
-_ENCODERS: dict = {}
-
-
-def _encoder_and_sink(config_json: str):
-    cached = _ENCODERS.get(config_json)
-    if cached is None:
-        from .avro import SchemaRegistry
-        from .encode import OutputEncoder
-        from .plan import JoinPlan
-        from .sink import KafkaSink
-
-        config = json.loads(config_json)
-        registry = SchemaRegistry(config["registry_url"], config["registry_auth"]) if config["registry_url"] else None
-        encoder = OutputEncoder(
-            JoinPlan.from_json(config["plan"]), config["output_topic"], config["dlq_topic"], config["mode"],
-            config["rowkind_header"], config["max_record_bytes"], registry, config["output_partitions"],
-        )
-        kafka = dict(config["kafka"])
-        sink = KafkaSink(kafka.pop("bootstrap.servers"), kafka)
-        cached = _ENCODERS[config_json] = (encoder, sink)
-    return cached
-
-
-def produce_partition(config_json: str, batch_id: int) -> Callable:
-    """The ``mapInArrow`` function that encodes and produces one task's share of a micro-batch."""
+def produce_partition(config: dict, batch_id: int) -> Callable:
+    """The ``mapInArrow`` function that encodes and produces one task's share of a micro-batch;
+    ``config`` is the worker config with its secrets (``shipping.py``)."""
 
     def produce(batches):
         import pyarrow as pa
         from pyspark import TaskContext
 
-        encoder, sink = _encoder_and_sink(config_json)
+        from .encode import encoder as encoder_of
+        from .sink import KafkaSink
+
+        encoder, sink = encoder_of(config), built(KafkaSink.from_config, config)
         counts: dict[tuple[str, str], int] = {}
 
         def rows():
@@ -170,14 +116,15 @@ class JoinPipeline:
             .option("topic", sp.topic)
             .option("startingOffsets", s.starting_offsets)
             .option("mapper", "service.decode:mapper")
-            .option("mapper.config", json.dumps(mapper_config(self.plan, side, s.rowkind_header, s.schema_registry_url)))
+            .option("mapper.config", json.dumps({**worker_config(s, self.plan), "side": side}))
         )
-        if s.schema_registry_basic_auth_user_info:
+        secrets = worker_secrets(s, kafka=False)
+        if secrets:
             # Not in mapper.config: Spark hides the values of options named like secrets only.
-            reader = reader.option("mapper.secret", json.dumps({"registry_auth": s.schema_registry_basic_auth_user_info}))
+            reader = reader.option("mapper.secret", json.dumps(secrets))
         if s.max_records_per_trigger:
             reader = reader.option("maxRecordsPerTrigger", str(s.max_records_per_trigger))
-        if self.plan.kind == EVENT_TIME and s.idle_timeout_ms:
+        if self.plan.is_event_time and s.idle_timeout_ms:
             # An idle input sends heartbeats (decode.py) so that it stops holding the watermark back.
             reader = reader.option("idleTimeoutMs", str(s.idle_timeout_ms))
         for key, value in s.kafka_client.items():
@@ -185,9 +132,9 @@ class JoinPipeline:
         df = reader.load()
         if sp.normalized:
             df = df.groupBy("jk").transformWithState(
-                NormalizeProcessor(self.plan.to_json(), side), NormalizeProcessor.schema, "Append", "None"
+                NormalizeProcessor(self.plan.to_json(), side), ENVELOPE_SCHEMA, "Append", "None"
             )
-        if self.plan.kind == EVENT_TIME:
+        if self.plan.is_event_time:
             df = df.withWatermark("event_time", f"{sp.watermark_delay_ms} milliseconds")
             # Re-derive the column: Spark keeps tracking the watermark, but no longer silently drops
             # rows behind it before the join; the join decides what is late and dead-letters it.
@@ -196,22 +143,20 @@ class JoinPipeline:
 
     def dataframe(self):
         left, right = self._read(0), self._read(1)
-        mode = time_mode(self.plan)
         envelopes = left.unionByName(right)
-        # The upsert materializer stage groups the join's changes by output key: it needs them one
-        # per row; otherwise each key's changes travel packed to the sink (processor.JoinProcessor).
-        materialize = needs_upsert_materializer(self.settings, self.plan)
+        # The upsert materializer stage groups the join's changes by output key: the join emits them
+        # one per row then; otherwise each key's changes travel packed to the sink (JoinProcessor).
         joined = envelopes.groupBy("jk").transformWithState(
-            JoinProcessor(self.plan.to_json(), mode, pack=not materialize), OUTPUT_SCHEMA, "Append", mode
+            JoinProcessor(self.plan.to_json()), OUTPUT_SCHEMA, "Append", self.plan.time_mode.value
         )
-        if materialize:
+        if self.plan.upsert_materializer:
             joined = joined.groupBy("okey").transformWithState(UpsertProcessor(), OUTPUT_SCHEMA, "Append", "None")
         return joined
 
     def _write_batch(self, batch_df, batch_id: int) -> None:
         counts = BatchCounts(batch_id)
         rows = (batch_df.select("target", "kind", "payload")
-                .mapInArrow(produce_partition(self._sink_json, batch_id), COUNTS_SCHEMA).collect())
+                .mapInArrow(produce_partition(self._sink_config, batch_id), COUNTS_SCHEMA).collect())
         for row in rows:
             target = counts.output if row.target == "output" else counts.dead_letters
             target[row.label] = target.get(row.label, 0) + row.n
@@ -220,7 +165,8 @@ class JoinPipeline:
             self.on_batch(counts)
 
     def start(self):
-        self._sink_json = _sink_config(self.settings, self.plan, self.output_partitions)
+        self._sink_config = {**worker_config(self.settings, self.plan, self.output_partitions),
+                             **worker_secrets(self.settings)}
         writer = (
             self.dataframe().writeStream.queryName("changejoin")
             .foreachBatch(self._write_batch)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import asdict, dataclass, field
+from enum import StrEnum
 from functools import cached_property
 
 from operators import (
@@ -34,7 +35,27 @@ from .query import QueryError, describe, parse_join_sql
 
 log = logging.getLogger(__name__)
 
-REGULAR, EVENT_TIME, PROCESSING_TIME = "regular", "temporal_event_time", "temporal_processing_time"
+
+
+class PlanKind(StrEnum):
+    """Which family of join the plan runs."""
+
+    REGULAR = "regular"  # regular and semi/anti joins
+    TEMPORAL_EVENT_TIME = "temporal_event_time"  # FOR SYSTEM_TIME AS OF <left time column>
+    TEMPORAL_PROCESSING_TIME = "temporal_processing_time"  # FOR SYSTEM_TIME AS OF PROCTIME()
+
+
+class TimeMode(StrEnum):
+    """The ``timeMode`` of the join's ``transformWithState``: which timers the operator gets."""
+
+    NONE = "None"
+    PROCESSING_TIME = "ProcessingTime"
+    EVENT_TIME = "EventTime"
+
+
+class OutputMode(StrEnum):
+    RETRACT = "retract"
+    UPSERT = "upsert"
 
 
 class PlanError(ValueError):
@@ -82,8 +103,8 @@ class SidePlan:
 
 @dataclass(frozen=True)
 class JoinPlan:
-    kind: str  # regular | temporal_event_time | temporal_processing_time
-    join_type: str  # INNER LEFT RIGHT FULL SEMI ANTI
+    kind: PlanKind
+    join_type: JoinType
     left: SidePlan
     right: SidePlan
     filter_nulls: tuple[bool, ...]
@@ -94,6 +115,7 @@ class JoinPlan:
     output_key: tuple[int, ...] | None  # output column indexes forming the message key
     mini_batch_size: int | None = None
     retention_ms: tuple[int, int] | None = None
+    output_mode: OutputMode = OutputMode.RETRACT
     description: str = field(default="", compare=False)
 
     @property
@@ -101,11 +123,48 @@ class JoinPlan:
         return (self.left, self.right)
 
     @property
-    def uses_processing_time(self) -> bool:
-        """The operator needs processing-time timers (state TTL or idle-state retention)."""
-        if self.kind == EVENT_TIME:
+    def is_event_time(self) -> bool:
+        """Rows carry event times and the join runs on the watermark."""
+        return self.kind is PlanKind.TEMPORAL_EVENT_TIME
+
+    @property
+    def time_mode(self) -> TimeMode:
+        if self.is_event_time:
+            return TimeMode.EVENT_TIME
+        if self.retention_ms is not None or any(s.state_ttl_ms for s in self.sides):
+            return TimeMode.PROCESSING_TIME  # state TTL or idle-state retention timers
+        return TimeMode.NONE
+
+    @property
+    def null_padded_sides(self) -> tuple[int, ...]:
+        """The sides whose columns an outer join pads with NULLs in some output rows."""
+        return tuple(side for side, padded in ((0, self.join_type.right_outer), (1, self.join_type.left_outer))
+                     if padded)
+
+    @property
+    def upsert_materializer(self) -> bool:
+        """Upsert output under a key the join key does not determine needs the upsert materializer
+        stage (the changes of one output key then come from several join tasks).
+
+        The join key determines the output key when, for every join-key column, the output key
+        holds that column from a side that is never null-padded."""
+        if self.output_mode is not OutputMode.UPSERT or not self.output_key:
             return False
-        return self.retention_ms is not None or any(s.state_ttl_ms for s in self.sides)
+        unpadded = [side for side in (0, 1) if side not in self.null_padded_sides]
+        keyed = {self.projection[i] for i in self.output_key}
+        return any(
+            not any((side, self.sides[side].join_key[j]) in keyed for side in unpadded)
+            for j in range(len(self.left.join_key))
+        )
+
+    def stages(self) -> list[str]:
+        """The stateful stages the query runs, in the order a record meets them."""
+        stages = [f"normalize {s.name} (keyed by message key: the last row per primary key)"
+                  for s in self.sides if s.normalized]
+        stages.append(f"join (keyed by join key: {self.kind.value} {self.join_type.value} join)")
+        if self.upsert_materializer:
+            stages.append("upsert materializer (keyed by OUTPUT_KEY: the latest row per output key)")
+        return stages
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))
@@ -113,6 +172,9 @@ class JoinPlan:
     @classmethod
     def from_json(cls, text: str) -> "JoinPlan":
         data = json.loads(text)
+        data["kind"] = PlanKind(data["kind"])
+        data["join_type"] = JoinType(data["join_type"])
+        data["output_mode"] = OutputMode(data["output_mode"])
         sides = []
         for name in ("left", "right"):
             s = data.pop(name)
@@ -138,15 +200,15 @@ class JoinPlan:
         condition = None
         if self.condition_sql:
             condition = compile_condition(self.condition_sql, left.columns, right.columns)
-        if self.kind == REGULAR:
+        if self.kind is PlanKind.REGULAR:
             spec = JoinSpec(
-                JoinType(self.join_type), left, right, self.filter_nulls, condition, self.projection,
+                self.join_type, left, right, self.filter_nulls, condition, self.projection,
                 self.mini_batch_size,
             )
             return make_join(spec)
         spec = TemporalJoinSpec(
-            kind=TemporalKind.EVENT_TIME if self.kind == EVENT_TIME else TemporalKind.PROCESSING_TIME,
-            join_type=JoinType(self.join_type),
+            kind=TemporalKind.EVENT_TIME if self.is_event_time else TemporalKind.PROCESSING_TIME,
+            join_type=self.join_type,
             left=left,
             right=right,
             filter_nulls=self.filter_nulls,
@@ -156,16 +218,16 @@ class JoinPlan:
             right_time=self.right.time_column,
             time_of=to_epoch_millis,
             retention_ms=self.retention_ms,
-            right_is_versioned=self.kind == EVENT_TIME,
+            right_is_versioned=self.is_event_time,
             # A versioned table's -U carries the old row at its old version time: a version ends
             # where the next begins, so Flink's planner drops -U before the join, and so do we.
-            drop_update_before_on_right=self.kind == EVENT_TIME,
+            drop_update_before_on_right=self.is_event_time,
         )
         return make_temporal_join(spec)
 
     def explain(self) -> str:
         """The plan as ``check-config`` prints it."""
-        lines = [self.description or f"{self.join_type} join", f"kind: {self.kind}"]
+        lines = [self.description or f"{self.join_type.value} join", f"kind: {self.kind.value}"]
         for s in self.sides:
             keys = ", ".join(s.columns[i] for i in s.join_key)
             pk = ", ".join(s.columns[i] for i in s.primary_key) if s.primary_key else "none"
@@ -183,7 +245,8 @@ class JoinPlan:
         if self.mini_batch_size:
             lines.append(f"mini-batch: fold up to {self.mini_batch_size} records per key")
         key = ", ".join(self.output_names[i] for i in self.output_key) if self.output_key else "none"
-        lines.append(f"output: {', '.join(self.output_names)}; message key ({key})")
+        lines.append(f"output: {', '.join(self.output_names)}; message key ({key}); {self.output_mode.value}")
+        lines.append("stages: " + "; then ".join(self.stages()))
         return "\n".join(lines)
 
 
@@ -235,7 +298,8 @@ def build_plan(settings: Settings, schemas: tuple[dict, dict] | None = None) -> 
     except QueryError as err:
         raise PlanError(f"JOIN_SQL: {err}") from None
 
-    kind = {None: REGULAR, "event_time": EVENT_TIME, "processing_time": PROCESSING_TIME}[query.temporal]
+    kind = {None: PlanKind.REGULAR, TemporalKind.EVENT_TIME: PlanKind.TEMPORAL_EVENT_TIME,
+            TemporalKind.PROCESSING_TIME: PlanKind.TEMPORAL_PROCESSING_TIME}[query.temporal]
     keys = [tuple(_index(names[0], l, "JOIN_SQL") for l, _ in query.equi_keys),
             tuple(_index(names[1], r, "JOIN_SQL") for _, r in query.equi_keys)]
     pks = []
@@ -244,25 +308,25 @@ def build_plan(settings: Settings, schemas: tuple[dict, dict] | None = None) -> 
         pks.append(tuple(_index(cols, c, var) for c in pk) if pk else None)
 
     time_columns: list[int | None] = [None, None]
-    if kind == EVENT_TIME:
+    if kind is PlanKind.TEMPORAL_EVENT_TIME:
         time_columns[0] = _index(names[0], query.left_time_column, "JOIN_SQL (FOR SYSTEM_TIME AS OF)")
         if not settings.right_event_time_column:
             raise PlanError(
                 "RIGHT_EVENT_TIME_COLUMN: required for an event-time temporal join (the versioned table's time)"
             )
         time_columns[1] = _index(names[1], settings.right_event_time_column, "RIGHT_EVENT_TIME_COLUMN")
-    elif kind == PROCESSING_TIME and settings.right_event_time_column:
+    elif kind is PlanKind.TEMPORAL_PROCESSING_TIME and settings.right_event_time_column:
         raise PlanError(
             "RIGHT_EVENT_TIME_COLUMN: a processing-time temporal join (FOR SYSTEM_TIME AS OF PROCTIME()) "
             "cannot use a versioned table with an event-time attribute; Flink only allows processing-time "
             "temporal joins against lookup tables. Use FOR SYSTEM_TIME AS OF <left>.<time column> instead, "
             "or unset RIGHT_EVENT_TIME_COLUMN"
         )
-    if kind != REGULAR and settings.mini_batch_size:
+    if kind is not PlanKind.REGULAR and settings.mini_batch_size:
         raise PlanError("MINI_BATCH_SIZE: mini-batch folding applies to regular joins only")
 
     sides = []
-    ttls = (settings.left_ttl_ms, settings.right_ttl_ms) if kind == REGULAR else (None, None)
+    ttls = (settings.left_ttl_ms, settings.right_ttl_ms) if kind is PlanKind.REGULAR else (None, None)
     delays = (settings.left_watermark_delay_ms, settings.right_watermark_delay_ms)
     topics = (settings.left_topic, settings.right_topic)
     tables = (settings.left_table_name, settings.right_table_name)
@@ -275,7 +339,7 @@ def build_plan(settings: Settings, schemas: tuple[dict, dict] | None = None) -> 
         # beyond the primary key a row can move to another join key, where only a stage keyed by the
         # primary key can retract it; with primary-key columns beyond the join key direct feeding would
         # be correct too, but the normalize stage needs no key format to route tombstones.
-        direct = (kind == REGULAR and modes[i] == "upsert" and pks[i] is not None
+        direct = (kind is PlanKind.REGULAR and modes[i] == "upsert" and pks[i] is not None
                   and set(keys[i]) == set(pks[i]))
         sides.append(
             SidePlan(
@@ -299,7 +363,7 @@ def build_plan(settings: Settings, schemas: tuple[dict, dict] | None = None) -> 
     fields = []
     for (side, index), name in zip(projection, output_names):
         s = sides[side]
-        padded = (side == 1 and join_type in ("LEFT", "FULL")) or (side == 0 and join_type in ("RIGHT", "FULL"))
+        padded = join_type.left_outer if side == 1 else join_type.right_outer
         fields.append((name, s.avro_types[index], s.nullable[index] or padded))
     schema = output_schema(_record_name(settings.output_topic), fields)
 
@@ -308,14 +372,15 @@ def build_plan(settings: Settings, schemas: tuple[dict, dict] | None = None) -> 
         output_key = tuple(_index(output_names, c, "OUTPUT_KEY") for c in settings.output_key)
 
     retention = None
-    if kind != REGULAR and settings.state_ttl_ms:
+    if kind is not PlanKind.REGULAR and settings.state_ttl_ms:
         retention = (settings.state_ttl_ms, settings.state_ttl_ms * 3 // 2)  # Flink's min/max retention ratio
 
     plan = JoinPlan(
         kind=kind, join_type=join_type, left=sides[0], right=sides[1],
         filter_nulls=tuple(not ns for ns in query.null_safe_keys), condition_sql=query.condition_sql,
         projection=projection, output_names=output_names, output_schema=schema, output_key=output_key,
-        mini_batch_size=settings.mini_batch_size, retention_ms=retention, description=describe(query),
+        mini_batch_size=settings.mini_batch_size, retention_ms=retention, output_mode=OutputMode(settings.output_mode),
+        description=describe(query),
     )
     try:
         plan.operator  # noqa: B018 - compile the condition and validate the operator now, on the driver

@@ -13,7 +13,6 @@ therefore processes the same records in the same order and emits the same output
 from __future__ import annotations
 
 import heapq
-import pickle
 from typing import Iterator
 
 from pyspark.sql import Row
@@ -22,20 +21,41 @@ from pyspark.sql.types import BinaryType, StructField, StructType
 
 from operators import EVENT, PROC, ChangelogNormalize, Context, Output, UpsertMaterializer
 
-from .decode import DEAD_LETTER, ENVELOPE_SCHEMA, HEARTBEAT, LATE, encode_join_key
-from .plan import JoinPlan
+from . import deadletters
+from .envelope import (
+    ENVELOPE_SCHEMA,
+    EVENT_TIME,
+    KIND,
+    NOT_ROWS,
+    OFFSET,
+    PACK_LIMIT,
+    PART,
+    PAYLOAD,
+    TAG,
+    TS,
+    Tag,
+    Target,
+    dumps,
+    join_key_group,
+    loads,
+    output_key_group,
+    pack,
+)
+from .plan import JoinPlan, TimeMode
+from .shipping import built
 
-# What the processor emits: changelog rows for the output topic and dead letters.
-#   OUTPUT: one change; kind = its RowKind, payload = the pickled output row.
-#   DEAD:   one dead letter; payload = the pickled letter (see encode.OutputEncoder.dead_letter).
-#   PACKED: consecutive changes of one key's call, in order (see pack_changes); kind is unused.
-OUTPUT, DEAD, PACKED = 0, 1, 2
-# At most this many changes per PACKED row, which bounds a row's size when a key emits a lot.
-PACK_LIMIT = 1000
-# okey: the output's upsert key (for the upsert materializer stage); seq: emission order in the task
-# (a PACKED row holding n changes takes the n numbers from seq on).
-OUTPUT_SCHEMA = "target tinyint, kind tinyint, payload binary, okey binary, seq long"
 _STATE_SCHEMA = StructType([StructField("v", BinaryType(), True)])
+_OUTPUT, _DEAD_LETTER, _PACKED = int(Target.OUTPUT), int(Target.DEAD_LETTER), int(Target.PACKED)
+_DEAD_LETTER_TAG = int(Tag.DEAD_LETTER)
+
+
+def _plan(plan_json: str) -> JoinPlan:
+    """The plan, and with it its operator, built once per worker process (``shipping.py``)."""
+    return built(_plan_from_config, {"plan": plan_json})
+
+
+def _plan_from_config(config: dict) -> JoinPlan:
+    return JoinPlan.from_json(config["plan"])
 
 
 class SparkKeyState:
@@ -50,10 +70,10 @@ class SparkKeyState:
 
     def get(self):
         value = self._value.get()  # None when the key has no state: one call to the JVM, not two
-        return None if value is None else pickle.loads(value[0])
+        return None if value is None else loads(value[0])
 
     def put(self, value) -> None:
-        self._value.update((pickle.dumps(value, protocol=5),))
+        self._value.update((dumps(value),))
 
     def clear(self) -> None:
         self._value.clear()
@@ -67,61 +87,48 @@ class SparkKeyState:
             self._handle.deleteTimer(int(ts))
 
 
-def pack_changes(changes: list) -> bytes:
-    """The payload of a PACKED row: ``changes`` ((RowKind, row) pairs) as the RowKinds' bytes and
-    the list of rows; :func:`unpack_changes` gives the pairs back, in order."""
-    return pickle.dumps((bytes([kind for kind, _ in changes]), [row for _, row in changes]), protocol=5)
-
-
-def unpack_changes(payload: bytes):
-    """(kind, row) pairs of a PACKED row, kinds as plain ints."""
-    kinds, rows = pickle.loads(payload)
-    return zip(kinds, rows)
-
-
-# Positions of the envelope's fields (decode.ENVELOPE_SCHEMA); Row attribute access is slow.
-JK, SIDE, KIND, ROW, EVENT_TIME, TS, PART, OFFSET = range(8)
-
-
 def ordered_records(rows) -> list:
     """Envelope rows in the deterministic order described in the module docstring."""
     runs: dict[tuple[int, int], list] = {}
     for r in rows:
-        run = runs.get((r[SIDE], r[PART]))
+        run = runs.get((r[TAG], r[PART]))
         if run is None:
-            run = runs[(r[SIDE], r[PART])] = []
+            run = runs[(r[TAG], r[PART])] = []
         run.append(r)
     for run in runs.values():
         run.sort(key=lambda r: r[OFFSET])
     if len(runs) == 1:
         return next(iter(runs.values()))
-    return list(heapq.merge(*runs.values(), key=lambda r: (r[TS], r[SIDE], r[PART], r[OFFSET])))
+    return list(heapq.merge(*runs.values(), key=lambda r: (r[TS], r[TAG], r[PART], r[OFFSET])))
 
 
 class JoinProcessor(StatefulProcessor):
     """Runs one :class:`JoinPlan`'s operator per join key.
 
-    With ``pack`` (the default), the changes that one call (one key's rows, or one expired timer)
-    emits go out together in one PACKED row (or more, beyond :data:`PACK_LIMIT` changes), which
-    the sink unpacks: Spark's per-row costs (Row objects, Arrow conversion, the JVM) are then paid
-    once per key and call instead of once per change. Without it, every change is one OUTPUT row keyed by its upsert key (``okey``), as the
-    upsert materializer stage needs."""
+    With ``pack`` (the default unless the upsert materializer stage follows), the changes that one
+    call (one key's rows, or one expired timer) emits go out together in one PACKED row (or more,
+    beyond :data:`~service.envelope.PACK_LIMIT` changes), which the sink unpacks: Spark's per-row
+    costs (Row objects, Arrow conversion, the JVM) are then paid once per key and call instead of
+    once per change. Without it, every change is one OUTPUT row keyed by its upsert key (``okey``),
+    as the upsert materializer stage needs."""
 
-    def __init__(self, plan_json: str, time_mode: str, pack: bool = True):
+    def __init__(self, plan_json: str, pack: bool | None = None):
         self.plan_json = plan_json
-        self.time_mode = time_mode  # "None" | "ProcessingTime" | "EventTime"
         self.pack = pack
 
     def init(self, handle: StatefulProcessorHandle) -> None:
-        self.plan = JoinPlan.from_json(self.plan_json)
+        self.plan = _plan(self.plan_json)
         self.operator = self.plan.operator
+        if self.pack is None:
+            self.pack = not self.plan.upsert_materializer
         self.handle = handle
         self.value = handle.getValueState("join", _STATE_SCHEMA)
-        domain = {"ProcessingTime": PROC, "EventTime": EVENT}.get(self.time_mode)
+        self.time_mode = self.plan.time_mode
+        domain = {TimeMode.PROCESSING_TIME: PROC, TimeMode.EVENT_TIME: EVENT}.get(self.time_mode)
         self.state = SparkKeyState(self.value, handle, domain)
-        self.probe_originals = self.plan.kind == "temporal_event_time"
+        self.probe_originals = self.plan.is_event_time
         key = self.plan.output_key
-        self.output_key = (lambda row: repr(tuple(row[i] for i in key)).encode()) if key else (lambda row: b"")
+        self.output_key = (lambda row: output_key_group(tuple(row[i] for i in key))) if key else (lambda row: b"")
         self.seq = _TaskSequence()
 
     def _context(self, timer_values) -> Context:
@@ -132,10 +139,9 @@ class JoinProcessor(StatefulProcessor):
     def handleInputRows(self, key, rows, timerValues) -> Iterator[Row]:
         ordered = ordered_records(rows)
         out = Output()
-        letters = [r for r in ordered if r[SIDE] == DEAD_LETTER]
-        loads = pickle.loads
+        letters = [r for r in ordered if r[TAG] == _DEAD_LETTER_TAG]
         # Idle heartbeats (decode.py) only move the watermark: no state, no output.
-        records = [(r[SIDE], r[KIND], loads(r[ROW])) for r in ordered if r[SIDE] not in (DEAD_LETTER, HEARTBEAT)]
+        records = [(r[TAG], r[KIND], loads(r[PAYLOAD])) for r in ordered if r[TAG] not in NOT_ROWS]
         originals = {}
         if self.probe_originals:  # probe payloads are (row, original record), see decode.py
             for i, (side, kind, payload) in enumerate(records):
@@ -143,7 +149,7 @@ class JoinProcessor(StatefulProcessor):
                     records[i] = (side, kind, payload[0])
                     originals[id(payload[0])] = payload[1]
         for r in letters:  # dead letters only pass through: their key holds no state
-            yield Row(target=DEAD, kind=0, payload=r[ROW], okey=key[0], seq=self.seq.take())
+            yield Row(target=_DEAD_LETTER, kind=0, payload=r[PAYLOAD], okey=key[0], seq=self.seq.take())
         if not records:
             return
         self.operator.process(self.state, records, self._context(timerValues), out)
@@ -151,7 +157,7 @@ class JoinProcessor(StatefulProcessor):
 
     def handleExpiredTimer(self, key, timerValues, expiredTimerInfo) -> Iterator[Row]:
         out = Output()
-        domain = EVENT if self.time_mode == "EventTime" else PROC
+        domain = EVENT if self.time_mode is TimeMode.EVENT_TIME else PROC
         self.operator.on_timer(self.state, domain, expiredTimerInfo.getExpiryTimeInMs(), self._context(timerValues), out)
         yield from self._emit(out)
 
@@ -159,15 +165,14 @@ class JoinProcessor(StatefulProcessor):
         if self.pack:
             for i in range(0, len(out.rows), PACK_LIMIT):
                 changes = out.rows[i : i + PACK_LIMIT]
-                yield Row(target=PACKED, kind=0, payload=pack_changes(changes), okey=b"", seq=self.seq.take(len(changes)))
+                yield Row(target=_PACKED, kind=0, payload=pack(changes), okey=b"", seq=self.seq.take(len(changes)))
         else:
             for kind, row in out.rows:
-                yield Row(target=OUTPUT, kind=kind, payload=pickle.dumps(row, protocol=5), okey=self.output_key(row),
+                yield Row(target=_OUTPUT, kind=kind, payload=dumps(row), okey=self.output_key(row),
                           seq=self.seq.take())
         for kind, row in out.late:
-            letter = {"reason": LATE, "detail": "probe row at or behind the watermark",
-                      **(originals or {}).get(id(row), {"row": row, "kind": kind})}
-            yield Row(target=DEAD, kind=kind, payload=pickle.dumps(letter, protocol=5), okey=b"late", seq=self.seq.take())
+            letter = deadletters.late_row(kind, row, (originals or {}).get(id(row)))
+            yield Row(target=_DEAD_LETTER, kind=kind, payload=dumps(letter), okey=b"late", seq=self.seq.take())
 
     def close(self) -> None:
         pass
@@ -207,16 +212,15 @@ class UpsertProcessor(StatefulProcessor):
         ordered = sorted(rows, key=lambda r: r.seq)  # each join task's own order; tasks in turn
         changes = []
         for r in ordered:
-            if r.target == DEAD:
-                yield Row(target=DEAD, kind=r.kind, payload=r.payload, okey=r.okey, seq=self.seq.take())
+            if r.target == _DEAD_LETTER:
+                yield Row(target=_DEAD_LETTER, kind=r.kind, payload=r.payload, okey=r.okey, seq=self.seq.take())
             else:
-                changes.append((0, r.kind, pickle.loads(r.payload)))
+                changes.append((0, r.kind, loads(r.payload)))
         if changes:
             out = Output()
             self.operator.process(self.state, changes, Context(), out)
             for kind, row in out.rows:
-                yield Row(target=OUTPUT, kind=kind, payload=pickle.dumps(row, protocol=5), okey=key[0],
-                          seq=self.seq.take())
+                yield Row(target=_OUTPUT, kind=kind, payload=dumps(row), okey=key[0], seq=self.seq.take())
 
     def close(self) -> None:
         pass
@@ -233,9 +237,8 @@ class NormalizeProcessor(StatefulProcessor):
         self.side = side
 
     def init(self, handle: StatefulProcessorHandle) -> None:
-        plan = JoinPlan.from_json(self.plan_json)
-        join_key = plan.sides[self.side].join_key
-        self.join_key = lambda row: encode_join_key(tuple(row[i] for i in join_key))
+        join_key = _plan(self.plan_json).sides[self.side].join_key
+        self.join_key = lambda row: join_key_group(tuple(row[i] for i in join_key))
         self.state = SparkKeyState(handle.getValueState("last", _STATE_SCHEMA), handle, None)
         self.operator = ChangelogNormalize()
 
@@ -243,15 +246,15 @@ class NormalizeProcessor(StatefulProcessor):
         ordered = ordered_records(rows)
         state = _ReadOnceState(self.state)
         for r in ordered:
-            if r[SIDE] in (DEAD_LETTER, HEARTBEAT):  # passed on to the join stage
+            if r[TAG] in NOT_ROWS:  # passed on to the join stage
                 yield r
                 continue
             out = Output()
-            self.operator.process(state, [(self.side, r[KIND], pickle.loads(r[ROW]))], Context(), out)
+            self.operator.process(state, [(self.side, r[KIND], loads(r[PAYLOAD]))], Context(), out)
             # Each output keeps its record's place; a -U/+U pair gets two consecutive offsets
             # (offset * 4 + i) so the join stage orders them, whatever order the shuffle gives.
             for i, (kind, row) in enumerate(out.rows):
-                yield Row(jk=self.join_key(row), side=self.side, kind=int(kind), row=pickle.dumps(row, protocol=5),
+                yield Row(jk=self.join_key(row), tag=self.side, kind=int(kind), payload=dumps(row),
                           event_time=r[EVENT_TIME], ts=r[TS], part=r[PART], offset=r[OFFSET] * 4 + i)
         state.flush()
 

@@ -93,6 +93,10 @@ from sqlglot.dialects.spark import Spark
 from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import Tokenizer
 
+from operators import JoinType, TemporalKind
+from operators.condition import SUPPORTED as CONDITION_SUPPORTED
+from operators.condition import SUPPORTED_NODES
+
 __all__ = ["JoinQuery", "OutputColumn", "QueryError", "describe", "parse_join_sql"]
 
 
@@ -109,8 +113,8 @@ class OutputColumn:
 
 @dataclass(frozen=True)
 class JoinQuery:
-    join_type: str  # "INNER" | "LEFT" | "RIGHT" | "FULL" | "SEMI" | "ANTI"
-    temporal: str | None  # None | "event_time" | "processing_time"
+    join_type: JoinType
+    temporal: TemporalKind | None  # None for a regular or semi/anti join
     left_table: str
     left_alias: str
     right_table: str
@@ -144,45 +148,14 @@ _SUPPORTED = (
     "or SELECT <left columns> FROM <left> [AS a] WHERE a.k [NOT] IN (SELECT b.k FROM <right> [AS b] ...) "
     "/ [NOT] EXISTS (SELECT 1 FROM <right> [AS b] WHERE b.k = a.k ...)."
 )
-_SUPPORTED_CONDITION = (
-    "conditions may use column references, string/number/boolean/NULL literals, "
-    "comparisons (= <> < <= > >=, IS [NOT] DISTINCT FROM), AND/OR/NOT, IS [NOT] NULL, "
-    "[NOT] LIKE [ESCAPE 'c'], [NOT] BETWEEN, [NOT] IN (<value list>), + - * / %, unary minus and "
-    "parentheses (no functions)"
-)
+_SUPPORTED_CONDITION = f"conditions may use {CONDITION_SUPPORTED}"
 _SUPPORTED_SELECT = (
     "the select list may contain column references (a.col or col) with optional AS <name>, "
     "a.* and *"
 )
 
-_CONDITION_NODES = (
-    exp.Paren,
-    exp.And,
-    exp.Or,
-    exp.Not,
-    exp.EQ,
-    exp.NEQ,
-    exp.GT,
-    exp.GTE,
-    exp.LT,
-    exp.LTE,
-    exp.NullSafeEQ,
-    exp.NullSafeNEQ,
-    exp.Is,
-    exp.Like,
-    exp.Escape,
-    exp.Between,
-    exp.In,
-    exp.Add,
-    exp.Sub,
-    exp.Mul,
-    exp.Div,
-    exp.Mod,
-    exp.Neg,
-    exp.Literal,
-    exp.Boolean,
-    exp.Null,
-)
+# IS NOT DISTINCT FROM's negation is rewritten into NOT (... IS NOT DISTINCT FROM ...) for the compiler.
+_CONDITION_NODES = tuple(getattr(exp, name) for name in SUPPORTED_NODES) + (exp.NullSafeNEQ,)
 
 _CLAUSE_NAMES = {
     "with": "WITH (common table expressions)",
@@ -384,7 +357,7 @@ class _Resolver:
             not isinstance(node, _CONDITION_NODES)
             or (isinstance(node, exp.Literal) and not (node.is_string or node.is_number))
             or (isinstance(node, exp.Is) and not isinstance(node.expression, exp.Null))
-            or (isinstance(node, exp.Escape) and not isinstance(node.this, exp.Like))
+            or (isinstance(node, exp.Escape) and not isinstance(node.this, (exp.Like, exp.ILike)))
         ):
             what = "function" if isinstance(node, exp.Func) else "expression"
             _fail(f"unsupported {what} '{_sql(node)}' in {context}; {_SUPPORTED_CONDITION}")
@@ -704,8 +677,8 @@ def _regular_join(select: exp.Select, join: exp.Join, res: _Resolver) -> JoinQue
     _require_keys(keys, "the temporal join" if temporal else "the join")
 
     return JoinQuery(
-        join_type=join_type,
-        temporal=temporal,
+        join_type=JoinType(join_type),
+        temporal=TemporalKind(temporal) if temporal else None,
         left_table=left.table,
         left_alias=left.qualifier,
         right_table=right.table,
@@ -851,7 +824,7 @@ def _semi_anti_join(select: exp.Select, res: _Resolver) -> JoinQuery:
     _require_keys(keys, f"the {join_type.lower()} join")
 
     return JoinQuery(
-        join_type=join_type,
+        join_type=JoinType(join_type),
         temporal=None,
         left_table=left.table,
         left_alias=left.qualifier,
@@ -879,9 +852,9 @@ _JOIN_LABEL = {
 def describe(q: JoinQuery) -> str:
     """One-line human-readable plan, e.g. for ``changejoin check-config``."""
     label = _JOIN_LABEL.get(q.join_type, q.join_type + " JOIN")
-    if q.temporal == "event_time":
+    if q.temporal is TemporalKind.EVENT_TIME:
         label = f"event-time temporal {label} (FOR SYSTEM_TIME AS OF l.{q.left_time_column})"
-    elif q.temporal == "processing_time":
+    elif q.temporal is TemporalKind.PROCESSING_TIME:
         label = f"processing-time temporal {label} (FOR SYSTEM_TIME AS OF PROCTIME())"
     keys = " AND ".join(
         f"l.{lk} {'IS NOT DISTINCT FROM' if ns else '='} r.{rk}"

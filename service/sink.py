@@ -102,6 +102,12 @@ class KafkaSink:
         self._timeout_s = self._conf["message.timeout.ms"] / 1000.0
         self._broken = False
 
+    @classmethod
+    def from_config(cls, config: dict) -> "KafkaSink":
+        """The sink of a worker config (``shipping.py``; its ``kafka`` properties are a secret part)."""
+        kafka = dict(config["kafka"])
+        return cls(kafka.pop("bootstrap.servers"), kafka)
+
     def _renew(self) -> None:
         """A fresh producer (a new producer id) after a failure: an idempotent producer can be
         left unusable (fatal error, or a producer id the broker no longer knows), and a caller

@@ -5,7 +5,8 @@ import pytest
 
 from operators import RowKind
 from service.config import load_settings
-from service.decode import DEAD_LETTER, InputDecoder, encode_join_key
+from service.decode import InputDecoder
+from service.envelope import Tag, join_key_group
 from service.plan import build_plan
 from service.source import KafkaRecord
 from service_harness import ORDERS, avro, order
@@ -31,7 +32,7 @@ def decode(dec, rec):
 def test_rowkind_from_short_strings_or_byte_values(header, kind):
     env = decode(decoder(), record(avro(ORDERS, order(1, "book", 2)), [("rowkind", header)]))
     assert env[1] == 0 and env[2] == kind
-    assert env[0] == encode_join_key(("book",)) and pickle.loads(env[3]) == (1, "book", 2)
+    assert env[0] == join_key_group(("book",)) and pickle.loads(env[3]) == (1, "book", 2)
 
 
 def test_append_topic_records_are_inserts_and_a_retract_header_is_a_dead_letter():
@@ -39,17 +40,18 @@ def test_append_topic_records_are_inserts_and_a_retract_header_is_a_dead_letter(
     assert decode(dec, record(avro(ORDERS, order(1, "book", 2))))[2] == RowKind.INSERT
     assert decode(dec, record(avro(ORDERS, order(1, "book", 2)), [("rowkind", b"+I")]))[2] == RowKind.INSERT
     dead = decode(dec, record(avro(ORDERS, order(1, "book", 2)), [("rowkind", b"-D")]))
-    assert dead[1] == DEAD_LETTER
+    assert dead[1] == Tag.DEAD_LETTER
     letter = pickle.loads(dead[3])
     assert letter["reason"] == "rowkind_on_append_topic"
-    assert (letter["topic"], letter["partition"], letter["offset"]) == ("orders", 1, 42)
-    assert letter["headers"] == [("rowkind", b"-D")]
+    original = letter["original"]
+    assert (original["topic"], original["partition"], original["offset"]) == ("orders", 1, 42)
+    assert original["headers"] == [("rowkind", b"-D")]
 
 
 def test_upsert_records_are_grouped_by_message_key_and_tombstones_are_deletes():
     dec = decoder(LEFT_CHANGELOG_MODE="upsert")
     upsert = decode(dec, record(avro(ORDERS, order(1, "book", 2)), key=b"1"))
     tombstone = decode(dec, record(None, key=b"1"))
-    assert upsert[0] == tombstone[0] != encode_join_key(("book",))
+    assert upsert[0] == tombstone[0] != join_key_group(("book",))
     assert (upsert[2], tombstone[2]) == (RowKind.UPDATE_AFTER, RowKind.DELETE)
     assert pickle.loads(decode(dec, record(None))[3])["reason"] == "upsert_record_without_key"

@@ -9,7 +9,10 @@ from service.config import load_settings
 from service.decode import InputDecoder
 from service.encode import OutputEncoder
 from service.plan import build_plan
-from service.processor import DEAD, OUTPUT, PACKED, JoinProcessor, pack_changes, unpack_changes
+from service.envelope import Target
+from service.envelope import pack as pack_changes
+from service.envelope import unpack as unpack_changes
+from service.processor import JoinProcessor
 from service.source import KafkaRecord
 from service_harness import ORDERS, PRICES, avro, order, price
 from test_config import VALID
@@ -85,7 +88,7 @@ CALLS = [
 
 
 def join_rows(pack: bool) -> list:
-    join = JoinProcessor(plan_for().to_json(), "None", pack=pack)
+    join = JoinProcessor(plan_for().to_json(), pack=pack)
     join.init(_Handle())
     rows = []
     for call in CALLS:
@@ -97,8 +100,8 @@ def changes_of(rows) -> list:
     """(target, kind, row or letter) in order, packed rows unpacked."""
     out = []
     for r in rows:
-        if r.target == PACKED:
-            out += [(OUTPUT, kind, row) for kind, row in unpack_changes(r.payload)]
+        if r.target == Target.PACKED:
+            out += [(Target.OUTPUT, kind, row) for kind, row in unpack_changes(r.payload)]
         else:
             out.append((r.target, r.kind, pickle.loads(r.payload)))
     return out
@@ -107,9 +110,9 @@ def changes_of(rows) -> list:
 def test_packed_join_output_holds_the_same_changes_in_the_same_order_with_the_same_seq_numbers():
     packed, single = join_rows(pack=True), join_rows(pack=False)
     assert changes_of(packed) == changes_of(single)
-    assert [target for target, *_ in changes_of(single)] == [DEAD] + [OUTPUT] * 27
+    assert [target for target, *_ in changes_of(single)] == [Target.DEAD_LETTER] + [Target.OUTPUT] * 27
     # One PACKED row per call that emitted changes; the dead letter stays a row of its own.
-    assert [r.target for r in packed] == [DEAD, PACKED, PACKED, PACKED, PACKED]
+    assert [r.target for r in packed] == [Target.DEAD_LETTER, Target.PACKED, Target.PACKED, Target.PACKED, Target.PACKED]
     # Each change still takes its own number of the task's sequence: a packed row has its first.
     assert [r.seq for r in single] == list(range(28))
     assert [r.seq for r in packed] == [0, 1, 4, 10, 22]
@@ -121,7 +124,7 @@ def test_a_call_with_many_changes_packs_them_into_several_rows_in_order(monkeypa
     monkeypatch.setattr(service.processor, "PACK_LIMIT", 4)
     packed, single = join_rows(pack=True), join_rows(pack=False)
     assert changes_of(packed) == changes_of(single)
-    sizes = [len(list(unpack_changes(r.payload))) for r in packed if r.target == PACKED]
+    sizes = [len(list(unpack_changes(r.payload))) for r in packed if r.target == Target.PACKED]
     assert sizes == [3, 4, 2, 4, 4, 4, 4, 2]
     # Each packed row's seq is that of its first change.
     first = 1
@@ -157,7 +160,7 @@ def test_upsert_output_skips_update_befores_but_they_keep_their_seq_index():
     changes = [(RowKind.INSERT, (1, "book", 2, None)), (RowKind.UPDATE_BEFORE, (1, "book", 2, None)),
                (RowKind.UPDATE_AFTER, (1, "book", 3, None)), (RowKind.DELETE, (1, "book", 3, None))]
     counts = {}
-    records = list(encoder.records([(PACKED, 0, pack_changes(changes))], 1, 0, counts))
+    records = list(encoder.records([(Target.PACKED, 0, pack_changes(changes))], 1, 0, counts))
     assert [dict(r[3])["changejoin.seq"] for r in records] == [b"0:0", b"0:2", b"0:3"]
     assert [r[2] is None for r in records] == [False, False, True]  # the delete is a tombstone
     assert len({r[1] for r in records}) == 1 and records[0][1] is not None  # all under the key
@@ -175,7 +178,7 @@ def test_upsert_output_writes_a_tombstone_for_a_row_that_leaves_its_key():
                  (RowKind.UPDATE_BEFORE, (2, "book", 1, 10.0)), (RowKind.UPDATE_AFTER, (2, "book", 5, 10.0))]
     pen_call = [(RowKind.UPDATE_AFTER, (1, "pen", 2, 1.5))]
     counts = {}
-    records = list(encoder.records([(PACKED, 0, pack_changes(book_call)), (PACKED, 0, pack_changes(pen_call))],
+    records = list(encoder.records([(Target.PACKED, 0, pack_changes(book_call)), (Target.PACKED, 0, pack_changes(pen_call))],
                                    1, 0, counts))
     keys = encoder.keys
     assert [(r[1], r[2] is None) for r in records] == [
@@ -193,7 +196,7 @@ def test_a_too_large_change_in_a_packed_row_goes_to_the_dead_letter_topic_alone(
     changes = [(RowKind.INSERT, (1, "book", 2, None)), (RowKind.INSERT, (2, "x" * 100, 2, None)),
                (RowKind.DELETE, (1, "book", 2, None))]
     counts = {}
-    records = list(encoder.records([(PACKED, 0, pack_changes(changes))], 1, 0, counts))
+    records = list(encoder.records([(Target.PACKED, 0, pack_changes(changes))], 1, 0, counts))
     assert [r[0] for r in records] == ["out", "out.dlq", "out"]
     letter = dict(records[1][3])
     assert letter["reason"] == b"too_large" and letter["changejoin.seq"] == b"0:1"

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from service.config import load_settings
-from service.decode import HEARTBEAT, HEARTBEAT_KEY, InputDecoder
+from service.decode import InputDecoder
+from service.envelope import HEARTBEAT_GROUP, Tag
 from service.plan import build_plan
 from service_harness import JoinHarness
 
@@ -79,18 +80,18 @@ def test_a_heartbeat_is_one_envelope_that_the_join_and_normalize_stages_pass_by(
     plan = plan_for()
     beats = list(InputDecoder(plan, 1, "rowkind", None).heartbeat(1_700_000_000_123))
     assert beats == [(
-        HEARTBEAT_KEY, HEARTBEAT, 0, pickle.dumps(None),
+        HEARTBEAT_GROUP, Tag.HEARTBEAT, 0, pickle.dumps(None, protocol=5),
         dt.datetime(2023, 11, 14, 22, 13, 20, 123_000, tzinfo=dt.timezone.utc), 1_700_000_000_123, -1, -1,
     )]
     # Both inputs' heartbeats share one grouping key; the join keeps no state for it and emits nothing.
     both = beats + list(InputDecoder(plan, 0, "rowkind", None).heartbeat(1_700_000_000_456))
-    join = JoinProcessor(plan.to_json(), "EventTime")
+    join = JoinProcessor(plan.to_json())
     join.init(_Untouchable())
-    assert list(join.handleInputRows((HEARTBEAT_KEY,), iter(both), _Timers())) == []
+    assert list(join.handleInputRows((HEARTBEAT_GROUP,), iter(both), _Timers())) == []
     # An upsert input's normalize stage hands it on unchanged (the watermark is taken after it).
     normalize = NormalizeProcessor(plan_for(RIGHT_CHANGELOG_MODE="upsert").to_json(), 1)
     normalize.init(_Untouchable())
-    assert list(normalize.handleInputRows((HEARTBEAT_KEY,), iter(beats), _Timers())) == beats
+    assert list(normalize.handleInputRows((HEARTBEAT_GROUP,), iter(beats), _Timers())) == beats
 
 
 # --------------------------------------------------------------------------------------------

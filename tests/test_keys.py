@@ -10,7 +10,8 @@ from operators import RowKind
 from schema_registry_fake import fake_schema_registry, schema_registry_url  # noqa: F401
 from service.avro import DecodeError, SchemaRegistry
 from service.config import load_settings
-from service.decode import DEAD_LETTER, InputDecoder, encode_join_key
+from service.decode import InputDecoder
+from service.envelope import Tag, join_key_group
 from service.keys import KeyDecoder
 from service.plan import PlanError, SidePlan, build_plan
 from service.source import KafkaRecord
@@ -99,7 +100,7 @@ def test_a_directly_joined_upsert_input_keys_rows_and_tombstones_by_join_key():
     dec = direct_decoder()
     (row,) = dec.map(KafkaRecord("prices", 0, 1, 1000, b"pen", avro(PRICES, price("pen", 1.5)), []))
     (tombstone,) = dec.map(KafkaRecord("prices", 0, 2, 1000, b"pen", None, []))
-    assert row[0] == tombstone[0] == encode_join_key(("pen",))
+    assert row[0] == tombstone[0] == join_key_group(("pen",))
     assert (row[2], tombstone[2]) == (RowKind.UPDATE_AFTER, RowKind.DELETE)
     deleted = pickle.loads(tombstone[3])
     assert deleted[0] == "pen" and set(deleted[1:]) == {None}  # only the primary key is known
@@ -108,7 +109,7 @@ def test_a_directly_joined_upsert_input_keys_rows_and_tombstones_by_join_key():
 def test_an_unreadable_tombstone_key_is_a_dead_letter_and_a_disagreeing_key_a_warning(caplog):
     dec = direct_decoder(RIGHT_KEY_FORMAT="avro")
     (dead,) = dec.map(KafkaRecord("prices", 0, 2, 1000, b"pen", None, []))
-    assert dead[1] == DEAD_LETTER and pickle.loads(dead[3])["reason"] == "undecodable_key"
+    assert dead[1] == Tag.DEAD_LETTER and pickle.loads(dead[3])["reason"] == "undecodable_key"
     (row,) = dec.map(KafkaRecord("prices", 0, 3, 1000, b"pen", avro(PRICES, price("pen", 1.5)), []))
     assert row[1] == 1  # the value still counts
     assert "RIGHT_KEY_FORMAT" in caplog.text

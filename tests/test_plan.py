@@ -2,7 +2,6 @@
 import pytest
 
 from service.config import load_settings
-from service.pipeline import needs_upsert_materializer
 from service.plan import JoinPlan, PlanError, build_plan
 from test_config import VALID
 
@@ -42,8 +41,9 @@ def test_plan_survives_the_trip_to_the_workers():
     ],
 )
 def test_upsert_materializer_only_when_the_join_key_does_not_determine_the_output_key(sql, key, needed):
-    settings, plan = plan_for(JOIN_SQL=sql, OUTPUT_MODE="upsert", OUTPUT_KEY=key)
-    assert needs_upsert_materializer(settings, plan) is needed
+    _, plan = plan_for(JOIN_SQL=sql, OUTPUT_MODE="upsert", OUTPUT_KEY=key)
+    assert plan.upsert_materializer is needed
+    assert ("upsert materializer" in plan.explain()) is needed
 
 
 def test_processing_time_temporal_join_against_a_versioned_table_is_refused():

@@ -1,0 +1,136 @@
+"""The rows that travel between the Spark stages of a record's path, defined once.
+
+source -> decode -> [normalize] -> join -> [upsert materializer] -> encode -> sink
+
+**Envelope** (decode's output, the join's and the normalize stage's input, :data:`ENVELOPE_SCHEMA`):
+
+- ``jk``: the grouping key, bytes that are equal exactly when the keys are equal (Spark groups by
+  it): the join key of a row (:func:`join_key_group`), the message key of an upsert record on its
+  way to the normalize stage (:func:`message_key_group`), one group per source partition for dead
+  letters (:func:`dead_letter_group`), :data:`HEARTBEAT_GROUP` for idle heartbeats;
+- ``tag``: what the envelope carries (:class:`Tag`): a left or right row, a dead letter, or a
+  heartbeat;
+- ``kind``: the row's RowKind byte (0-3);
+- ``payload``: the pickled row (a tuple in schema order; ``(row, original record)`` for probe rows
+  of an event-time join, which may turn out late), the dead letter (``deadletters.py``), or None;
+- ``event_time``: the row's event time for event-time joins, else NULL;
+- ``ts``, ``part``, ``offset``: the Kafka timestamp, partition and offset, which order the records
+  of one key deterministically (``processor.ordered_records``).
+
+**Join output** (:data:`OUTPUT_SCHEMA`): ``target`` (:class:`Target`), ``kind``, ``payload``,
+``okey`` (the output's upsert key, for the upsert materializer stage) and ``seq`` (emission order
+within the task). A :attr:`Target.PACKED` row holds consecutive changes of one key's call
+(:func:`pack`); the sink unpacks them (:func:`unpack`).
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import pickle
+from enum import IntEnum
+from typing import Iterator
+
+ENVELOPE_SCHEMA = (
+    "jk binary, tag tinyint, kind tinyint, payload binary, event_time timestamp, ts long, part int, offset long"
+)
+# Positions of the envelope's fields; Row attribute access is slow on the hot path.
+JK, TAG, KIND, PAYLOAD, EVENT_TIME, TS, PART, OFFSET = range(8)
+
+
+class Tag(IntEnum):
+    """What an envelope carries. A row's tag is its side (0 = left, 1 = right)."""
+
+    LEFT = 0
+    RIGHT = 1
+    DEAD_LETTER = 2
+    HEARTBEAT = 3
+
+
+#: Tags of envelopes that carry no input row: the join and normalize stages pass them by.
+NOT_ROWS = (Tag.DEAD_LETTER, Tag.HEARTBEAT)
+
+HEARTBEAT_GROUP = b"\x02heartbeat"
+_DEAD_LETTER, _HEARTBEAT = int(Tag.DEAD_LETTER), int(Tag.HEARTBEAT)  # plain ints in Spark rows
+
+_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+
+
+def dumps(value) -> bytes:
+    """A payload's bytes (pickle protocol 5)."""
+    return pickle.dumps(value, protocol=5)
+
+
+loads = pickle.loads
+
+
+def event_time(millis: int) -> _dt.datetime:
+    """The ``event_time`` column's value for epoch milliseconds."""
+    return _EPOCH + _dt.timedelta(milliseconds=millis)
+
+
+# -- grouping keys ---------------------------------------------------------------------------------
+def join_key_group(values: tuple) -> bytes:
+    """Equal join keys give equal bytes: ``repr`` of a tuple of Avro-decoded values is canonical
+    (pickle is not: it shares repeated objects)."""
+    return repr(values).encode()
+
+
+def message_key_group(message_key: bytes) -> bytes:
+    """Grouping key of the normalize stage: the upsert topic's message key (its primary key)."""
+    return b"\x01" + message_key
+
+
+def dead_letter_group(partition: int) -> bytes:
+    """Dead letters need a grouping key too: one per source partition spreads them over tasks."""
+    return b"\x00dead-letter:%d" % partition
+
+
+def output_key_group(values: tuple) -> bytes:
+    """Grouping key of the upsert materializer stage: the output's upsert key."""
+    return repr(values).encode()
+
+
+# -- envelopes -------------------------------------------------------------------------------------
+def row_envelope(jk: bytes, side: int, kind: int, payload, event_time_value, record) -> tuple:
+    """An input row (or an upsert tombstone, payload None) read from Kafka ``record``."""
+    return (jk, side, kind, dumps(payload), event_time_value, record.timestamp_ms or 0, record.partition,
+            record.offset)
+
+
+def dead_letter_envelope(letter: dict, record) -> tuple:
+    """A dead letter (``deadletters.py``) for Kafka ``record``."""
+    return (dead_letter_group(record.partition), _DEAD_LETTER, 0, dumps(letter), None,
+            record.timestamp_ms or 0, record.partition, record.offset)
+
+
+def heartbeat_envelope(event_time_ms: int) -> tuple:
+    """An idle heartbeat: only an event time (see ``decode.InputDecoder.heartbeat``)."""
+    return (HEARTBEAT_GROUP, _HEARTBEAT, 0, dumps(None), event_time(event_time_ms), event_time_ms, -1, -1)
+
+
+# -- join output -----------------------------------------------------------------------------------
+OUTPUT_SCHEMA = "target tinyint, kind tinyint, payload binary, okey binary, seq long"
+
+
+class Target(IntEnum):
+    """What a join output row is."""
+
+    OUTPUT = 0  # one change: kind = its RowKind, payload = the pickled output row
+    DEAD_LETTER = 1  # one dead letter: payload = the pickled letter
+    PACKED = 2  # consecutive changes of one key's call, in order (see pack); kind is unused
+
+
+#: At most this many changes per PACKED row, which bounds a row's size when a key emits a lot.
+PACK_LIMIT = 1000
+
+
+def pack(changes: list) -> bytes:
+    """The payload of a PACKED row: ``changes`` ((RowKind, row) pairs) as the RowKinds' bytes and
+    the list of rows; :func:`unpack` gives the pairs back, in order."""
+    return dumps((bytes([kind for kind, _ in changes]), [row for _, row in changes]))
+
+
+def unpack(payload: bytes) -> Iterator[tuple[int, tuple]]:
+    """(kind, row) pairs of a PACKED row, kinds as plain ints."""
+    kinds, rows = loads(payload)
+    return zip(kinds, rows)
+

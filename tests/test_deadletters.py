@@ -1,0 +1,40 @@
+"""The dead letter: one list of reasons, the README's; letters rendered as records."""
+import re
+from pathlib import Path
+
+from service import deadletters
+from service.deadletters import Reason
+from service.source import KafkaRecord
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+def test_the_readme_lists_exactly_the_reasons_the_service_uses():
+    text = README.read_text()
+    section = text[text.index("Reasons:"):text.index("They are counted per reason")]
+    assert set(re.findall(r"`([a-z_]+)`", section)) == {r.value for r in Reason}
+
+
+def test_a_letter_from_a_record_keeps_its_key_value_and_headers_and_says_why_and_where_from():
+    record = KafkaRecord("orders", 2, 41, 1000, b"k", b"\x00bad", [("rowkind", b"+I")])
+    key, value, headers = deadletters.render(deadletters.from_record(record, Reason.UNDECODABLE, "not Avro"))
+    assert (key, value) == (b"k", b"\x00bad")
+    assert headers == [("rowkind", b"+I"), ("reason", b"undecodable"), ("reason.detail", b"not Avro"),
+                       ("source.topic", b"orders"), ("source.partition", b"2"), ("source.offset", b"41")]
+
+
+def test_a_late_row_is_written_as_its_record_when_kept_else_as_its_text():
+    record = KafkaRecord("orders", 0, 7, 1000, None, b"v", [])
+    key, value, headers = deadletters.render(deadletters.late_row(0, (1, "EUR"), deadletters.original(record)))
+    assert (key, value) == (None, b"v") and dict(headers)["reason"] == b"late"
+    assert dict(headers)["source.offset"] == b"7"
+
+    key, value, headers = deadletters.render(deadletters.late_row(3, (1, "EUR"), None))
+    assert (key, value) == (None, None)
+    assert headers[:3] == [("row", b"(1, 'EUR')"), ("rowkind", b"-D"), ("reason", b"late")]
+    assert "source.topic" not in dict(headers)
+
+
+def test_a_long_detail_is_cut_to_a_header_size():
+    headers = deadletters.reason_headers(Reason.TOO_LARGE, "x" * 5000)
+    assert len(dict(headers)["reason.detail"]) == 1000
