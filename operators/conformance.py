@@ -8,6 +8,11 @@ the processing-time clock and the watermarks come from the case's events, timers
 The output is cut into segments at the case's checkpoints, written to OBSERVED (format: the cases
 README, section 8), compared with the expectation, and reported as ``PASS``/``FAIL`` per case with
 a last line ``N passed, M failed`` (exit status 1 if any case fails).
+
+Event-time joins (temporal, interval, window) mark every advance of the combined watermark in the
+output, held back by the operator's ``output_watermark_delay_ms`` (interval joins, README section
+10.5). Window cases also report their late windowed copies per input side (``late_rows_dropped``),
+counted from what each ``process`` call puts in ``Output.late``.
 """
 from __future__ import annotations
 
@@ -382,15 +387,18 @@ def compare(case: dict, observed: dict | None) -> str | None:
         if diff:
             return diff
     expects = [e["expect"] for e in case["events"] if "expect" in e]
-    if mode in ("ordered_per_checkpoint", "multiset_per_checkpoint") or (mode == "multiset_with_watermarks" and expects):
+    per_checkpoint = mode in ("ordered_per_checkpoint", "multiset_per_checkpoint")
+    if per_checkpoint or (mode == "multiset_with_watermarks" and expects):
         if len(segments) > len(expects) and any(segments[len(expects):]):
             return "output after the last checkpoint"
         for i, expected in enumerate(expects):
             seen = segments[i] if i < len(segments) else []
             if mode == "multiset_with_watermarks":
                 diff = _diff_multiset_runs(expected, seen)
+            elif mode == "ordered_per_checkpoint":
+                diff = _diff_ordered(expected, _rows_only(seen))
             else:
-                diff = (_diff_ordered if mode == "ordered_per_checkpoint" else _diff_multiset)(expected, _rows_only(seen))
+                diff = _diff_multiset(expected, _rows_only(seen))
             if diff:
                 return f"checkpoint {i}: {diff}"
         return None

@@ -40,7 +40,7 @@ from typing import Iterable
 
 from .rowkind import RowKind
 from .rows import nulls, row_builder
-from .spec import IntervalJoinSpec, JoinType, null_key_filter
+from .spec import IntervalJoinSpec, null_key_filter
 from .state import EVENT, PROC, Context, KeyState, Output
 
 LEFT_ROWS, RIGHT_ROWS, LEFT_CLEANUP, RIGHT_CLEANUP = range(4)

@@ -41,7 +41,8 @@ def test_every_public_case_passes(tmp_path, cases):
 @pytest.mark.parametrize("cases", list(CASE_FILES), ids=lambda p: p.stem)
 def test_shared_checker_agrees_with_the_observed_file(tmp_path, cases):
     _, observed = run_runner(tmp_path, cases)
-    proc = subprocess.run([sys.executable, str(SHARED_CHECK), str(cases), str(observed)], capture_output=True, text=True)
+    command = [sys.executable, str(SHARED_CHECK), str(cases), str(observed)]
+    proc = subprocess.run(command, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert proc.stdout.strip().splitlines()[-1].endswith(" 0 failed")
 
