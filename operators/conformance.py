@@ -136,13 +136,13 @@ def _build_time_bounded(case, kind, join_type, filter_nulls, condition, projecti
     time_of = (lambda v: None if v is None else _iso_millis(v)) if attr.get("unit") == "iso8601" else None
     append_only = tuple(case[f"{s}_input_spec"].get("kind") == "append_only" for s in ("left", "right"))
     if kind == "interval":
-        interval = case["interval"]
+        interval = case.get("interval") or {}
         spec = IntervalJoinSpec(
             join_type=join_type,
             left=left,
             right=right,
-            lower_ms=interval["lower_ms"],
-            upper_ms=interval["upper_ms"],
+            lower_ms=interval.get("lower_ms"),
+            upper_ms=interval.get("upper_ms"),
             left_time=_time_column(attr["left"]),
             right_time=_time_column(attr["right"]),
             filter_nulls=filter_nulls,
@@ -153,15 +153,19 @@ def _build_time_bounded(case, kind, join_type, filter_nulls, condition, projecti
             inputs_append_only=append_only,
         )
         return make_interval_join(spec)
-    window = case["window"]
-    window_kind = WindowKind(window["type"])
+    window = case.get("window") or {}
+    try:
+        window_kind = WindowKind(window.get("type"))
+    except ValueError:
+        kinds = ", ".join(k.value for k in WindowKind)
+        raise ConfigurationError(f"a window join needs a window of type {kinds}, got {window.get('type')!r}") from None
     spec = WindowJoinSpec(
         join_type=join_type,
         left=left,
         right=right,
         window=WindowSpec(
             kind=window_kind,
-            size_ms=window["max_size_ms"] if window_kind is WindowKind.CUMULATE else window["size_ms"],
+            size_ms=window.get("max_size_ms" if window_kind is WindowKind.CUMULATE else "size_ms"),
             slide_ms=window.get("slide_ms"),
             step_ms=window.get("step_ms"),
             offset_ms=window.get("offset_ms") or 0,

@@ -209,6 +209,10 @@ class IntervalJoinSpec:
         if self.join_type.is_semi_anti:
             raise ConfigurationError(f"interval joins support INNER, LEFT, RIGHT and FULL, not {self.join_type.value}")
         _require_append_only(self.inputs_append_only, self.left, self.right, "an interval join")
+        for name in ("lower_ms", "upper_ms"):
+            bound = getattr(self, name)
+            if isinstance(bound, bool) or not isinstance(bound, int):
+                raise ConfigurationError(f"an interval join needs an integer {name}, got {bound!r}")
         if len(self.left.join_key) != len(self.right.join_key):
             raise ValueError("left and right join keys must have the same number of columns")
         if (self.left_time is None) != (self.right_time is None):
