@@ -117,3 +117,23 @@ def test_runner_reports_a_wrong_late_count_as_a_failure(tmp_path):
     proc = _run_one(tmp_path, data, dict(case, name="wrong_late", late_rows_dropped={"left": 0, "right": 0}))
     assert proc.returncode == 1
     assert proc.stdout.startswith("FAIL wrong_late: late_rows_dropped"), proc.stdout
+
+
+@pytest.mark.parametrize("base, change", [
+    ("iv_sql_rowtime_inner", {"join_type": "SEMI"}),
+    ("iv_sql_rowtime_inner", {"time_attribute": {"left": "proctime", "right": 2, "unit": "epoch_millis"}}),
+    ("iv_sql_rowtime_inner", {"right_input_spec": {"kind": "InputSideHasNoUniqueKey", "unique_key": None}}),
+    ("wj_prog_tumble_inner", {"time_attribute": {"left": "proctime", "right": "proctime", "unit": "epoch_millis"}}),
+    ("wj_prog_tumble_inner", {"window": {"type": "SESSION", "gap_ms": 5000}}),
+    ("wj_prog_tumble_inner", {"window": {"type": "CUMULATE", "step_ms": 3000, "max_size_ms": 10000, "offset_ms": 0}}),
+], ids=["interval-semi", "interval-mixed-time", "interval-changelog-input", "window-proctime", "window-session",
+        "window-cumulate-uneven"])
+def test_interval_and_window_joins_flink_does_not_plan_are_refused(base, change):
+    from operators.conformance import compare, run_case
+
+    _, case = _interval_window_case(base)
+    refused = dict(case, **change, kind="config_error", requested_kind=case["kind"], events=[],
+                   expected_mode="error", expected_error={"stage": "configuration", "reason": "-"})
+    observed = run_case(refused)
+    assert observed.get("error"), observed
+    assert compare(refused, observed) is None
