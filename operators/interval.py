@@ -31,6 +31,10 @@ of the side's pending clean-up or None. The key holds one registered timer, in t
 domain (EVENT or PROC), at the earlier of the two pending clean-ups. A key with no rows and no
 pending clean-up has its state cleared.
 
+Inputs are append-only (the spec refuses others): every record is taken as an insert of its row,
+whatever its kind. A row whose time column is NULL has no range: it matches nothing, is never
+stored, and is null-padded at once on a preserved side.
+
 A negative-size interval (``lower > upper``) can match nothing: like Flink, which plans no join
 at all, preserved rows are null-padded on arrival, the others discarded, and no state is kept.
 """

@@ -11,6 +11,10 @@ on its own:
   dropped copy (a HOP row late for two windows appears twice);
 - otherwise it is buffered under its key and window. Arriving rows emit nothing.
 
+Inputs are append-only (the spec refuses others): every record is taken as an insert of its row,
+whatever its kind. A row whose time column is NULL belongs to no window and is dropped silently,
+as Flink's window table function does (it is not late).
+
 When the watermark reaches ``window_end - 1`` the window fires and its buffer is discarded:
 INNER emits every matching pair, LEFT / RIGHT / FULL add the null-padded rows (NULL in all columns
 of the missing side, its window columns included) of copies without a match, SEMI emits every
