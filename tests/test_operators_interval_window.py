@@ -93,6 +93,14 @@ class Driver:
         self._checked(lambda s, c, o: self.operator.process(s, [(side, INSERT, row)], c, o), (row[K],))
         self.late_by_side[side] += len(self.out.late) - before
 
+    def rows(self, records):
+        """Several rows in one call per join key, as the service hands over a micro-batch."""
+        by_key = {}
+        for side, row in records:
+            by_key.setdefault((row[K],), []).append((side, INSERT, row))
+        for key, batch in by_key.items():
+            self._checked(lambda s, c, o: self.operator.process(s, batch, c, o), key)
+
     def _fire(self, upto):
         for ts, key in list(self.state.due_timers(self.domain, upto)):
             if self.state.has_timer(key, self.domain, ts):
@@ -180,6 +188,23 @@ def replay(operator, domain, schedule) -> Driver:
             driver.watermark(event[1], event[2])
         else:
             driver.clock(event[1])
+    return driver
+
+
+def replay_batched(operator, domain, schedule) -> Driver:
+    """Like ``replay``, but the rows between two advances of time go in one call per join key."""
+    driver, pending = Driver(operator, domain), []
+    for event in schedule:
+        if event[0] == "row":
+            pending.append((event[1], event[2]))
+            continue
+        driver.rows(pending)
+        pending = []
+        if event[0] == "watermark":
+            driver.watermark(event[1], event[2])
+        else:
+            driver.clock(event[1])
+    driver.rows(pending)
     return driver
 
 
@@ -296,6 +321,21 @@ def test_interval_join_state_is_empty_after_the_end_of_input(params, steps):
     assert driver.state.keys() == []
 
 
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(interval_params, st.booleans(), st.data())
+def test_interval_join_gives_the_same_rows_when_a_key_gets_several_records_per_call(params, event_time, data):
+    join_type, lower, upper, cleanup, condition, null_safe = params
+    if event_time:
+        schedule, domain = event_time_schedule(data.draw(event_time_steps)), EVENT
+    else:
+        schedule, domain = processing_time_schedule(data.draw(processing_time_steps)), PROC
+    spec = interval_spec(join_type, lower, upper, cleanup, condition, null_safe, event_time)
+    one_by_one = replay(make_interval_join(spec), domain, schedule)
+    batched = replay_batched(make_interval_join(spec), domain, schedule)
+    assert batched.emitted() == one_by_one.emitted()
+    assert batched.state.keys() == []
+
+
 # -- window joins ------------------------------------------------------------------------------
 window_specs = st.one_of(
     st.builds(lambda size, offset: WindowSpec(WindowKind.TUMBLE, size, offset_ms=offset),
@@ -392,6 +432,18 @@ def test_window_join_state_is_empty_after_the_end_of_input(params, steps):
     driver = replay(make_window_join(window_spec(join_type, window, condition, null_safe)), EVENT,
                     event_time_schedule(steps))
     assert driver.state.keys() == []
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(window_params, event_time_steps)
+def test_window_join_gives_the_same_rows_when_a_key_gets_several_records_per_call(params, steps):
+    join_type, window, condition, null_safe = params
+    schedule = event_time_schedule(steps)
+    spec = window_spec(join_type, window, condition, null_safe)
+    one_by_one = replay(make_window_join(spec), EVENT, schedule)
+    batched = replay_batched(make_window_join(spec), EVENT, schedule)
+    assert batched.emitted() == one_by_one.emitted()
+    assert batched.state.keys() == []
 
 
 @settings(max_examples=EXAMPLES, deadline=None)
