@@ -6,6 +6,7 @@ operators, tests replay changelogs through them on in-memory state. Every operat
 checkpoint format (``stateformat.py``).
 """
 from .condition import ConditionError, compile_condition
+from .interval import IntervalJoin, NegativeSizeIntervalJoin, make_interval_join
 from .minibatch import MiniBatchJoin
 from .normalize import ChangelogNormalize, upsert_changes
 from .regular import RegularJoin, SemiAntiJoin, make_join
@@ -13,23 +14,29 @@ from .rowkind import ACCUMULATE, RowKind
 from .spec import (
     ConfigurationError,
     InputSpec,
+    IntervalJoinSpec,
     JoinSpec,
     JoinType,
     StateLayout,
     TemporalJoinSpec,
     TemporalKind,
+    WindowJoinSpec,
+    WindowKind,
+    WindowSpec,
     choose_layout,
 )
 from .state import EVENT, PROC, Change, Context, InMemoryState, KeyedOperator, KeyState, Output, Record
 from .stateformat import STATE_FORMAT_VERSION
 from .temporal import EventTimeTemporalJoin, ProcessingTimeTemporalJoin, make_temporal_join
 from .upsert import UpsertMaterializer
+from .window import WindowJoin, make_window_join
 
 __all__ = [
     "ACCUMULATE", "EVENT", "PROC", "STATE_FORMAT_VERSION", "Change", "ChangelogNormalize", "ConditionError",
-    "ConfigurationError", "Context", "EventTimeTemporalJoin", "InMemoryState", "InputSpec", "JoinSpec",
-    "JoinType", "KeyState", "KeyedOperator", "MiniBatchJoin", "Output", "ProcessingTimeTemporalJoin", "Record",
-    "RegularJoin", "RowKind", "SemiAntiJoin", "StateLayout", "TemporalJoinSpec", "TemporalKind",
-    "UpsertMaterializer", "choose_layout", "compile_condition", "make_join", "make_temporal_join",
-    "upsert_changes",
+    "ConfigurationError", "Context", "EventTimeTemporalJoin", "InMemoryState", "InputSpec", "IntervalJoin",
+    "IntervalJoinSpec", "JoinSpec", "JoinType", "KeyState", "KeyedOperator", "MiniBatchJoin",
+    "NegativeSizeIntervalJoin", "Output", "ProcessingTimeTemporalJoin", "Record", "RegularJoin", "RowKind",
+    "SemiAntiJoin", "StateLayout", "TemporalJoinSpec", "TemporalKind", "UpsertMaterializer", "WindowJoin",
+    "WindowJoinSpec", "WindowKind", "WindowSpec", "choose_layout", "compile_condition", "make_interval_join",
+    "make_join", "make_temporal_join", "make_window_join", "upsert_changes",
 ]

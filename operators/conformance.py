@@ -8,6 +8,11 @@ the processing-time clock and the watermarks come from the case's events, timers
 The output is cut into segments at the case's checkpoints, written to OBSERVED (format: the cases
 README, section 8), compared with the expectation, and reported as ``PASS``/``FAIL`` per case with
 a last line ``N passed, M failed`` (exit status 1 if any case fails).
+
+Event-time joins (temporal, interval, window) mark every advance of the combined watermark in the
+output, held back by the operator's ``output_watermark_delay_ms`` (interval joins, README section
+10.5). Window cases also report their late windowed copies per input side (``late_rows_dropped``),
+counted from what each ``process`` call puts in ``Output.late``.
 """
 from __future__ import annotations
 
@@ -25,6 +30,7 @@ from . import (
     Context,
     InMemoryState,
     InputSpec,
+    IntervalJoinSpec,
     JoinSpec,
     JoinType,
     Output,
@@ -32,11 +38,17 @@ from . import (
     StateLayout,
     TemporalJoinSpec,
     TemporalKind,
+    WindowJoinSpec,
+    WindowKind,
+    WindowSpec,
     choose_layout,
     compile_condition,
+    make_interval_join,
     make_join,
     make_temporal_join,
+    make_window_join,
 )
+from .spec import WINDOW_COLUMNS
 
 SIDES = {"L": 0, "R": 1}
 
@@ -61,12 +73,16 @@ def _watermark(value: Any) -> float:
 def build_operator(case: dict):
     """The operator a case asks for; raises ConfigurationError for a join that must be refused."""
     kind = case["kind"]
+    if kind == "config_error":
+        kind = case.get("requested_kind", kind)
     left_cols, right_cols = tuple(case["left_schema"]), tuple(case["right_schema"])
     lk, rk = tuple(case["left_join_key"]), tuple(case["right_join_key"])
     filter_nulls = (bool(case["filter_null_keys"]),) * len(lk)
     projection = None
     if case.get("projection") is not None:
         projection = tuple((SIDES[s], i) for s, i in case["projection"])
+    if kind == "window":  # the condition may name the window columns of either side
+        left_cols, right_cols = left_cols + WINDOW_COLUMNS, right_cols + WINDOW_COLUMNS
     condition = None
     if case.get("condition_sql"):
         condition = compile_condition(case["condition_sql"], left_cols, right_cols)
@@ -86,6 +102,9 @@ def build_operator(case: dict):
             join_type, sides[0], sides[1], filter_nulls, condition, projection, case.get("mini_batch_size")
         )
         return make_join(spec)
+
+    if kind in ("interval", "window"):
+        return _build_time_bounded(case, kind, join_type, filter_nulls, condition, projection)
 
     attr = case["time_attribute"]
     iso = attr.get("unit") == "iso8601"
@@ -108,6 +127,63 @@ def build_operator(case: dict):
     return make_temporal_join(spec)
 
 
+def _time_column(value):
+    return None if value == "proctime" else value
+
+
+def _build_time_bounded(case, kind, join_type, filter_nulls, condition, projection):
+    """An interval or window join (README sections 10 and 11)."""
+    left = InputSpec(tuple(case["left_schema"]), tuple(case["left_join_key"]))
+    right = InputSpec(tuple(case["right_schema"]), tuple(case["right_join_key"]))
+    attr = case["time_attribute"]
+    time_of = (lambda v: None if v is None else _iso_millis(v)) if attr.get("unit") == "iso8601" else None
+    append_only = tuple(case[f"{s}_input_spec"].get("kind") == "append_only" for s in ("left", "right"))
+    if kind == "interval":
+        interval = case.get("interval") or {}
+        spec = IntervalJoinSpec(
+            join_type=join_type,
+            left=left,
+            right=right,
+            lower_ms=interval.get("lower_ms"),
+            upper_ms=interval.get("upper_ms"),
+            left_time=_time_column(attr["left"]),
+            right_time=_time_column(attr["right"]),
+            filter_nulls=filter_nulls,
+            condition=condition,
+            projection=projection,
+            min_cleanup_interval_ms=case.get("min_cleanup_interval_ms") or 0,
+            time_of=time_of,
+            inputs_append_only=append_only,
+        )
+        return make_interval_join(spec)
+    window = case.get("window") or {}
+    try:
+        window_kind = WindowKind(window.get("type"))
+    except ValueError:
+        kinds = ", ".join(k.value for k in WindowKind)
+        raise ConfigurationError(f"a window join needs a window of type {kinds}, got {window.get('type')!r}") from None
+    spec = WindowJoinSpec(
+        join_type=join_type,
+        left=left,
+        right=right,
+        window=WindowSpec(
+            kind=window_kind,
+            size_ms=window.get("max_size_ms" if window_kind is WindowKind.CUMULATE else "size_ms"),
+            slide_ms=window.get("slide_ms"),
+            step_ms=window.get("step_ms"),
+            offset_ms=window.get("offset_ms") or 0,
+        ),
+        left_time=_time_column(attr["left"]),
+        right_time=_time_column(attr["right"]),
+        filter_nulls=filter_nulls,
+        condition=condition,
+        projection=projection,
+        time_of=time_of,
+        inputs_append_only=append_only,
+    )
+    return make_window_join(spec)
+
+
 def run_case(case: dict) -> dict:
     """Replay one case; returns its OBSERVED entry."""
     try:
@@ -121,19 +197,24 @@ def run_case(case: dict) -> dict:
     state = InMemoryState()
     out = Output()
     segments: list[list] = [[]]
-    marks = case["kind"] == "temporal_event_time"
+    # Event-time joins report each advance of the combined watermark, held back by the join's delay.
+    marks = case["kind"] == "temporal_event_time" or getattr(operator, "time_domain", None) == EVENT
+    delay = getattr(operator, "output_watermark_delay_ms", 0)
     now = 0
     watermarks: list[Any] = [None, None]
     combined = None
     late = 0
+    late_by_side = [0, 0]
     bundle: list = []
     bundle_size = case.get("mini_batch_size") if case["kind"] == "mini_batch" else None
 
-    def drain():
+    def drain(side=None):
         nonlocal late
         for kind, row in out.rows:
             segments[-1].append({"kind": RowKind(kind).short, "row": to_json(row)})
         late += len(out.late)
+        if side is not None:
+            late_by_side[side] += len(out.late)
         out.rows.clear()
         out.late.clear()
 
@@ -167,7 +248,7 @@ def run_case(case: dict) -> dict:
                     combined = new
                     fire(EVENT, combined)
                     if marks:
-                        segments[-1].append({"watermark": event["watermark"] if new == float("inf") else new})
+                        segments[-1].append({"watermark": "+inf" if new == float("inf") else new - delay})
         else:
             side = SIDES[event["side"]]
             row = to_tuple(event["row"])
@@ -179,7 +260,7 @@ def run_case(case: dict) -> dict:
                     flush()
             else:
                 operator.process(state.for_key(key), [record], Context(now, combined), out)
-                drain()
+                drain(side)
     if bundle and not any("expect" in e for e in case["events"]):
         flush()  # end of input; with checkpoints, anything after the last one would be a failure
     if segments[-1] == [] and len(segments) > 1:
@@ -187,6 +268,8 @@ def run_case(case: dict) -> dict:
     observed: dict = {"segments": segments}
     if case["kind"] == "temporal_event_time":
         observed["late_probe_rows_dropped"] = late
+    if case["kind"] == "window":  # late windowed copies, per input side (README section 11.4)
+        observed["late_rows_dropped"] = {"left": late_by_side[0], "right": late_by_side[1]}
     return observed
 
 
@@ -201,9 +284,15 @@ def _canon(value: Any) -> Any:
     return ("other", json.dumps(value, sort_keys=True))
 
 
+def _canon_watermark(value: Any) -> Any:
+    if value in ("+inf", float("inf")):
+        return ("num", float("inf"))
+    return _canon(value)
+
+
 def _entry(entry: dict) -> tuple:
     if "watermark" in entry:
-        return ("wm", _canon(entry["watermark"]))
+        return ("wm", _canon_watermark(entry["watermark"]))
     return (entry["kind"], _canon(entry["row"]))
 
 
@@ -226,6 +315,41 @@ def _diff_ordered(expected: list, observed: list) -> str | None:
         if a != b:
             return f"entry {i}: expected {expected[i]}, observed {observed[i]}"
     return f"expected {len(exp)} entries, observed {len(obs)}"
+
+
+def _runs(segment: list) -> list[list]:
+    """The rows before the first watermark marker, then the rows after each marker."""
+    runs: list[list] = [[]]
+    for e in segment:
+        if "watermark" in e:
+            runs.append([])
+        else:
+            runs[-1].append(e)
+    return runs
+
+
+def _diff_multiset_runs(expected: list, observed: list) -> str | None:
+    """Markers exactly as in ``ordered_with_watermarks``; the rows between two markers as a multiset."""
+    exp_marks = [_entry(e) for e in expected if "watermark" in e]
+    obs_marks = [_entry(e) for e in observed if "watermark" in e]
+    if exp_marks != obs_marks:
+        shown = lambda seg: [e["watermark"] for e in seg if "watermark" in e]  # noqa: E731
+        return f"watermark markers: expected {shown(expected)}, observed {shown(observed)}"
+    for i, (exp_run, obs_run) in enumerate(zip(_runs(expected), _runs(observed))):
+        diff = _diff_multiset(exp_run, obs_run)
+        if diff:
+            where = "before the first watermark" if i == 0 else f"after watermark marker {i}"
+            return f"rows {where}: {diff}"
+    return None
+
+
+def _diff_late_rows(expected: dict, observed: Any) -> str | None:
+    if not (isinstance(observed, dict) and set(observed) == {"left", "right"}
+            and all(isinstance(v, int) and not isinstance(v, bool) for v in observed.values())):
+        return f"late_rows_dropped must be {{'left': N, 'right': M}}, got {observed!r}"
+    if observed != expected:
+        return f"late_rows_dropped {observed} != {expected}"
+    return None
 
 
 def _materialize(rows: list, upsert_key: list | None) -> tuple[Counter | None, str | None]:
@@ -265,17 +389,29 @@ def compare(case: dict, observed: dict | None) -> str | None:
     if "late_probe_rows_dropped" in case and "late_probe_rows_dropped" in observed:
         if observed["late_probe_rows_dropped"] != case["late_probe_rows_dropped"]:
             return f"late_probe_rows_dropped {observed['late_probe_rows_dropped']} != {case['late_probe_rows_dropped']}"
-    if mode in ("ordered_per_checkpoint", "multiset_per_checkpoint"):
-        expects = [e["expect"] for e in case["events"] if "expect" in e]
+    if "late_rows_dropped" in case and "late_rows_dropped" in observed:
+        diff = _diff_late_rows(case["late_rows_dropped"], observed["late_rows_dropped"])
+        if diff:
+            return diff
+    expects = [e["expect"] for e in case["events"] if "expect" in e]
+    per_checkpoint = mode in ("ordered_per_checkpoint", "multiset_per_checkpoint")
+    if per_checkpoint or (mode == "multiset_with_watermarks" and expects):
         if len(segments) > len(expects) and any(segments[len(expects):]):
             return "output after the last checkpoint"
         for i, expected in enumerate(expects):
-            seen = _rows_only(segments[i]) if i < len(segments) else []
-            diff = (_diff_ordered if mode == "ordered_per_checkpoint" else _diff_multiset)(expected, seen)
+            seen = segments[i] if i < len(segments) else []
+            if mode == "multiset_with_watermarks":
+                diff = _diff_multiset_runs(expected, seen)
+            elif mode == "ordered_per_checkpoint":
+                diff = _diff_ordered(expected, _rows_only(seen))
+            else:
+                diff = _diff_multiset(expected, _rows_only(seen))
             if diff:
                 return f"checkpoint {i}: {diff}"
         return None
     flat = [e for seg in segments for e in seg]
+    if mode == "multiset_with_watermarks":
+        return _diff_multiset_runs(case["expected_changelog"], flat)
     if mode == "ordered":
         return _diff_ordered(case["expected_changelog"], _rows_only(flat))
     if mode == "ordered_with_watermarks":

@@ -169,3 +169,191 @@ def null_key_filter(filter_nulls, left_key, right_key):
         return True
 
     return can_match
+
+
+def _require_append_only(inputs_append_only: tuple[bool, bool], left: InputSpec, right: InputSpec, what: str) -> None:
+    for name, append_only, side in (("left", inputs_append_only[0], left), ("right", inputs_append_only[1], right)):
+        if side.upsert or not append_only:
+            raise ConfigurationError(
+                f"the {name} input of {what} must be append-only (every record +I): Flink plans this join "
+                f"only for insert-only inputs; use a regular join for changelog inputs"
+            )
+
+
+@dataclass(frozen=True)
+class IntervalJoinSpec:
+    """``l.k = r.k AND r.t + lower_ms <= l.t <= r.t + upper_ms``: a time-bounded join of two
+    append-only streams (Flink's ``RowTimeIntervalJoin`` / ``ProcTimeIntervalJoin``).
+
+    Both bounds are inclusive (a strict SQL bound is given as the inclusive bound 1 ms inside).
+    ``left_time`` / ``right_time`` are the event-time column indexes; both None means processing
+    time (a row's time is the clock at its arrival)."""
+
+    join_type: JoinType  # INNER, LEFT, RIGHT or FULL
+    left: InputSpec
+    right: InputSpec
+    lower_ms: int
+    upper_ms: int
+    left_time: int | None = None
+    right_time: int | None = None
+    filter_nulls: tuple[bool, ...] = ()
+    condition: Condition | None = None
+    projection: tuple[tuple[int, int], ...] | None = None
+    # Flink's table.exec.interval-join.min-cleanup-interval: delays clean-up timers, hence padding.
+    min_cleanup_interval_ms: int = 0
+    # Converts a time column's value to epoch millis; identity by default.
+    time_of: Callable[[Any], Any] | None = None
+    inputs_append_only: tuple[bool, bool] = (True, True)
+
+    def __post_init__(self):
+        if self.join_type.is_semi_anti:
+            raise ConfigurationError(f"interval joins support INNER, LEFT, RIGHT and FULL, not {self.join_type.value}")
+        _require_append_only(self.inputs_append_only, self.left, self.right, "an interval join")
+        for name in ("lower_ms", "upper_ms"):
+            bound = getattr(self, name)
+            if isinstance(bound, bool) or not isinstance(bound, int):
+                raise ConfigurationError(f"an interval join needs an integer {name}, got {bound!r}")
+        if len(self.left.join_key) != len(self.right.join_key):
+            raise ValueError("left and right join keys must have the same number of columns")
+        if (self.left_time is None) != (self.right_time is None):
+            raise ConfigurationError(
+                "both inputs of an interval join must use the same time domain: give an event-time column "
+                "on both sides, or processing time on both"
+            )
+        if self.min_cleanup_interval_ms < 0:
+            raise ConfigurationError("min_cleanup_interval_ms must not be negative")
+        if not self.filter_nulls:
+            object.__setattr__(self, "filter_nulls", (True,) * len(self.left.join_key))
+
+    @property
+    def event_time(self) -> bool:
+        return self.left_time is not None
+
+    @property
+    def negative_size(self) -> bool:
+        """No pair can ever match (``lower_ms > upper_ms``): Flink plans no join operator."""
+        return self.lower_ms > self.upper_ms
+
+    @property
+    def left_relative_size(self) -> int:
+        """How long after a left row's time a right row may still match it: ``-lower_ms``."""
+        return -self.lower_ms
+
+    @property
+    def right_relative_size(self) -> int:
+        return self.upper_ms
+
+    @property
+    def output_watermark_delay_ms(self) -> int:
+        """How far the output watermark is held back so joined rows are not late downstream."""
+        if not self.event_time or self.negative_size:
+            return 0
+        return max(-self.lower_ms, self.upper_ms)
+
+    @property
+    def output_width(self) -> int:
+        return len(self.projection) if self.projection is not None else self.left.width + self.right.width
+
+
+class WindowKind(str, Enum):
+    TUMBLE = "TUMBLE"
+    HOP = "HOP"
+    CUMULATE = "CUMULATE"
+
+
+WINDOW_COLUMNS = ("window_start", "window_end", "window_time")
+
+
+@dataclass(frozen=True)
+class WindowSpec:
+    """A window table function, the same on both inputs of a window join.
+
+    ``size_ms`` is the window size (TUMBLE, HOP) or the maximum size (CUMULATE); ``slide_ms`` is
+    HOP's slide, ``step_ms`` CUMULATE's step."""
+
+    kind: WindowKind
+    size_ms: int
+    slide_ms: int | None = None
+    step_ms: int | None = None
+    offset_ms: int = 0
+
+    def __post_init__(self):
+        if self.size_ms is None or self.size_ms <= 0:
+            raise ConfigurationError(f"a {self.kind.value} window needs a positive size")
+        if self.kind is WindowKind.HOP and (self.slide_ms is None or self.slide_ms <= 0):
+            raise ConfigurationError("a HOP window needs a positive slide")
+        if self.kind is WindowKind.CUMULATE:
+            if self.step_ms is None or self.step_ms <= 0:
+                raise ConfigurationError("a CUMULATE window needs a positive step")
+            if self.size_ms % self.step_ms:
+                raise ConfigurationError(
+                    f"a CUMULATE window's max size ({self.size_ms} ms) must be an integral multiple of its "
+                    f"step ({self.step_ms} ms)"
+                )
+
+    @staticmethod
+    def _start(t: int, offset: int, size: int) -> int:
+        return t - (t - offset) % size  # Python's % is non-negative for a positive size
+
+    def windows(self, t: int) -> list[tuple[int, int]]:
+        """The windows ``[start, end)`` a row with time ``t`` belongs to, in increasing end order."""
+        o = self.offset_ms
+        if self.kind is WindowKind.TUMBLE:
+            s = self._start(t, o, self.size_ms)
+            return [(s, s + self.size_ms)]
+        if self.kind is WindowKind.HOP:
+            out = []
+            s = self._start(t, o, self.slide_ms)
+            while s > t - self.size_ms:
+                out.append((s, s + self.size_ms))
+                s -= self.slide_ms
+            out.reverse()
+            return out
+        s = self._start(t, o, self.size_ms)
+        e = self._start(t, o, self.step_ms) + self.step_ms
+        out = []
+        while e <= s + self.size_ms:
+            out.append((s, e))
+            e += self.step_ms
+        return out
+
+
+@dataclass(frozen=True)
+class WindowJoinSpec:
+    """A join of two window table functions on window equality plus the join key (Flink's
+    ``WindowJoinOperator``). Event time only; ``left_time`` / ``right_time`` are the columns the
+    windows are assigned on.
+
+    The condition and the projection see *windowed* rows: the input row followed by
+    ``window_start``, ``window_end`` and ``window_time`` (``WINDOW_COLUMNS``)."""
+
+    join_type: JoinType  # INNER, LEFT, RIGHT, FULL, SEMI or ANTI
+    left: InputSpec
+    right: InputSpec
+    window: WindowSpec
+    left_time: int | None
+    right_time: int | None
+    filter_nulls: tuple[bool, ...] = ()
+    condition: Condition | None = None
+    projection: tuple[tuple[int, int], ...] | None = None
+    time_of: Callable[[Any], Any] | None = None
+    inputs_append_only: tuple[bool, bool] = (True, True)
+
+    def __post_init__(self):
+        _require_append_only(self.inputs_append_only, self.left, self.right, "a window join")
+        if len(self.left.join_key) != len(self.right.join_key):
+            raise ValueError("left and right join keys must have the same number of columns")
+        if self.left_time is None or self.right_time is None:
+            raise ConfigurationError(
+                "a window join needs an event-time column on both sides: Flink's window join has no "
+                "processing-time mode"
+            )
+        if not self.filter_nulls:
+            object.__setattr__(self, "filter_nulls", (True,) * len(self.left.join_key))
+
+    @property
+    def output_width(self) -> int:
+        if self.projection is not None:
+            return len(self.projection)
+        width = self.left.width + len(WINDOW_COLUMNS)
+        return width if self.join_type.is_semi_anti else width + self.right.width + len(WINDOW_COLUMNS)

@@ -34,6 +34,20 @@ Processing-time temporal join, per join key::
 
     (build_row: tuple | None, cleanup_timer: int | None)
 
+Interval join (``interval.py``), per join key::
+
+    (left_rows: list[[time, row, matched]], right_rows: list[[time, row, matched]],
+     left_cleanup: int | None, right_cleanup: int | None)
+
+  stored rows of each side in arrival order with whether they ever matched, and each side's
+  pending clean-up time.
+
+Window join (``window.py``), per join key::
+
+    {window_end: [window_start, left_rows: list[row], right_rows: list[row]]}
+
+  the input rows buffered per window until the watermark fires it.
+
 Changelog normalize (``normalize.py``), per message key: the key's last row (a tuple).
 
 Upsert materializer (``upsert.py``), per upsert key: the rows present for the key, oldest first

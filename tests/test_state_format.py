@@ -29,11 +29,17 @@ from operators import (  # noqa: E402
     JoinType,
     Output,
     RowKind,
+    IntervalJoinSpec,
     TemporalJoinSpec,
     TemporalKind,
     UpsertMaterializer,
+    WindowJoinSpec,
+    WindowKind,
+    WindowSpec,
+    make_interval_join,
     make_join,
     make_temporal_join,
+    make_window_join,
 )
 
 GOLDEN = Path(__file__).resolve().parent / "data" / "state" / f"v{STATE_FORMAT_VERSION}"
@@ -56,6 +62,18 @@ def _temporal(kind):
         right_is_versioned=kind is TemporalKind.EVENT_TIME,
     )
     return lambda: make_temporal_join(spec)
+
+
+def _interval():
+    spec = IntervalJoinSpec(JoinType.LEFT, InputSpec(("id", "cur", "at"), (1,)), InputSpec(("cur", "rate", "at"), (0,)),
+                            lower_ms=-20, upper_ms=30, left_time=2, right_time=2)
+    return lambda: make_interval_join(spec)
+
+
+def _window():
+    spec = WindowJoinSpec(JoinType.FULL, InputSpec(("id", "cur", "at"), (1,)), InputSpec(("cur", "rate", "at"), (0,)),
+                          WindowSpec(WindowKind.HOP, size_ms=100, slide_ms=50), left_time=2, right_time=2)
+    return lambda: make_window_join(spec)
 
 
 # name -> (operator factory, key of a record, changelog before the stop, changelog after it).
@@ -86,6 +104,16 @@ SCENARIOS = {
         _temporal(TemporalKind.PROCESSING_TIME), lambda r: r[2][1] if r[0] == 0 else r[2][0],
         [(1, I, ("EUR", 1.1, 0)), (0, I, (1, "EUR", 0))],
         [(0, I, (2, "EUR", 0)), (1, D, ("EUR", 1.1, 0)), (0, I, (3, "EUR", 0))],
+    ),
+    "interval_join": (
+        _interval(), lambda r: r[2][1] if r[0] == 0 else r[2][0],
+        [(0, I, (1, "EUR", 120)), (1, I, ("EUR", 1.1, 130)), (0, I, (2, "EUR", 125))],
+        [(1, I, ("EUR", 1.2, 140)), (0, I, (3, "EUR", 200))],
+    ),
+    "window_join": (
+        _window(), lambda r: r[2][1] if r[0] == 0 else r[2][0],
+        [(0, I, (1, "EUR", 120)), (1, I, ("EUR", 1.1, 130)), (0, I, (2, "USD", 160))],
+        [(1, I, ("EUR", 1.2, 170)), (1, I, ("USD", 1.5, 190))],
     ),
     "changelog_normalize": (
         ChangelogNormalize, lambda r: r[2][0] if r[2] is not None else "o2",
