@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
+from .rows import identity
 from .spec import InputSpec, StateLayout
 
 ROW, COPIES, ASSOC, WRITTEN = 0, 1, 2, 3
@@ -82,35 +83,38 @@ class InputSideHasUniqueKey(SideView):
         self._uk = spec.unique_key
 
     def entry_key(self, row):
-        return tuple(row[i] for i in self._uk)
+        return identity(tuple(row[i] for i in self._uk))
 
 
 class InputSideHasNoUniqueKey(SideView):
-    """A multiset: identical rows share one entry with a count of copies."""
+    """A multiset: identical rows share one entry with a count of copies (keyed by the row's
+    :func:`~operators.rows.identity`, so that rows holding NaN meet too)."""
 
     replaces = False
 
     def entry_key(self, row):
-        return row
+        return identity(row)
 
     def replaced(self, side, row, now):
         return None
 
     def add(self, side, row, associations, now):
-        entry = side.get(row)
+        key = identity(row)
+        entry = side.get(key)
         if entry is not None and self.visible(entry, now):
             entry[COPIES] += 1
             entry[ASSOC] = associations
             entry[WRITTEN] = now
         else:
-            side[row] = [row, 1, associations, now]
+            side[key] = [row, 1, associations, now]
 
     def retract(self, side, row, now):
-        entry = side.get(row)
+        key = identity(row)
+        entry = side.get(key)
         if entry is None:
             return
         if not self.visible(entry, now) or entry[COPIES] <= 1:
-            del side[row]
+            del side[key]
         else:
             entry[COPIES] -= 1
             entry[WRITTEN] = now

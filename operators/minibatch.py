@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import Iterable
 
 from .rowkind import ACCUMULATE
+from .rows import identity
 from .spec import JoinType
 from .state import Context, KeyState, Output, Record
 
@@ -43,16 +44,17 @@ def _fold_unique(records: list) -> list[list]:
 
 
 def _fold_multiset(records: list) -> list[list]:
-    kept: list = []
+    kept: list = []  # (kind, row, identity) or None once cancelled
     for kind, row in records:
         accumulate = kind in ACCUMULATE
+        key = identity(row)
         for i in range(len(kept) - 1, -1, -1):
-            if kept[i] is not None and kept[i][1] == row and (kept[i][0] in ACCUMULATE) != accumulate:
+            if kept[i] is not None and kept[i][2] == key and (kept[i][0] in ACCUMULATE) != accumulate:
                 kept[i] = None
                 break
         else:
-            kept.append((kind, row))
-    return [[r] for r in kept if r is not None]
+            kept.append((kind, row, key))
+    return [[r[:2]] for r in kept if r is not None]
 
 
 def fold(join, side: int, records: list) -> list[list]:

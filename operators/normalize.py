@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Iterable
 
 from .rowkind import RowKind
+from .rows import identity
 from .state import Context, KeyState, Output, Record
 
 
@@ -24,7 +25,7 @@ def upsert_changes(last: tuple | None, row: tuple | None) -> list[tuple[RowKind,
         return [] if last is None else [(RowKind.DELETE, last)]
     if last is None:
         return [(RowKind.INSERT, row)]
-    if row != last:
+    if identity(row) != identity(last):
         return [(RowKind.UPDATE_BEFORE, last), (RowKind.UPDATE_AFTER, row)]
     return []
 

@@ -18,3 +18,16 @@ def row_builder(projection: Sequence[tuple[int, int]] | None, right: bool = True
 
 def nulls(width: int) -> tuple:
     return (None,) * width
+
+
+_NAN = ("NaN",)  # stands for a NaN value in a row's identity; no column of a float type holds a tuple
+
+
+def identity(row: tuple) -> tuple:
+    """The row as a key under which equal rows meet. Python's NaN is not equal to itself, so a
+    stored row holding one could never be found again by its retraction; Flink compares rows by
+    their binary form, where a NaN equals a NaN. Rows without NaN are their own identity."""
+    for value in row:
+        if value != value:
+            return tuple(_NAN if v != v else v for v in row)
+    return row

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Iterable
 
 from .rowkind import ACCUMULATE, RowKind
+from .rows import identity
 from .state import Context, KeyState, Output, Record
 
 
@@ -27,8 +28,9 @@ class UpsertMaterializer:
                 rows.append(row)
                 out.rows.append((RowKind.UPDATE_AFTER if len(rows) > 1 else RowKind.INSERT, row))
                 continue
+            key = identity(row)
             for i in range(len(rows) - 1, -1, -1):
-                if rows[i] == row:
+                if identity(rows[i]) == key:
                     was_latest = i == len(rows) - 1
                     del rows[i]
                     if not rows:
