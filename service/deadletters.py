@@ -33,6 +33,7 @@ class Reason(StrEnum):
     UPSERT_RECORD_WITHOUT_KEY = "upsert_record_without_key"
     UNDECODABLE_KEY = "undecodable_key"  # a tombstone of a directly joined upsert input
     NULL_IN_REQUIRED_COLUMN = "null_in_required_column"  # a primary-key or event-time column
+    INVALID_EVENT_TIME = "invalid_event_time"  # an event time outside the years 1 to 9999
     TOO_LARGE = "too_large"  # an output record over MAX_OUTPUT_RECORD_BYTES
     LATE = "late"  # a probe row of an event-time temporal join at or behind the watermark
 

@@ -83,12 +83,10 @@ class InputDecoder:
             for index in self.required:
                 if row[index] is None:
                     raise DeadLetterError(Reason.NULL_IN_REQUIRED_COLUMN, f"column {self.side_plan.columns[index]} is NULL")
+            time = None if self.time_column is None else self._event_time(row[self.time_column])
         except DeadLetterError as dead:
             yield self.dead_letter(record, dead.reason, dead.detail)
             return
-        time = None
-        if self.time_column is not None:
-            time = event_time(to_epoch_millis(row[self.time_column]))
         payload = (row, original(record)) if self.keep_original else row
         if self.keys is not None and not self.key_format_warned:
             self._check_key(record, row)
@@ -96,6 +94,16 @@ class InputDecoder:
         normalized = self.mode == "upsert" and self.keys is None
         group = message_key_group(record.key) if normalized else join_key_group(self.key_of(row))
         yield row_envelope(group, self.side, int(kind), payload, time, record)
+
+    def _event_time(self, value):
+        """The ``event_time`` column's value, or a dead letter for a value that is no time Spark
+        (or Python) can hold: epoch milliseconds outside the years 1 to 9999."""
+        try:
+            return event_time(to_epoch_millis(value))
+        except (OverflowError, ValueError, TypeError) as err:
+            column = self.side_plan.columns[self.time_column]
+            raise DeadLetterError(Reason.INVALID_EVENT_TIME,
+                                  f"column {column}: {value!r} is not an event time ({err})") from None
 
     def _keyed_delete(self, record) -> tuple:
         """A tombstone of an upsert input joined directly: a -D of a row holding only the primary

@@ -55,3 +55,20 @@ def test_upsert_records_are_grouped_by_message_key_and_tombstones_are_deletes():
     assert upsert[0] == tombstone[0] != join_key_group(("book",))
     assert (upsert[2], tombstone[2]) == (RowKind.UPDATE_AFTER, RowKind.DELETE)
     assert pickle.loads(decode(dec, record(None))[3])["reason"] == "upsert_record_without_key"
+
+
+@pytest.mark.parametrize("millis", [10**15, -(10**15), 253402300800000])
+def test_an_event_time_no_calendar_can_hold_is_a_dead_letter_not_a_crash(millis):
+    """rates.rate_time is a plain long (epoch millis): any value decodes, not every one is a time."""
+    from test_idle_timeout import RATES, TEMPORAL
+
+    plan = build_plan(load_settings({**VALID, "LEFT_TOPIC": "orders", "RIGHT_TOPIC": "rates", **TEMPORAL}))
+    rates = InputDecoder(plan, 1, "rowkind", None)
+    good = decode(rates, record(avro(RATES, {"currency": "EUR", "rate": 1.1, "rate_time": 1_700_000_000_000}),
+                                [("rowkind", b"+I")]))
+    assert good[1] == Tag.RIGHT
+    dead = decode(rates, record(avro(RATES, {"currency": "EUR", "rate": 1.1, "rate_time": millis}),
+                                [("rowkind", b"+I")]))
+    assert dead[1] == Tag.DEAD_LETTER
+    letter = pickle.loads(dead[3])
+    assert letter["reason"] == "invalid_event_time" and "rate_time" in letter["detail"]
