@@ -7,11 +7,12 @@ letter (:func:`from_record`), the join turns a probe row it drops as late into o
 ``reason``, ``reason.detail``, ``source.topic``, ``source.partition`` and ``source.offset``. A
 letter is a plain dict (it travels pickled between Spark stages):
 
-    {"reason": str, "detail": str, "original": dict | None, "kind": int | None, "row": tuple | None}
+    {"reason": str, "detail": str, "original": dict | None, "kind": int | None, "row": tuple | None,
+     "source": (topic, partition, offset) | None}
 
-``original`` is what :func:`original` keeps of a Kafka record; a letter without one (a late row
-whose record was not kept) is written with the row's text in a ``row`` header and its RowKind in
-``rowkind``, and no key or value.
+``original`` is what :func:`original` keeps of a Kafka record; a letter without one (a row whose
+record was not kept) is written with the row's text in a ``row`` header and its RowKind in
+``rowkind``, no key or value, and the ``source.*`` headers its ``source`` gives.
 """
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ class Reason(StrEnum):
     TOMBSTONE_ON_RETRACT_TOPIC = "tombstone_on_retract_topic"
     UPSERT_RECORD_WITHOUT_KEY = "upsert_record_without_key"
     UNDECODABLE_KEY = "undecodable_key"  # a tombstone of a directly joined upsert input
+    JOIN_ERROR = "join_error"  # the join failed on the key's records (their state is kept as it was)
     NULL_IN_REQUIRED_COLUMN = "null_in_required_column"  # a primary-key or event-time column
     INVALID_EVENT_TIME = "invalid_event_time"  # an event time outside the years 1 to 9999
     TOO_LARGE = "too_large"  # an output record over MAX_OUTPUT_RECORD_BYTES
@@ -60,13 +62,21 @@ def original(record) -> dict:
 
 def from_record(record, reason: Reason, detail: str) -> dict:
     """The letter for a Kafka record that cannot be used."""
-    return {"reason": str(reason), "detail": detail, "original": original(record), "kind": None, "row": None}
+    return {"reason": str(reason), "detail": detail, "original": original(record), "kind": None, "row": None,
+            "source": None}
 
 
 def late_row(kind: int, row: tuple, record: dict | None) -> dict:
     """The letter for a probe row dropped as late; ``record`` is its :func:`original` if kept."""
-    return {"reason": str(Reason.LATE), "detail": "probe row at or behind the watermark", "original": record,
-            "kind": kind, "row": row}
+    return from_row(Reason.LATE, "probe row at or behind the watermark", kind, row, record)
+
+
+def from_row(reason: Reason, detail: str, kind: int, row: tuple, record: dict | None = None,
+             source: tuple | None = None) -> dict:
+    """The letter for a decoded row the join could not use; ``record`` is its :func:`original` if
+    kept, else ``source`` may say where it was read: (topic, partition, offset)."""
+    return {"reason": str(reason), "detail": detail, "original": record, "kind": kind, "row": row,
+            "source": source}
 
 
 def reason_headers(reason: str, detail: str, topic=None, partition=None, offset=None) -> list[tuple[str, bytes]]:
@@ -87,7 +97,7 @@ def render(letter: dict) -> tuple[bytes | None, bytes | None, list[tuple[str, by
     if record is None:
         key = value = None
         headers = [("row", repr(letter["row"]).encode()), ("rowkind", RowKind(letter["kind"]).short.encode())]
-        headers += reason_headers(letter["reason"], letter["detail"])
+        headers += reason_headers(letter["reason"], letter["detail"], *(letter.get("source") or ()))
     else:
         key, value, headers = record["key"], record["value"], list(record["headers"])
         headers += reason_headers(letter["reason"], letter["detail"], record["topic"], record["partition"],

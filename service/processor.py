@@ -13,6 +13,7 @@ therefore processes the same records in the same order and emits the same output
 from __future__ import annotations
 
 import heapq
+import logging
 from typing import Iterator
 
 from pyspark.sql import Row
@@ -22,6 +23,7 @@ from pyspark.sql.types import BinaryType, StructField, StructType
 from operators import EVENT, PROC, ChangelogNormalize, Context, Output, UpsertMaterializer
 
 from . import deadletters
+from .deadletters import Reason
 from .envelope import (
     ENVELOPE_SCHEMA,
     EVENT_TIME,
@@ -43,6 +45,8 @@ from .envelope import (
 )
 from .plan import JoinPlan, TimeMode
 from .shipping import built
+
+log = logging.getLogger(__name__)
 
 _STATE_SCHEMA = StructType([StructField("v", BinaryType(), True)])
 _OUTPUT, _DEAD_LETTER, _PACKED = int(Target.OUTPUT), int(Target.DEAD_LETTER), int(Target.PACKED)
@@ -152,14 +156,49 @@ class JoinProcessor(StatefulProcessor):
             yield Row(target=_DEAD_LETTER, kind=0, payload=r[PAYLOAD], okey=key[0], seq=self.seq.take())
         if not records:
             return
-        self.operator.process(self.state, records, self._context(timerValues), out)
+        state = _Pending(self.state)
+        try:
+            self.operator.process(state, records, self._context(timerValues), out)
+        except Exception as err:  # noqa: BLE001 - one key's failure must not stop the service
+            # The key's state stays as it was before these records; they become dead letters.
+            detail = self._join_error(key, err)
+            rows = [r for r in ordered if r[TAG] not in NOT_ROWS]
+            for r, (side, kind, row) in zip(rows, records):
+                letter = deadletters.from_row(Reason.JOIN_ERROR, detail, kind, row, originals.get(id(row)),
+                                              self._source(side, r))
+                yield Row(target=_DEAD_LETTER, kind=kind, payload=dumps(letter), okey=key[0], seq=self.seq.take())
+            return
+        state.flush()
         yield from self._emit(out, originals)
 
     def handleExpiredTimer(self, key, timerValues, expiredTimerInfo) -> Iterator[Row]:
         out = Output()
         domain = EVENT if self.time_mode is TimeMode.EVENT_TIME else PROC
-        self.operator.on_timer(self.state, domain, expiredTimerInfo.getExpiryTimeInMs(), self._context(timerValues), out)
+        state = _Pending(self.state)
+        try:
+            self.operator.on_timer(state, domain, expiredTimerInfo.getExpiryTimeInMs(), self._context(timerValues), out)
+        except Exception as err:  # noqa: BLE001 - as in handleInputRows; a timer has no records to keep
+            self._join_error(key, err)
+            return
+        state.flush()
         yield from self._emit(out)
+
+    def _join_error(self, key, err: Exception) -> str:
+        """Log a key's failure once, with the micro-batch id; the dead letters' detail."""
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        batch = context.getLocalProperty("streaming.sql.batchId") if context is not None else None
+        detail = f"{type(err).__name__}: {err}"
+        log.error("join_error in micro-batch %s for join key %r: %s; the key's records of this call go to the "
+                  "dead-letter topic and its state is kept as it was", batch, key[0], detail, exc_info=err)
+        return detail
+
+    def _source(self, side: int, envelope) -> tuple:
+        """(topic, partition, offset) of a row's Kafka record (a normalized input's offsets are scaled)."""
+        side_plan = self.plan.sides[side]
+        offset = envelope[OFFSET] // 4 if side_plan.normalized else envelope[OFFSET]
+        return (side_plan.topic, envelope[PART], offset)
 
     def _emit(self, out: Output, originals: dict | None = None) -> Iterator[Row]:
         if self.pack:
@@ -244,7 +283,7 @@ class NormalizeProcessor(StatefulProcessor):
 
     def handleInputRows(self, key, rows, timerValues) -> Iterator[Row]:
         ordered = ordered_records(rows)
-        state = _ReadOnceState(self.state)
+        state = _Pending(self.state)
         for r in ordered:
             if r[TAG] in NOT_ROWS:  # passed on to the join stage
                 yield r
@@ -262,13 +301,14 @@ class NormalizeProcessor(StatefulProcessor):
         pass
 
 
-class _ReadOnceState:
-    """A KeyState that reads the underlying state at most once and writes it back once."""
+class _Pending:
+    """A KeyState that reads the underlying state at most once and keeps every change (value and
+    timers) until :meth:`flush`: a call that fails leaves the key's state as it was."""
 
-    __slots__ = ("_state", "_value", "_loaded", "_dirty")
+    __slots__ = ("_state", "_value", "_loaded", "_dirty", "_timers")
 
     def __init__(self, state):
-        self._state, self._value, self._loaded, self._dirty = state, None, False, False
+        self._state, self._value, self._loaded, self._dirty, self._timers = state, None, False, False, []
 
     def get(self):
         if not self._loaded:
@@ -282,10 +322,10 @@ class _ReadOnceState:
         self.put(None)
 
     def register_timer(self, domain: str, ts: int) -> None:
-        self._state.register_timer(domain, ts)
+        self._timers.append((True, domain, ts))
 
     def delete_timer(self, domain: str, ts: int) -> None:
-        self._state.delete_timer(domain, ts)
+        self._timers.append((False, domain, ts))
 
     def flush(self) -> None:
         if self._dirty:
@@ -293,3 +333,5 @@ class _ReadOnceState:
                 self._state.clear()
             else:
                 self._state.put(self._value)
+        for register, domain, ts in self._timers:
+            (self._state.register_timer if register else self._state.delete_timer)(domain, ts)

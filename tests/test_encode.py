@@ -203,3 +203,48 @@ def test_a_too_large_change_in_a_packed_row_goes_to_the_dead_letter_topic_alone(
     assert letter["reason.detail"].startswith(b"+I output record of ")
     assert records[1][2] is None
     assert counts == {("output", "+I"): 1, ("output", "-D"): 1, ("dead_letter", "too_large"): 1}
+
+
+class _FailsOn:
+    """The plan's operator, except that it raises for rows of one product after changing state."""
+
+    def __init__(self, operator, product):
+        self.operator, self.product = operator, product
+
+    def process(self, state, records, ctx, out):
+        for side, kind, row in records:
+            if row[1] == self.product:
+                state.put("half-written")
+                state.register_timer("proc", 1)
+                raise ValueError(f"cannot join {row}")
+        self.operator.process(state, records, ctx, out)
+
+
+def test_a_key_whose_join_fails_goes_to_the_dead_letter_topic_and_keeps_its_state():
+    join = JoinProcessor(plan_for().to_json())
+    handle = _Handle()
+    join.init(handle)
+    join.operator = _FailsOn(join.operator, "pen")
+    list(join.handleInputRows((b"book",), iter(CALLS[0]), _Timers()))
+    before = handle.states["join"].value
+
+    pens = envelopes(0, [("+I", order(7, "pen", 1)), ("+I", order(8, "pen", 2))], 40)
+    rows = list(join.handleInputRows((b"pen",), iter(pens), _Timers()))
+    assert handle.states["join"].value == before  # the failed call wrote nothing
+    letters = [pickle.loads(r.payload) for r in rows]
+    assert [r.target for r in rows] == [Target.DEAD_LETTER] * 2
+    assert {letter["reason"] for letter in letters} == {"join_error"}
+    assert letters[0]["detail"].startswith("ValueError: cannot join")
+    assert [letter["row"] for letter in letters] == [(7, "pen", 1), (8, "pen", 2)]
+
+    encoder = encoder_for(plan_for())
+    counts = {}
+    records = list(encoder.records([(r.target, r.kind, r.payload) for r in rows], 3, 0, counts))
+    headers = dict(records[0][3])
+    assert records[0][0] == "out.dlq" and headers["reason"] == b"join_error"
+    assert (headers["source.topic"], headers["source.partition"], headers["source.offset"]) == (b"orders", b"0", b"40")
+    assert counts == {("dead_letter", "join_error"): 2}
+
+    # The next records of the key are joined as if the failed ones had never come.
+    books = list(join.handleInputRows((b"book",), iter(CALLS[1]), _Timers()))
+    assert any(r.target == Target.PACKED for r in books)
