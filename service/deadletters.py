@@ -91,6 +91,43 @@ def reason_headers(reason: str, detail: str, topic=None, partition=None, offset=
     return headers
 
 
+#: What Kafka's record and batch framing may add to a record's key, value and headers.
+FRAMING_BYTES = 512
+#: Headers a dead letter keeps when it must shrink to be writable: why, where from, which batch.
+_ESSENTIAL = frozenset({"reason", "reason.detail", "source.topic", "source.partition", "source.offset",
+                        "changejoin.batch", "changejoin.seq"})
+
+
+def record_bytes(key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes]]) -> int:
+    """A record's size as the producer counts it against ``message.max.bytes`` (key, value and the
+    serialized headers, each with up to two 5-byte varint lengths), plus :data:`FRAMING_BYTES`."""
+    size = FRAMING_BYTES + (len(key) if key else 0) + (len(value) if value else 0)
+    for name, data in headers:
+        size += len(name) + (len(data) if data else 0) + 10
+    return size
+
+
+def fit(key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes]], limit: int):
+    """(key, value, headers) of a dead-letter record that the producer accepts under ``limit``
+    (``message.max.bytes``): when the whole letter would not fit, its value goes first, then its
+    key, then the original record's headers; a ``dropped`` header says what went and how big it was."""
+    if record_bytes(key, value, headers) <= limit:
+        return key, value, headers
+    dropped = []
+    if value is not None:
+        dropped.append(f"value ({len(value)} bytes)")
+        value = None
+    if key is not None and record_bytes(key, value, headers) + 64 > limit:
+        dropped.append(f"key ({len(key)} bytes)")
+        key = None
+    if record_bytes(key, value, headers) + 64 > limit:
+        kept = [h for h in headers if h[0] in _ESSENTIAL]
+        gone = [h for h in headers if h[0] not in _ESSENTIAL]
+        dropped.append(f"{len(gone)} headers ({sum(len(v or b'') for _, v in gone)} bytes)")
+        headers = kept
+    return key, value, headers + [("dropped", ", ".join(dropped).encode())]
+
+
 def render(letter: dict) -> tuple[bytes | None, bytes | None, list[tuple[str, bytes]]]:
     """(key, value, headers) of the dead-letter record for ``letter``."""
     record = letter["original"]

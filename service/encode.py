@@ -35,7 +35,8 @@ _DEAD_LETTER, _PACKED = int(Target.DEAD_LETTER), int(Target.PACKED)
 
 class OutputEncoder:
     def __init__(self, plan: JoinPlan, output_topic: str, dlq_topic: str, mode: str, rowkind_header: str,
-                 max_record_bytes: int, registry: SchemaRegistry | None, output_partitions: int = 1):
+                 max_record_bytes: int, registry: SchemaRegistry | None, output_partitions: int = 1,
+                 message_max_bytes: int = 1_000_000):
         self.topic = output_topic
         self.partitions = max(1, output_partitions)
         self.dlq_topic = dlq_topic
@@ -43,6 +44,7 @@ class OutputEncoder:
         self.header = rowkind_header
         self._kind_headers = tuple((rowkind_header, short.encode()) for short in _KIND_SHORT)
         self.max_bytes = max_record_bytes
+        self.message_max_bytes = message_max_bytes  # the producer's limit, headers and framing included
         self.values = ValueEncoder(plan.output_schema, registry, f"{output_topic}-value" if registry else None)
         self.key_columns = plan.output_key
         self.keys = None
@@ -62,7 +64,7 @@ class OutputEncoder:
         """The encoder of a worker config (``shipping.py``), built once per worker process by :func:`encoder`."""
         return cls(JoinPlan.from_json(config["plan"]), config["output_topic"], config["dlq_topic"],
                    config["output_mode"], config["rowkind_header"], config["max_record_bytes"], registry(config),
-                   config["output_partitions"])
+                   config["output_partitions"], config["message_max_bytes"])
 
     def records(self, rows: Iterable[tuple], batch_id: int, task: int, counts: dict) -> Iterator[tuple]:
         """Kafka records for one task's share of a micro-batch, in order.
@@ -139,16 +141,21 @@ class OutputEncoder:
         if self.upsert and kind == _DELETE:
             return (self.topic, key, None, headers, None)
         value = self.values.encode(row)
-        if len(value) + (len(key) if key else 0) > self.max_bytes:
+        size = len(value) + (len(key) if key else 0)
+        if size > self.max_bytes or deadletters.record_bytes(key, value, headers) > self.message_max_bytes:
             detail = (f"{_KIND_SHORT[kind]} output record of {len(value)} bytes exceeds "
-                      f"MAX_OUTPUT_RECORD_BYTES={self.max_bytes}")
-            return (self.dlq_topic, key, None, headers + deadletters.reason_headers(Reason.TOO_LARGE, detail, self.topic))
+                      f"MAX_OUTPUT_RECORD_BYTES={self.max_bytes}" if size > self.max_bytes else
+                      f"{_KIND_SHORT[kind]} output record of {len(value)} bytes with its key and headers exceeds "
+                      f"the producer's message.max.bytes={self.message_max_bytes}")
+            letter_headers = headers + deadletters.reason_headers(Reason.TOO_LARGE, detail, self.topic)
+            return (self.dlq_topic, *deadletters.fit(key, None, letter_headers, self.message_max_bytes))
         return (self.topic, key, value, headers, None if key is not None else task % self.partitions)
 
     def dead_letter(self, payload: bytes, batch: bytes, seq: bytes) -> tuple:
         """The dead-letter record: the original key, value and headers plus why and where from."""
         key, value, headers = deadletters.render(loads(payload))
-        return (self.dlq_topic, key, value, headers + [(BATCH_HEADER, batch), (SEQ_HEADER, seq)])
+        headers += [(BATCH_HEADER, batch), (SEQ_HEADER, seq)]
+        return (self.dlq_topic, *deadletters.fit(key, value, headers, self.message_max_bytes))
 
 
 def _count_dead_letter(counts: dict, record: tuple) -> None:

@@ -38,3 +38,21 @@ def test_a_late_row_is_written_as_its_record_when_kept_else_as_its_text():
 def test_a_long_detail_is_cut_to_a_header_size():
     headers = deadletters.reason_headers(Reason.TOO_LARGE, "x" * 5000)
     assert len(dict(headers)["reason.detail"]) == 1000
+
+
+def test_a_letter_too_large_for_the_producer_drops_its_value_then_key_then_original_headers():
+    headers = [("rowkind", b"+I"), ("trace", b"t" * 300)] + deadletters.reason_headers(Reason.UNDECODABLE, "bad")
+    small = deadletters.fit(b"k", b"v" * 100, headers, 10_000)
+    assert small == (b"k", b"v" * 100, headers)
+
+    key, value, kept = deadletters.fit(b"k" * 100, b"v" * 9_500, headers, 10_000)
+    assert (key, value) == (b"k" * 100, None) and kept[:-1] == headers
+    assert kept[-1] == ("dropped", b"value (9500 bytes)")
+    assert deadletters.record_bytes(key, value, kept) <= 10_000
+
+    headers[1] = ("trace", b"t" * 1_500)
+    key, value, kept = deadletters.fit(b"k" * 2_000, b"v" * 9_000, headers, 2_000)
+    assert (key, value) == (None, None)
+    assert [name for name, _ in kept] == ["reason", "reason.detail", "dropped"]
+    assert kept[-1][1] == b"value (9000 bytes), key (2000 bytes), 2 headers (1502 bytes)"
+    assert deadletters.record_bytes(key, value, kept) <= 2_000
