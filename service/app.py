@@ -242,16 +242,35 @@ class Service:
 
         signal.signal(signal.SIGTERM, request_stop)
         signal.signal(signal.SIGINT, request_stop)
-        self.start()
-        while not stopping.is_set():
-            if self.query.awaitTermination(1):
-                break
-        self.stop(graceful_timeout_s=60)
-        exception = self.query.exception()
+        try:
+            self.start()
+            while not stopping.is_set():
+                if self.query.awaitTermination(1):
+                    break
+            self.stop(graceful_timeout_s=60)
+            exception = self.query.exception()
+        except Exception as err:  # noqa: BLE001 - any failure ends the service with one clear line
+            exception = err
+            try:
+                self.stop()
+            except Exception:  # noqa: BLE001 - already failing; the cause is what matters
+                pass
         if exception is not None:
-            log.error("the streaming query failed: %s", exception)
+            log_fatal(exception)
             return 1
         return 0
+
+
+def log_fatal(error: BaseException) -> None:
+    """The one log line of a service that stops on a failure: its cause (for a failed Spark query,
+    the first line of the error, without the JVM's stack trace) in ``message`` and ``cause``; the
+    full text goes to ``detail``. JSON with ``LOG_FORMAT=json``, like every line."""
+    text = str(error).strip() or type(error).__name__
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    cause = lines[0] if lines else type(error).__name__
+    log.critical("changejoin stopped: %s", cause, extra={"event": "fatal", "cause": cause,
+                                                        "error_type": type(error).__name__, "exit_code": 1,
+                                                        "detail": text[:20_000]})
 
 
 def _offsets(value) -> object:

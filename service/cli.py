@@ -29,10 +29,18 @@ def _settings_and_plan():
 
 
 def cmd_run(args) -> int:
-    settings, plan = _settings_and_plan()
+    settings = load_settings()
     _configure_logging(settings.log_level, settings.log_format)
-    from .app import Service
+    from .app import Service, log_fatal
+    from .plan import PlanError, build_plan
 
+    try:
+        plan = build_plan(settings)
+    except PlanError:
+        raise  # a configuration error: main() names the variable and exits with 2
+    except Exception as err:  # noqa: BLE001 - e.g. the registry cannot be reached: one clear line
+        log_fatal(err)
+        return 1
     return Service(settings, plan).run_forever()
 
 

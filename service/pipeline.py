@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +32,20 @@ LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
 COUNTS_SCHEMA = "target string, label string, n long"
 
 
+#: Attempts of a failed task (a lost executor, a broker hiccup) before its micro-batch fails the query.
+TASK_ATTEMPTS = 4
+_LOCAL = re.compile(r"^local\[\s*(\*|[0-9]+)\s*\]$|^local$")
+
+
+def with_task_retries(master: str) -> str:
+    """Spark retries no task in local mode unless the master says so (``local[N, F]``): give
+    ``local`` and ``local[N]`` :data:`TASK_ATTEMPTS` attempts; other masters use spark.task.maxFailures."""
+    match = _LOCAL.match(master.strip())
+    if not match:
+        return master
+    return f"local[{match.group(1) or 1},{TASK_ATTEMPTS}]"
+
+
 def spark_session(settings: Settings):
     """The Spark session changejoin needs: RocksDB state, Python workers that import the project."""
     from pyspark.sql import SparkSession
@@ -40,7 +55,8 @@ def spark_session(settings: Settings):
     project_root = str(Path(__file__).resolve().parent.parent)
     java_opts = f"-Dlog4j.configurationFile=file:{LOG4J_CONFIG} -Dlog4j2.configurationFile=file:{LOG4J_CONFIG}"
     builder = (
-        SparkSession.builder.master(settings.spark_master)
+        SparkSession.builder.master(with_task_retries(settings.spark_master))
+        .config("spark.task.maxFailures", str(TASK_ATTEMPTS))
         .appName("changejoin")
         .config("spark.sql.streaming.stateStore.providerClass", ROCKSDB_PROVIDER)
         .config("spark.sql.shuffle.partitions", str(settings.shuffle_partitions))
