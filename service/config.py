@@ -93,6 +93,7 @@ class Settings(BaseModel):
     trigger_interval_ms: int = Field(1000, alias="TRIGGER_INTERVAL", ge=0)
     max_records_per_trigger: int | None = Field(100_000, alias="MAX_RECORDS_PER_TRIGGER", ge=1)
     starting_offsets: Literal["earliest", "latest"] = Field("earliest", alias="STARTING_OFFSETS")
+    fail_on_data_loss: bool = Field(True, alias="FAIL_ON_DATA_LOSS")
     metrics_port: int = Field(9108, alias="METRICS_PORT", ge=0, le=65535)
     ready_max_trigger_intervals: int = Field(10, alias="READY_MAX_TRIGGER_INTERVALS", ge=1)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", alias="LOG_LEVEL")

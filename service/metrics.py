@@ -79,6 +79,9 @@ class JoinMetrics:
         self.dead_letters = Counter(
             PREFIX + "dead_letter_records", "Records written to the dead-letter topic, by reason.",
             ["reason"], registry=r)
+        self.lost_records = Gauge(
+            PREFIX + "input_lost_records", "Input records deleted (retention, a re-created topic) before they were "
+            "read, skipped with FAIL_ON_DATA_LOSS=false, since the checkpoint began.", ["side"], registry=r)
         self.late_probe_rows = Counter(
             PREFIX + "late_probe_rows", "Probe rows at or behind the watermark (temporal joins), sent to the "
             "dead-letter topic with reason 'late'.", registry=r)
@@ -132,6 +135,9 @@ class JoinMetrics:
             self.input_records.labels(side=side).inc(source.get("numInputRows") or 0)
             for partition, lag in input_lag(source).items():
                 self.input_lag.labels(side=side, partition=partition).set(lag)
+            end = source.get("endOffset")
+            if isinstance(end, Mapping) and isinstance(end.get("lost"), int):
+                self.lost_records.labels(side=side).set(end["lost"])
         duration_ms = (progress.get("durationMs") or {}).get("triggerExecution")
         if duration_ms is not None:
             self.batch_duration.observe(duration_ms / 1000.0)

@@ -131,6 +131,7 @@ class JoinPipeline:
             .option("bootstrap.servers", s.kafka_bootstrap_servers)
             .option("topic", sp.topic)
             .option("startingOffsets", s.starting_offsets)
+            .option("failOnDataLoss", str(s.fail_on_data_loss).lower())
             .option("mapper", "service.decode:mapper")
             .option("mapper.config", json.dumps({**worker_config(s, self.plan), "side": side}))
         )

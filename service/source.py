@@ -111,6 +111,10 @@ _CONSUME_BATCH = 1_000
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
 #: The offset component holding the time of the latest idle heartbeat (epoch milliseconds).
 HEARTBEAT = "heartbeat"
+#: The offset component counting the records lost since the checkpoint began: gone (retention, a
+#: re-created topic) before they were read, skipped with failOnDataLoss=false. Absent while 0.
+LOST = "lost"
+_NOT_PARTITIONS = (HEARTBEAT, LOST)
 
 
 class KafkaSourceError(RuntimeError):
@@ -302,17 +306,24 @@ def load_mapper(spec: str, config_json: str, secret_json: str | None = None) -> 
 # --------------------------------------------------------------------------------------------
 
 
-def _offsets_dict(offsets: Mapping[int, int], heartbeat: Optional[int] = None) -> Dict[str, int]:
+def _offsets_dict(offsets: Mapping[int, int], heartbeat: Optional[int] = None, lost: int = 0) -> Dict[str, int]:
     """The JSON form Spark stores: string partition keys, in partition order (Spark compares
-    offsets by their JSON text, so the order must be stable), then the heartbeat if any."""
+    offsets by their JSON text, so the order must be stable), then the heartbeat and the count of
+    lost records if any."""
     out = {str(p): int(offsets[p]) for p in sorted(offsets)}
     if heartbeat is not None:
         out[HEARTBEAT] = int(heartbeat)
+    if lost:
+        out[LOST] = int(lost)
     return out
 
 
 def _parse_offsets(offsets: Optional[Mapping[str, Any]]) -> Dict[int, int]:
-    return {int(p): int(o) for p, o in (offsets or {}).items() if p != HEARTBEAT}
+    return {int(p): int(o) for p, o in (offsets or {}).items() if p not in _NOT_PARTITIONS}
+
+
+def _lost_of(offsets: Optional[Mapping[str, Any]]) -> int:
+    return int((offsets or {}).get(LOST, 0))
 
 
 def _heartbeat_of(offsets: Optional[Mapping[str, Any]]) -> Optional[int]:
@@ -696,6 +707,10 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             latest = {p: min(o, self._target[p]) for p, o in latest.items() if p in self._target}
         new = [p for p in latest if p not in begin and latest[p] > 0]
         begin_new = self.client.offsets(new, "earliest") if new else {}
+        # Where there is something to read, it may be partly gone: the log may start later now.
+        pending = [p for p in latest if p in begin and begin[p] < latest[p]]
+        log_start = self.client.offsets(pending, "earliest") if pending else {}
+        lost = _lost_of(start)
         lags: Dict[int, int] = {}
         starts: Dict[int, int] = {}
         went_back: List[int] = []
@@ -707,6 +722,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 self._offsets_went_back(p, s, end)  # raises unless failOnDataLoss=false
                 went_back.append(p)
                 continue
+            if log_start.get(p, s) > s:
+                lost += self._records_lost(p, s, log_start[p])  # raises unless failOnDataLoss=false
+                s = log_start[p]
             starts[p] = s
             lags[p] = end - s
         if isinstance(limit, ReadMaxRows):
@@ -724,7 +742,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         heartbeat = _heartbeat_of(start)  # carried along unchanged unless a new one is due
         if self.opts.idle_timeout_ms is not None and self._target is None:
             heartbeat = self._plan_heartbeat(begin, result, self._last_latest, heartbeat)
-        return _offsets_dict(result, heartbeat)
+        return _offsets_dict(result, heartbeat, lost)
 
     def _plan_heartbeat(
         self,
@@ -767,6 +785,21 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self.opts.fail_on_data_loss:
             raise KafkaSourceError(msg + "; set failOnDataLoss=false to read the partition again")
         log.warning("%s; reading the partition again from its beginning", msg)
+
+    def _records_lost(self, partition: int, start: int, log_start: int) -> int:
+        """Records ``start`` .. ``log_start`` - 1 of a partition are gone (deleted by retention) before
+        they were read: fail, or count them and go on from the log start."""
+        msg = (
+            f"topic {self.opts.topic!r} partition {partition}: offsets {start} to {log_start - 1} "
+            f"({log_start - start} records) were deleted before they were read (retention)"
+        )
+        if self.opts.fail_on_data_loss:
+            raise KafkaSourceError(
+                msg + "; set failOnDataLoss=false (FAIL_ON_DATA_LOSS=false) to skip them and go on from "
+                f"offset {log_start}, keeping the join state"
+            )
+        log.warning("%s; skipping them: reading on from offset %d", msg, log_start)
+        return log_start - start
 
     def reportLatestOffset(self) -> Optional[dict]:
         if self._last_latest is None:

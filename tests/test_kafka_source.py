@@ -179,6 +179,24 @@ def test_offsets_that_went_back_are_data_loss():
     assert ranges(lenient, moved_back, {"0": 3}) == [(0, 0, 3)]
 
 
+def test_records_deleted_before_they_were_read_are_data_loss_counted_in_the_offset():
+    fake = FakeOffsets(earliest={0: 0, 1: 0}, latest={0: 12, 1: 4})
+    fake.earliest[0] = 8  # retention deleted offsets 5..7 of partition 0 before they were read
+    with pytest.raises(KafkaSourceError, match=r"offsets 5 to 7 \(3 records\) were deleted.*FAIL_ON_DATA_LOSS=false"):
+        planning_reader(fake).latestOffset({"0": 5, "1": 4}, ReadAllAvailable())
+    lenient = planning_reader(fake, failOnDataLoss="false", maxRecordsPerTrigger="2")
+    end = lenient.latestOffset({"0": 5, "1": 4}, ReadMaxRows(2))
+    assert end == {"0": 10, "1": 4, "lost": 3}  # on from the log start, with the read limit
+    assert ranges(lenient, {"0": 5, "1": 4}, end) == [(0, 5, 10)]  # the reader jumps to the log start
+    # The count is cumulative, carried by the offsets (so a replay reports the same).
+    end = lenient.latestOffset(end, ReadAllAvailable())
+    assert end == {"0": 12, "1": 4, "lost": 3}
+    fake.latest_[1], fake.earliest[1] = 9, 6
+    assert lenient.latestOffset(end, ReadAllAvailable()) == {"0": 12, "1": 9, "lost": 5}
+    # Nothing lost, nothing added to the offsets: checkpoints of earlier versions read the same.
+    assert planning_reader(FakeOffsets({0: 0}, {0: 3})).latestOffset({"0": 1}, ReadAllAvailable()) == {"0": 3}
+
+
 class FakeClock:
     """Wall-clock epoch milliseconds, moved by hand."""
 

@@ -90,6 +90,14 @@ def test_input_lag_is_latest_minus_end_per_partition():
     assert input_lag({"endOffset": {"0": 5}, "latestOffset": {"0": 3, "1": 2}}) == {"0": 0}
 
 
+def test_records_lost_before_they_were_read_come_from_the_source_offsets():
+    m = JoinMetrics()
+    m.observe_progress(progress(1, left=5, left_end={"0": 9, "lost": 4}, left_latest={"0": 9}))
+    assert value(m, "changejoin_input_lost_records", side="left") == 4
+    assert value(m, "changejoin_input_lag_records", side="left", partition="0") == 0  # "lost" is no partition
+    assert value(m, "changejoin_input_lost_records", side="right") is None
+
+
 def test_batch_counts_feed_output_dead_letter_and_late_metrics():
     m = JoinMetrics()
     m.observe_batch(BatchCounts(0, output={"+I": 3, "-D": 1}, dead_letters={"undecodable": 2}))
