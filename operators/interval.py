@@ -70,6 +70,14 @@ class _IntervalBase:
             out.rows.append((_INSERT, self._build(self._left_nulls, row)))
 
 
+    def map_rows(self, value, left, right):
+        if value is None or isinstance(self, NegativeSizeIntervalJoin):
+            return value
+        maps = (left, right)
+        rows = [[[entry[TIME], maps[side](entry[ROW]), entry[MATCHED]] for entry in value[side]] for side in (0, 1)]
+        return (rows[0], rows[1], value[LEFT_CLEANUP], value[RIGHT_CLEANUP])
+
+
 class NegativeSizeIntervalJoin(_IntervalBase):
     """``lower > upper``: nothing can match; preserved rows are padded on arrival, nothing is stored."""
 

@@ -86,6 +86,9 @@ class MiniBatchJoin:
     def on_timer(self, state: KeyState, domain: str, ts: int, ctx: Context, out: Output) -> None:
         self.join.on_timer(state, domain, ts, ctx, out)
 
+    def map_rows(self, value, left, right):
+        return self.join.map_rows(value, left, right)
+
     def _flush(self, sides: list | None, changes: list, now: int, out: Output) -> None:
         """Fold one bundle's full changelog per side and apply the groups (``sides=None``: a key
         that cannot match, whose records are only null-padded)."""

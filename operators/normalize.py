@@ -50,3 +50,7 @@ class ChangelogNormalize:
 
     def on_timer(self, state: KeyState, domain: str, ts: int, ctx: Context, out: Output) -> None:
         """Never called: the stage registers no timers."""
+
+    def map_rows(self, value, left, right):
+        """The stored row is an input row of one side: the host passes that side's map as ``left``."""
+        return None if value is None else left(value)

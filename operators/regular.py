@@ -71,6 +71,18 @@ class _KeyedJoin:
         else:
             state.clear()
 
+    def map_rows(self, value, left, right):
+        if value is None:
+            return None
+        sides = []
+        for view, rows, row_map in zip(self.views, value[:2], (left, right)):
+            entries = {}
+            for entry in rows.values():
+                row = row_map(entry[ROW])
+                entries[view.entry_key(row)] = [row, *entry[1:]]
+            sides.append(entries)
+        return (sides[0], sides[1], value[2])
+
     def on_timer(self, state: KeyState, domain: str, ts: int, ctx: Context, out: Output) -> None:
         """A TTL cleanup timer: drop what expired; nothing is emitted."""
         sides, timer = self._load(state)

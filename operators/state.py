@@ -26,10 +26,13 @@ operator asks for them through its :class:`KeyState`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Hashable, Iterable, Iterator, NamedTuple, Protocol
+from typing import Any, Callable, Hashable, Iterable, Iterator, NamedTuple, Protocol
 
 PROC = "proc"
 EVENT = "event"
+
+
+RowMap = Callable[[tuple], tuple]
 
 
 class Record(NamedTuple):
@@ -88,6 +91,11 @@ class KeyedOperator(Protocol):
     def process(self, state: KeyState, records: Iterable[Record], ctx: Context, out: Output) -> None: ...
 
     def on_timer(self, state: KeyState, domain: str, ts: int, ctx: Context, out: Output) -> None: ...
+
+    def map_rows(self, value: Any, left: RowMap, right: RowMap) -> Any:
+        """A stored value (``stateformat.py``) with every left input row passed through ``left``
+        and every right one through ``right``: how stored rows follow an evolved input schema."""
+        ...
 
 
 @dataclass

@@ -68,6 +68,13 @@ class EventTimeTemporalJoin(_TemporalJoin):
         value = state.get()
         return [[], {}, None, None] if value is None else list(value)
 
+    def map_rows(self, value, left, right):
+        if value is None:
+            return None
+        probes = [(kind, left(row), time) for kind, row, time in value[PROBES]]
+        versions = {time: (kind, right(row)) for time, (kind, row) in value[VERSIONS].items()}
+        return (probes, versions, value[EVENT_TIMER], value[CLEANUP_TIMER])
+
     def _store(self, state: KeyState, value: list) -> None:
         if value[PROBES] or value[VERSIONS] or value[EVENT_TIMER] is not None or value[CLEANUP_TIMER] is not None:
             state.put(tuple(value))
@@ -181,6 +188,11 @@ class ProcessingTimeTemporalJoin(_TemporalJoin):
         value = state.get()
         if value is not None and value[1] == ts:
             state.clear()
+
+    def map_rows(self, value, left, right):
+        if value is None:
+            return None
+        return (None if value[0] is None else right(value[0]), value[1])
 
 
 def make_temporal_join(spec: TemporalJoinSpec):

@@ -46,3 +46,8 @@ class UpsertMaterializer:
 
     def on_timer(self, state: KeyState, domain: str, ts: int, ctx: Context, out: Output) -> None:
         """Never called: the stage registers no timers."""
+
+    def map_rows(self, value, left, right):
+        """Output rows, not input rows: a service refuses an output change under a materializer
+        (``service/checkpoint.py``), so there is nothing to map."""
+        return value

@@ -62,6 +62,12 @@ class WindowJoin:
         columns = (spec.left_time, spec.right_time)
         self._row_time = lambda side, row: time_of(row[columns[side]])
 
+    def map_rows(self, value, left, right):
+        if value is None:
+            return None
+        return {end: [start, [left(r) for r in lefts], [right(r) for r in rights]]
+                for end, (start, lefts, rights) in value.items()}
+
     @staticmethod
     def _timer_of(value) -> int | None:
         return min(value) - 1 if value else None
