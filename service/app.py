@@ -23,6 +23,7 @@ from contextlib import contextmanager
 
 from pyspark.sql.streaming import StreamingQueryListener
 
+from . import checkpoint
 from .config import Settings
 from .metrics import JoinMetrics, MetricsServer, ready_window_seconds
 from .pipeline import BatchCounts, JoinPipeline, spark_session
@@ -152,6 +153,10 @@ class Service:
             except OSError as err:
                 raise RuntimeError(f"cannot serve metrics on METRICS_PORT={self.settings.metrics_port}: {err}") from err
         try:
+            # Before anything runs: state made for another join must not be touched.
+            self.plan = checkpoint.reconcile(
+                self.plan, self.settings.checkpoint_location,
+                checkpoint.CheckpointFile(self.settings.checkpoint_location, lambda: self.spark))
             output_partitions = self.ensure_topics()
             self._query_known.clear()
             self._query_listener = _QueryListener(self)

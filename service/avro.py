@@ -141,6 +141,24 @@ def record_columns(schema: object) -> list[Column]:
     ]
 
 
+def field_defaults(schema: dict, names) -> dict:
+    """The decoded default value of each named field of a record schema, as a reader gets it for
+    data written without the field (logical types applied: a ``timestamp-millis`` default is a
+    datetime, a ``bytes`` default bytes). A union's default is of its first branch."""
+    wanted = set(names)
+    fields = [f for f in schema["fields"] if f["name"] in wanted]
+    missing = wanted - {f["name"] for f in fields if "default" in f}
+    if missing:
+        raise SchemaError(f"no default for {', '.join(sorted(missing))}")
+    # Expanded, so that a named type defined in a field left out here is inlined where it is used.
+    record = {"type": "record", "name": schema["name"], "namespace": schema.get("namespace"), "fields": fields}
+    expanded = fastavro.parse_schema(record, expand=True)["fields"]
+    reader = {"type": "record", "name": "defaults", "fields": [
+        {"name": f["name"], "type": f["type"][0] if isinstance(f["type"], list) else f["type"]} for f in expanded]}
+    document = json.dumps({f["name"]: f["default"] for f in fields})
+    return next(fastavro.json_reader(io.StringIO(document), reader))
+
+
 def _tuple_getter(names: tuple[str, ...]):
     if len(names) == 0:
         return lambda d: ()

@@ -52,6 +52,10 @@ def cmd_check_config(args) -> int:
     print("plan:")
     for line in plan.explain().splitlines():
         print(f"  {line}")
+    from . import checkpoint
+
+    print("checkpoint:")
+    print(f"  {checkpoint.describe(plan, settings.checkpoint_location)}")
     print("output schema:")
     print(json.dumps(plan.output_schema, indent=2))
     return 0

@@ -28,7 +28,7 @@ from operators import (
     make_temporal_join,
 )
 
-from .avro import SchemaRegistry, load_schema_file, output_schema, record_columns, to_epoch_millis
+from .avro import SchemaRegistry, field_defaults, load_schema_file, output_schema, record_columns, to_epoch_millis
 from .config import Settings
 from .keys import KeyDecoder
 from .query import QueryError, describe, parse_join_sql
@@ -116,11 +116,29 @@ class JoinPlan:
     mini_batch_size: int | None = None
     retention_ms: tuple[int, int] | None = None
     output_mode: OutputMode = OutputMode.RETRACT
+    # The input columns (left, right) of every schema the checkpoint's state has seen, oldest first
+    # (service/checkpoint.py); stored rows of an older generation are upgraded as they are read.
+    state_generations: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = ()
     description: str = field(default="", compare=False)
 
     @property
     def sides(self) -> tuple[SidePlan, SidePlan]:
         return (self.left, self.right)
+
+    @property
+    def state_generation(self) -> int:
+        """The generation rows are stored in now (0 without schema evolution)."""
+        return max(0, len(self.state_generations) - 1)
+
+    def row_upgrade(self, generation: int, side: int):
+        """``row -> row``: a stored row of ``generation`` in this plan's columns of ``side``; columns
+        that were added get their Avro default, removed ones are dropped."""
+        old = self.state_generations[generation][side]
+        side_plan = self.sides[side]
+        added = [c for c in side_plan.columns if c not in old]
+        defaults = field_defaults(side_plan.reader_schema, added) if added else {}
+        picks = tuple((old.index(c), None) if c in old else (None, defaults[c]) for c in side_plan.columns)
+        return lambda row: tuple(row[i] if i is not None else default for i, default in picks)
 
     @property
     def is_event_time(self) -> bool:
@@ -175,6 +193,7 @@ class JoinPlan:
         data["kind"] = PlanKind(data["kind"])
         data["join_type"] = JoinType(data["join_type"])
         data["output_mode"] = OutputMode(data["output_mode"])
+        data["state_generations"] = tuple(tuple(tuple(columns) for columns in g) for g in data["state_generations"])
         sides = []
         for name in ("left", "right"):
             s = data.pop(name)

@@ -62,22 +62,43 @@ def _plan_from_config(config: dict) -> JoinPlan:
     return JoinPlan.from_json(config["plan"])
 
 
+_GENERATION = 0x01  # first byte of a value stored in a state generation > 0 (pickle's own is 0x80)
+
+
 class SparkKeyState:
-    """The operators' ``KeyState`` over one Spark ``ValueState`` and the key's timers."""
+    """The operators' ``KeyState`` over one Spark ``ValueState`` and the key's timers.
 
-    __slots__ = ("_value", "_handle", "_domain")
+    A value is stored as its pickle, prefixed with ``0x01`` and two bytes of the state generation
+    it was written in when that is not 0 (``checkpoint.py``): a value of an older generation is
+    upgraded by ``upgrade(value, generation)`` when it is read, and stored in the current one when
+    it is written back."""
 
-    def __init__(self, value_state, handle: StatefulProcessorHandle, timer_domain: str | None):
+    __slots__ = ("_value", "_handle", "_domain", "_generation", "_prefix", "_upgrade")
+
+    def __init__(self, value_state, handle: StatefulProcessorHandle, timer_domain: str | None,
+                 generation: int = 0, upgrade=None):
         self._value = value_state
         self._handle = handle
         self._domain = timer_domain
+        self._generation = generation
+        self._prefix = bytes([_GENERATION]) + generation.to_bytes(2, "big") if generation else b""
+        self._upgrade = upgrade
 
     def get(self):
         value = self._value.get()  # None when the key has no state: one call to the JVM, not two
-        return None if value is None else loads(value[0])
+        if value is None:
+            return None
+        data = value[0]
+        if data[0] != _GENERATION:
+            generation, value = 0, loads(data)
+        else:
+            generation, value = int.from_bytes(data[1:3], "big"), loads(data[3:])
+        if generation != self._generation:
+            value = self._upgrade(value, generation)
+        return value
 
     def put(self, value) -> None:
-        self._value.update((dumps(value),))
+        self._value.update((self._prefix + dumps(value),))
 
     def clear(self) -> None:
         self._value.clear()
@@ -129,11 +150,16 @@ class JoinProcessor(StatefulProcessor):
         self.value = handle.getValueState("join", _STATE_SCHEMA)
         self.time_mode = self.plan.time_mode
         domain = {TimeMode.PROCESSING_TIME: PROC, TimeMode.EVENT_TIME: EVENT}.get(self.time_mode)
-        self.state = SparkKeyState(self.value, handle, domain)
+        self.state = SparkKeyState(self.value, handle, domain, self.plan.state_generation, self._upgrade)
         self.probe_originals = self.plan.is_event_time
         key = self.plan.output_key
         self.output_key = (lambda row: output_key_group(tuple(row[i] for i in key))) if key else (lambda row: b"")
         self.seq = _TaskSequence()
+
+    def _upgrade(self, value, generation: int):
+        """A stored value of an older state generation, its rows in today's input columns."""
+        plan = self.plan
+        return self.operator.map_rows(value, plan.row_upgrade(generation, 0), plan.row_upgrade(generation, 1))
 
     def _context(self, timer_values) -> Context:
         now = timer_values.getCurrentProcessingTimeInMs()
@@ -276,10 +302,16 @@ class NormalizeProcessor(StatefulProcessor):
         self.side = side
 
     def init(self, handle: StatefulProcessorHandle) -> None:
-        join_key = _plan(self.plan_json).sides[self.side].join_key
+        plan = _plan(self.plan_json)
+        join_key = plan.sides[self.side].join_key
         self.join_key = lambda row: join_key_group(tuple(row[i] for i in join_key))
-        self.state = SparkKeyState(handle.getValueState("last", _STATE_SCHEMA), handle, None)
         self.operator = ChangelogNormalize()
+
+        def upgrade(value, generation):
+            return self.operator.map_rows(value, plan.row_upgrade(generation, self.side), None)
+
+        self.state = SparkKeyState(handle.getValueState("last", _STATE_SCHEMA), handle, None,
+                                   plan.state_generation, upgrade)
 
     def handleInputRows(self, key, rows, timerValues) -> Iterator[Row]:
         ordered = ordered_records(rows)

@@ -82,11 +82,12 @@ class JoinHarness:
             self.service.stop()
         return self.service
 
-    def changelog(self) -> list[tuple[str, tuple]]:
+    def changelog(self, start: int = 0) -> list[tuple[str, tuple]]:
+        """The output records from the ``start``-th on, decoded in the last run's output schema."""
         schema = fastavro.parse_schema(self.service.plan.output_schema)
         skip = 5 if self.service.settings.schema_registry_url else 0  # Confluent wire format header
         out = []
-        for record in consume_all(self.bootstrap, self.output):
+        for record in consume_all(self.bootstrap, self.output)[start:]:
             headers = dict(record.headers)
             value = None if record.value is None else tuple(
                 fastavro.schemaless_reader(io.BytesIO(record.value[skip:]), schema, None).values())

@@ -1,0 +1,258 @@
+"""What a checkpoint's join state was made for, and whether this configuration may use it.
+
+Spark stores offsets and state in ``CHECKPOINT_LOCATION`` but nothing about the join: restarted
+with another ``JOIN_SQL``, primary key or changelog mode, the service would mix two state layouts
+silently (stale rows that keep joining, null-padded rows never retracted). So the facts the state
+depends on are kept beside Spark's files, in ``<CHECKPOINT_LOCATION>/changejoin-state.json``, and
+checked on every start (:func:`reconcile`):
+
+- an incompatible change is refused with what changed and what to do (a new
+  ``CHECKPOINT_LOCATION``, or the previous configuration);
+- a compatible evolution of an input's Avro schema (columns added with a default, columns the
+  join does not use removed, int -> long and float -> double widening) is accepted: the stored
+  rows are upgraded as they are read. Each schema the state has seen is a *generation*
+  (``JoinPlan.state_generations``, the column names of both inputs); a key's stored value
+  carries the generation it was written in (``processor.SparkKeyState``).
+
+Changes that leave the state valid (state TTL, mini-batch, trigger, the SELECT list when no
+upsert materializer keeps output rows, ...) are not facts and need nothing.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+from urllib.parse import urlparse
+
+from operators import STATE_FORMAT_VERSION
+
+from .plan import JoinPlan, PlanError
+
+log = logging.getLogger(__name__)
+
+FILE_NAME = "changejoin-state.json"
+FORMAT = 1
+# Avro promotions whose values read the same in Python: stored rows stay valid.
+_WIDENINGS = {("int", "long"), ("int", "float"), ("int", "double"), ("long", "float"), ("long", "double"),
+              ("float", "double")}
+
+
+class CheckpointMismatch(PlanError):
+    """The checkpoint's state was made for another join."""
+
+
+def facts(plan: JoinPlan) -> dict:
+    """What the join's state depends on (JSON)."""
+    sides = []
+    for s in plan.sides:
+        sides.append({
+            "topic": s.topic,
+            "changelog_mode": s.changelog_mode,
+            "normalized": s.normalized,
+            "join_key": [s.columns[i] for i in s.join_key],
+            "primary_key": None if s.primary_key is None else [s.columns[i] for i in s.primary_key],
+            "time_column": None if s.time_column is None else s.columns[s.time_column],
+            "columns": {name: avro_type for name, avro_type in zip(s.columns, s.avro_types)},
+        })
+    materializer = None
+    if plan.upsert_materializer:
+        materializer = {"output_key": [plan.output_names[i] for i in plan.output_key],
+                        "output_schema": plan.output_schema}
+    return {
+        "state_format": STATE_FORMAT_VERSION, "kind": plan.kind.value, "join_type": plan.join_type.value,
+        "condition": plan.condition_sql, "filter_nulls": list(plan.filter_nulls), "sides": sides,
+        "materializer": materializer,
+    }
+
+
+def differences(old: dict, new: dict, plan: JoinPlan) -> list[str]:
+    """Why state written for ``old`` cannot serve ``new``, one line per change, naming what to fix."""
+    problems = []
+    if old["state_format"] != new["state_format"]:
+        problems.append(f"changejoin stores its state in format v{new['state_format']}, the checkpoint holds "
+                        f"v{old['state_format']} (no migration from it exists)")
+    for key, what in (("kind", "the kind of join"), ("join_type", "the join type"),
+                      ("condition", "the join condition"), ("filter_nulls", "= vs IS NOT DISTINCT FROM on the keys")):
+        if old[key] != new[key]:
+            problems.append(f"JOIN_SQL: {what} changed from {old[key]!r} to {new[key]!r}")
+    for name, was, now, side_plan in zip(("LEFT", "RIGHT"), old["sides"], new["sides"], plan.sides):
+        label = name.lower()
+        if was["topic"] != now["topic"]:
+            problems.append(f"{name}_TOPIC: {was['topic']!r} -> {now['topic']!r} (the offsets are those of the old topic)")
+        if was["changelog_mode"] != now["changelog_mode"]:
+            problems.append(f"{name}_CHANGELOG_MODE: {was['changelog_mode']} -> {now['changelog_mode']}")
+        if was["primary_key"] != now["primary_key"]:
+            problems.append(f"{name}_PRIMARY_KEY: {_names(was['primary_key'])} -> {_names(now['primary_key'])}")
+        if was["join_key"] != now["join_key"]:
+            problems.append(f"JOIN_SQL: the {label} join key changed from {_names(was['join_key'])} to "
+                            f"{_names(now['join_key'])}")
+        if was["time_column"] != now["time_column"]:
+            problems.append(f"JOIN_SQL / {name}_EVENT_TIME_COLUMN: the {label} time column changed from "
+                            f"{was['time_column']!r} to {now['time_column']!r}")
+        if was["normalized"] != now["normalized"] and not problems:
+            problems.append(f"the {label} input is now {'normalized' if now['normalized'] else 'joined directly'}")
+        problems += _schema_changes(name, was["columns"], now["columns"], side_plan)
+    if old["materializer"] != new["materializer"]:
+        problems.append("OUTPUT_MODE / OUTPUT_KEY / JOIN_SQL: the upsert materializer's state holds rows of the "
+                        "previous output (or there was none), which no longer match the output")
+    return problems
+
+
+def _schema_changes(name: str, was: dict, now: dict, side_plan) -> list[str]:
+    where = (f"{name}_SCHEMA_FILE or the registry's {side_plan.topic}-value")
+    defaults = {f["name"] for f in side_plan.reader_schema.get("fields", ()) if "default" in f}
+    problems = []
+    for column, avro_type in now.items():
+        if column not in was:
+            if column not in defaults:
+                problems.append(f"{where}: column {column!r} was added without a default, so stored rows have no "
+                                "value for it")
+        elif not _compatible(was[column], avro_type):
+            problems.append(f"{where}: column {column!r} changed type from {json.dumps(was[column])} to "
+                            f"{json.dumps(avro_type)}")
+    return problems
+
+
+def _compatible(old, new) -> bool:
+    """Stored values of type ``old`` are values of type ``new``: the same type, a primitive widened
+    (int -> long...), or made nullable."""
+    if old == new:
+        return True
+    (old_nullable, old_base), (new_nullable, new_base) = _split(old), _split(new)
+    if old_nullable and not new_nullable:
+        return False
+    return old_base == new_base or (old_base, new_base) in _WIDENINGS
+
+
+def _split(avro_type) -> tuple[bool, object]:
+    """(nullable, the non-null type: a primitive's name, else its JSON)."""
+    nullable = False
+    if isinstance(avro_type, list):
+        branches = [b for b in avro_type if b != "null"]
+        nullable = len(branches) < len(avro_type)
+        if len(branches) != 1:
+            return nullable, json.dumps(branches, sort_keys=True)
+        avro_type = branches[0]
+    if isinstance(avro_type, dict) and set(avro_type) == {"type"}:
+        avro_type = avro_type["type"]
+    return nullable, avro_type if isinstance(avro_type, str) else json.dumps(avro_type, sort_keys=True)
+
+
+def _names(columns) -> str:
+    return "none" if not columns else "(" + ", ".join(columns) + ")"
+
+
+def _columns(plan: JoinPlan) -> list[list[str]]:
+    return [list(s.columns) for s in plan.sides]
+
+
+def reconcile(plan: JoinPlan, location: str, store=None) -> JoinPlan:
+    """Check ``plan`` against the facts stored in the checkpoint at ``location`` and record them:
+    returns the plan with its state generations, or raises :class:`CheckpointMismatch`."""
+    store = store or CheckpointFile(location)
+    stored = store.read()
+    current = facts(plan)
+    if stored is None:
+        generations = [_columns(plan)]
+        if store.has_state():
+            log.warning("CHECKPOINT_LOCATION=%s holds state but no %s (written by an earlier changejoin): "
+                        "taking it to be state of this join", location, FILE_NAME)
+    else:
+        problems = differences(stored["facts"], current, plan)
+        if problems:
+            raise CheckpointMismatch(
+                f"CHECKPOINT_LOCATION={location}: its join state was made for another join:\n    - "
+                + "\n    - ".join(problems)
+                + "\n  That state cannot serve this configuration. Start from a new CHECKPOINT_LOCATION (the join "
+                "then reads its inputs again from STARTING_OFFSETS), or restore the previous configuration."
+            )
+        generations = [list(map(list, g)) for g in stored["generations"]]
+        if generations[-1] != _columns(plan):
+            generations.append(_columns(plan))
+            log.warning("CHECKPOINT_LOCATION=%s: the input schemas evolved (state generation %d); stored rows are "
+                        "upgraded as they are read", location, len(generations) - 1)
+    store.write({"format": FORMAT, "facts": current, "generations": generations})
+    return dataclasses.replace(plan, state_generations=tuple(tuple(tuple(c) for c in g) for g in generations))
+
+
+def describe(plan: JoinPlan, location: str) -> str:
+    """``check-config``'s word on the checkpoint (read without Spark: local locations only)."""
+    store = CheckpointFile(location)
+    if not store._local:
+        return f"{location}: checked when the service starts"
+    stored = store.read()
+    if stored is None:
+        return f"{location}: {'state of an earlier changejoin, taken as this join' if store.has_state() else 'new'}"
+    problems = differences(stored["facts"], facts(plan), plan)
+    if problems:
+        return f"{location}: INCOMPATIBLE, the service will refuse to start:\n    - " + "\n    - ".join(problems)
+    evolved = stored["generations"][-1] != _columns(plan) or len(stored["generations"]) > 1
+    return f"{location}: compatible{' (input schemas evolved: stored rows are upgraded as read)' if evolved else ''}"
+
+
+class CheckpointFile:
+    """``changejoin-state.json`` in a checkpoint directory: a local path, or any file system Spark's
+    Hadoop client reaches (``s3a://``, ``hdfs://``, ``gs://``...) through the running JVM."""
+
+    def __init__(self, location: str, spark=None):
+        """``spark``: a callable giving the Spark session, asked only for a non-local location."""
+        self.location = location
+        self._session = spark
+        scheme = urlparse(location).scheme
+        self._local = scheme in ("", "file") or len(scheme) == 1  # a Windows drive letter is no scheme
+        self._dir = urlparse(location).path if scheme == "file" else location
+
+    @property
+    def _spark(self):
+        if self._session is None:
+            raise PlanError(f"CHECKPOINT_LOCATION={self.location}: reading it needs the Spark session")
+        return self._session()
+
+    def _hadoop(self):
+        jvm = self._spark._jvm
+        path = jvm.org.apache.hadoop.fs.Path(self.location.rstrip("/") + "/" + FILE_NAME)
+        return path, path.getFileSystem(self._spark._jsc.hadoopConfiguration())
+
+    def read(self) -> dict | None:
+        if self._local:
+            path = os.path.join(self._dir, FILE_NAME)
+            if not os.path.exists(path):
+                return None
+            with open(path) as f:
+                return json.load(f)
+        path, fs = self._hadoop()
+        if not fs.exists(path):
+            return None
+        stream = fs.open(path)
+        try:
+            reader = self._spark._jvm.java.io.BufferedReader(self._spark._jvm.java.io.InputStreamReader(stream, "UTF-8"))
+            return json.loads("\n".join(iter(reader.readLine, None)))
+        finally:
+            stream.close()
+
+    def has_state(self) -> bool:
+        """Spark has committed at least one micro-batch here."""
+        if self._local:
+            commits = os.path.join(self._dir, "commits")
+            return os.path.isdir(commits) and any(not n.startswith(".") for n in os.listdir(commits))
+        jvm = self._spark._jvm
+        path = jvm.org.apache.hadoop.fs.Path(self.location.rstrip("/") + "/commits")
+        fs = path.getFileSystem(self._spark._jsc.hadoopConfiguration())
+        return fs.exists(path) and len(fs.listStatus(path)) > 0
+
+    def write(self, content: dict) -> None:
+        text = json.dumps(content, indent=1, sort_keys=True)
+        if self._local:
+            os.makedirs(self._dir, exist_ok=True)
+            path = os.path.join(self._dir, FILE_NAME)
+            with open(path + ".tmp", "w") as f:
+                f.write(text)
+            os.replace(path + ".tmp", path)
+            return
+        path, fs = self._hadoop()
+        stream = fs.create(path, True)
+        try:
+            stream.write(text.encode())
+        finally:
+            stream.close()
