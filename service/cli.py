@@ -6,18 +6,20 @@ import json
 import logging
 import sys
 
-from .config import ConfigError, load_settings
+from .config import ConfigError, load_settings, unused_settings
+
+log = logging.getLogger("service.cli")
 
 
-def _configure_logging(level: str = "INFO", fmt: str = "text") -> None:
-    if fmt == "json":
-        from .logs import JsonFormatter
+def _configure_logging(level: str = "INFO", fmt: str = "text", secrets=()) -> None:
+    """Logging to stderr; every line goes through :class:`logs.RedactingFormatter`, which hides URL
+    user info and the given secret values wherever they appear."""
+    from .logs import JsonFormatter, RedactingFormatter
 
-        handler = logging.StreamHandler()
-        handler.setFormatter(JsonFormatter())
-        logging.basicConfig(level=level, handlers=[handler], force=True)
-    else:
-        logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True)
+    inner = JsonFormatter() if fmt == "json" else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    handler = logging.StreamHandler()
+    handler.setFormatter(RedactingFormatter(inner, secrets))
+    logging.basicConfig(level=level, handlers=[handler], force=True)
     logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
@@ -30,10 +32,16 @@ def _settings_and_plan():
 
 def cmd_run(args) -> int:
     settings, plan = _settings_and_plan()
-    _configure_logging(settings.log_level, settings.log_format)
+    _configure_logging(settings.log_level, settings.log_format, settings.secret_values())
+    for warning in unused_settings(settings, plan):
+        log.warning("%s", warning)
     from .app import Service
 
-    return Service(settings, plan).run_forever()
+    try:
+        return Service(settings, plan).run_forever()
+    except Exception:  # noqa: BLE001 - through the log, whose lines are redacted, not a bare traceback
+        log.exception("the service failed")
+        return 1
 
 
 def cmd_check_config(args) -> int:
@@ -46,6 +54,12 @@ def cmd_check_config(args) -> int:
         print(f"  {line}")
     print("output schema:")
     print(json.dumps(plan.output_schema, indent=2))
+    warnings = unused_settings(settings, plan)
+    if warnings:
+        print("warnings:")
+        for warning in warnings:
+            print(f"  {warning}")
+            print(f"changejoin: warning: {warning}", file=sys.stderr)
     return 0
 
 
