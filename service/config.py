@@ -177,12 +177,13 @@ class Settings(BaseModel):
     starting_offsets: Literal["earliest", "latest"] = Field("earliest", alias="STARTING_OFFSETS")
     metrics_port: int = Field(9108, alias="METRICS_PORT", ge=0, le=65535)
     ready_max_trigger_intervals: int = Field(10, alias="READY_MAX_TRIGGER_INTERVALS", ge=1)
+    liveness_timeout_ms: int = Field(1_800_000, alias="LIVENESS_TIMEOUT", ge=0)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", alias="LOG_LEVEL")
     log_format: Literal["text", "json"] = Field("text", alias="LOG_FORMAT")
 
     @field_validator(
         "left_watermark_delay_ms", "right_watermark_delay_ms", "idle_timeout_ms", "state_ttl_ms",
-        "left_state_ttl_ms", "right_state_ttl_ms", "trigger_interval_ms", mode="before",
+        "left_state_ttl_ms", "right_state_ttl_ms", "trigger_interval_ms", "liveness_timeout_ms", mode="before",
     )
     @classmethod
     def _duration(cls, value):
