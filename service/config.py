@@ -428,6 +428,17 @@ def _kafka_client_problems(props: Mapping[str, str]) -> list[str]:
     return problems
 
 
+def _quiet_logger():
+    """Where the checking clients' own log lines go (e.g. "no bootstrap.servers"): nowhere."""
+    import logging
+
+    quiet = logging.getLogger("changejoin.config.librdkafka")
+    if not quiet.handlers:
+        quiet.addHandler(logging.NullHandler())
+        quiet.propagate = False
+    return quiet
+
+
 def librdkafka_property_error(key: str, value: str) -> str | None:
     """librdkafka's own objection to one client property (unknown name, invalid value), or None.
 
@@ -436,15 +447,10 @@ def librdkafka_property_error(key: str, value: str) -> str | None:
     TLS or SASL setup runs, which would read certificate files and credentials that may only exist
     where the service runs). An error raised while creating the client, after every property was
     accepted, is not about the property and is ignored."""
-    import logging
-
     from confluent_kafka import KafkaException, Producer
 
-    quiet = logging.getLogger("changejoin.config.librdkafka")
-    quiet.addHandler(logging.NullHandler())
-    quiet.propagate = False
     try:
-        Producer({key: value, "logger": quiet})
+        Producer({key: value, "logger": _quiet_logger()})
     except KafkaException as err:
         message = err.args[0].str() if err.args and hasattr(err.args[0], "str") else str(err)
         if message.startswith("Failed to create"):
