@@ -479,6 +479,12 @@ FOREIGN_ENV_VARS = frozenset({
     "SPARK_SHUFFLE_OPTS", "SPARK_MASTER_HOST", "SPARK_MASTER_PORT", "SPARK_MASTER_WEBUI_PORT",
     "SPARK_MASTER_OPTS", "SPARK_WORKER_CORES", "SPARK_WORKER_MEMORY", "SPARK_WORKER_PORT",
     "SPARK_WORKER_WEBUI_PORT", "SPARK_WORKER_DIR", "SPARK_WORKER_OPTS",
+    # PySpark: what it reads, and what SparkContext sets in its own process (inherited by children)
+    "SPARK_AUTH_SOCKET_TIMEOUT", "SPARK_BUFFER_SIZE", "SPARK_REUSE_WORKER", "SPARK_SIMPLIFIED_TRACEBACK",
+    "SPARK_HIDE_TRACEBACK", "SPARK_TRACEBACK_WITH_LOCALS", "SPARK_PYTHON_RUNTIME", "SPARK_EXECUTOR_URI",
+    "SPARK_ANSI_SQL_MODE", "SPARK_API_MODE", "SPARK_PIPELINED_UDF", "SPARK_PIPELINED_UDF_QUEUE_DEPTH",
+    "SPARK_LOCAL_CONNECT_DISCOVERY", "SPARK_LOCAL_CONNECT_REUSE", "SPARK_GENERATE_GOLDEN_FILES",
+    "SPARK_ENV_SH", "SPARK_JARS_DIR", "SPARK_BEELINE_OPTS",
     # Spark on Kubernetes: the driver's and executors' pod environment
     "SPARK_K8S_CMD", "SPARK_DRIVER_BIND_ADDRESS", "SPARK_DRIVER_URL", "SPARK_EXECUTOR_ID",
     "SPARK_EXECUTOR_POD_IP", "SPARK_EXECUTOR_POD_NAME", "SPARK_EXECUTOR_DIRS", "SPARK_APPLICATION_ID",
@@ -487,8 +493,9 @@ FOREIGN_ENV_VARS = frozenset({
     "KAFKA_HOME", "KAFKA_HEAP_OPTS", "KAFKA_OPTS", "KAFKA_JVM_PERFORMANCE_OPTS", "KAFKA_LOG4J_OPTS",
     "KAFKA_JMX_OPTS", "KAFKA_GC_LOG_OPTS", "KAFKA_DEBUG", "LOG_DIR",
 })
-# Spark on Kubernetes passes JVM options to executors as SPARK_JAVA_OPT_0, _1, ...
-_FOREIGN_PATTERN = re.compile(r"^SPARK_JAVA_OPT_\d+$")
+# Spark on Kubernetes passes JVM options to executors as SPARK_JAVA_OPT_0, _1, ...; PySpark's Spark
+# Connect client reads SPARK_CONNECT_* (mode, token, log level, ...).
+_FOREIGN_PATTERN = re.compile(r"^(SPARK_JAVA_OPT_\d+|SPARK_CONNECT_[A-Z0-9_]+)$")
 # Kubernetes service links (a Service "kafka" in the namespace gives KAFKA_SERVICE_HOST,
 # KAFKA_PORT=tcp://..., KAFKA_PORT_9092_TCP_ADDR, ...), unless the pod sets enableServiceLinks: false.
 _SERVICE_LINK = re.compile(r"^[A-Z0-9_]+_(SERVICE_HOST|SERVICE_PORT(_[A-Z0-9_]+)?|PORT_\d+_(TCP|UDP|SCTP)(_(PROTO|PORT|ADDR))?)$")

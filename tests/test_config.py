@@ -224,6 +224,11 @@ def test_a_misspelt_variable_is_an_error_naming_the_closest_one(typo, meant):
     assert f"{typo}: not a changejoin variable; did you mean {meant}?" in str(err.value)
 
 
+def test_the_readme_lists_every_prefix_taken_for_changejoins():
+    readme = (ROOT / "README.md").read_text()
+    assert [p for p in _config.own_prefixes() if f"`{p}`" not in readme] == []
+
+
 def test_unknown_variable_without_a_close_match_still_fails():
     with pytest.raises(ConfigError, match="JOIN_WHATEVER: not a changejoin variable"):
         load_settings({**VALID, "JOIN_WHATEVER": "1"})
@@ -253,6 +258,15 @@ def test_the_platforms_variables_are_neither_refused_nor_read():
     s = load_settings({**VALID, **PLATFORM})
     assert not any(k.upper() == k for k in s.spark_conf)  # SPARK_CONF_DIR is Spark's, not a property
     assert "DIR" not in s.spark_conf and s.kafka_properties() == {"bootstrap.servers": "127.0.0.1:1"}
+
+
+def test_the_environment_of_a_process_that_ran_pyspark_is_accepted(spark):
+    """SparkContext puts SPARK_* variables into its process's environment, which processes it
+    starts (the service run by a test, a supervisor restarting it) inherit."""
+    import os
+
+    assert any(k.startswith("SPARK_") for k in os.environ)  # what this test is about
+    load_settings({**os.environ, **VALID})
 
 
 def test_a_port_variable_that_is_not_a_service_link_is_refused():
