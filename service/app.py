@@ -68,6 +68,7 @@ class Service:
         self.metrics = JoinMetrics(
             ready_window_seconds(settings.trigger_interval_ms, settings.ready_max_trigger_intervals),
             is_active=self._query_active,
+            liveness_timeout_s=(settings.liveness_timeout_ms or 0) / 1000 or None,
         )
         self.metrics_server: MetricsServer | None = None
         self._query_listener: _QueryListener | None = None

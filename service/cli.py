@@ -6,18 +6,20 @@ import json
 import logging
 import sys
 
-from .config import ConfigError, load_settings
+from .config import ConfigError, load_settings, unused_settings
+
+log = logging.getLogger("service.cli")
 
 
-def _configure_logging(level: str = "INFO", fmt: str = "text") -> None:
-    if fmt == "json":
-        from .logs import JsonFormatter
+def _configure_logging(level: str = "INFO", fmt: str = "text", secrets=()) -> None:
+    """Logging to stderr; every line goes through :class:`logs.RedactingFormatter`, which hides URL
+    user info and the given secret values wherever they appear."""
+    from .logs import JsonFormatter, RedactingFormatter
 
-        handler = logging.StreamHandler()
-        handler.setFormatter(JsonFormatter())
-        logging.basicConfig(level=level, handlers=[handler], force=True)
-    else:
-        logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True)
+    inner = JsonFormatter() if fmt == "json" else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    handler = logging.StreamHandler()
+    handler.setFormatter(RedactingFormatter(inner, secrets))
+    logging.basicConfig(level=level, handlers=[handler], force=True)
     logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
@@ -30,7 +32,7 @@ def _settings_and_plan():
 
 def cmd_run(args) -> int:
     settings = load_settings()
-    _configure_logging(settings.log_level, settings.log_format)
+    _configure_logging(settings.log_level, settings.log_format, settings.secret_values())
     from .app import Service, log_fatal
     from .plan import PlanError, build_plan
 
@@ -41,7 +43,13 @@ def cmd_run(args) -> int:
     except Exception as err:  # noqa: BLE001 - e.g. the registry cannot be reached: one clear line
         log_fatal(err)
         return 1
-    return Service(settings, plan).run_forever()
+    for warning in unused_settings(settings, plan):
+        log.warning("%s", warning)
+    try:
+        return Service(settings, plan).run_forever()
+    except Exception as err:  # noqa: BLE001 - run_forever logs its own failures; anything else, one clear line
+        log_fatal(err)
+        return 1
 
 
 def cmd_check_config(args) -> int:
@@ -58,6 +66,12 @@ def cmd_check_config(args) -> int:
     print(f"  {checkpoint.describe(plan, settings.checkpoint_location)}")
     print("output schema:")
     print(json.dumps(plan.output_schema, indent=2))
+    warnings = unused_settings(settings, plan)
+    if warnings:
+        print("warnings:")
+        for warning in warnings:
+            print(f"  {warning}")
+            print(f"changejoin: warning: {warning}", file=sys.stderr)
     return 0
 
 

@@ -6,18 +6,97 @@ message names each variable to fix.
 """
 from __future__ import annotations
 
+import difflib
+import json
 import os
 import re
-from typing import Literal, Mapping
+from typing import Iterable, Literal, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from .kafka_records import LIBRDKAFKA_MESSAGE_MAX_BYTES, output_framing_bytes
 
 KAFKA_CLIENT_PREFIX = "KAFKA_CLIENT_"
 SPARK_CONF_PREFIX = "SPARK_CONF_"
 ENV_PREFIXES = (KAFKA_CLIENT_PREFIX, SPARK_CONF_PREFIX)
 
-# librdkafka properties whose values are never printed or logged.
-SECRET_PROPERTIES = re.compile(r"(password|secret|key\.pem|token|jaas|credentials)", re.IGNORECASE)
+# -- secrets -------------------------------------------------------------------------------------
+# The one rule for what is never printed or logged (check-config, log lines, configuration
+# errors). A name (an environment variable, a librdkafka property or a Spark property) is split
+# into lower-case words at ".", "_", "-" and camelCase boundaries; it names a secret when
+#   - a word contains password, passwd, passphrase, secret, token, credential or jaas, or is sas
+#     (an Azure shared access signature), or the words "user info" / "oauthbearer config" appear;
+#   - or it has the word "key" right after secret, access, private, encryption, account, api,
+#     signing, master, shared or sse (s3a.secret.key, s3a.access.key, fs.azure.account.key.<host>,
+#     ssl private keys), or right before pem, data or material (ssl.key.pem);
+# unless its last word says the value only points at or describes the secret (a file, location,
+# path, class, mechanism, algorithm, size, ...): ssl.key.location, spark.authenticate.secret.file,
+# fs.s3a.aws.credentials.provider. So OUTPUT_KEY, LEFT_PRIMARY_KEY, LEFT_KEY_FORMAT and
+# spark.io.encryption.keySizeBits are shown. Independently of names, the user info of every URL
+# in every value (``https://user:pass@host``) is hidden.
+REDACTED = "*****"
+_SECRET_WORDS = ("password", "passwd", "passphrase", "secret", "token", "credential", "jaas")
+_KEY_QUALIFIERS = frozenset({"secret", "access", "private", "encryption", "account", "api", "signing",
+                             "master", "shared", "sse"})
+_KEY_MATERIAL = frozenset({"pem", "data", "material"})
+_DESCRIBES_ONLY = frozenset({"file", "location", "path", "dir", "provider", "class", "url", "endpoint",
+                             "mechanism", "method", "algorithm", "type", "format", "size", "bits", "length",
+                             "enabled", "id", "name"})
+_WORDS = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
+URL_USER_INFO = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)[^/\s@]+@")
+
+
+def _words(name: str) -> list[str]:
+    return [w.lower() for part in re.split(r"[._\-\s]+", name) for w in _WORDS.findall(part)]
+
+
+def is_secret_name(name: str) -> bool:
+    """Whether the value of this variable or property is a secret (see the rule above)."""
+    words = _words(name)
+    if not words or words[-1] in _DESCRIBES_ONLY:
+        return False
+    if any(s in w for w in words for s in _SECRET_WORDS) or "sas" in words:
+        return True
+    pairs = list(zip(words, words[1:]))
+    for first, second in pairs:
+        if (first, second) in (("user", "info"), ("oauthbearer", "config")) or first == "userinfo":
+            return True
+        if second == "key" and first in _KEY_QUALIFIERS:
+            return True
+        if first == "key" and second in _KEY_MATERIAL:
+            return True
+    return "userinfo" in words
+
+
+def redact_text(text: str, secrets: Iterable[str] = ()) -> str:
+    """``text`` without URL user info and without any of ``secrets`` (also JSON-escaped)."""
+    text = URL_USER_INFO.sub(lambda m: m.group(1) + REDACTED + "@", text)
+    for secret in sorted({s for s in secrets if s}, key=len, reverse=True):
+        text = text.replace(secret, REDACTED)
+        escaped = json.dumps(secret, ensure_ascii=False)[1:-1]
+        if escaped != secret:
+            text = text.replace(escaped, REDACTED)
+    return text
+
+
+def redact(name: str, value):
+    """A variable's (or property's) value as it may be shown."""
+    if value is None:
+        return None
+    if is_secret_name(name):
+        return REDACTED
+    return redact_text(value) if isinstance(value, str) else value
+
+
+def _url_secrets(url: str | None) -> list[str]:
+    """The user info of a URL, and its password part, as values to hide."""
+    found = []
+    for match in re.finditer(r"(?i)[a-z][a-z0-9+.\-]*://([^/\s@]+)@", url or ""):
+        info = match.group(1)
+        found.append(info)
+        if ":" in info:
+            found.append(info.split(":", 1)[1])
+    return found
 
 
 class ConfigError(ValueError):
@@ -45,6 +124,9 @@ def _column_list(text: str | None) -> tuple[str, ...] | None:
         raise ValueError(f"{text!r} is not a comma-separated list of column names")
     return columns
 
+
+# Between the problems the model validator finds (they may contain "; " themselves).
+_PROBLEM_SEPARATOR = "\n"
 
 ChangelogMode = Literal["retract", "upsert", "append"]
 KeyFormat = Literal["auto", "avro", "raw"]  # message keys of upsert inputs, see keys.py
@@ -85,10 +167,12 @@ class Settings(BaseModel):
     mini_batch_size: int | None = Field(None, alias="MINI_BATCH_SIZE", ge=1)
     output_mode: Literal["retract", "upsert"] = Field("retract", alias="OUTPUT_MODE")
     output_key: tuple[str, ...] | None = Field(None, alias="OUTPUT_KEY")
-    max_output_record_bytes: int = Field(1_000_000, alias="MAX_OUTPUT_RECORD_BYTES", gt=0)
+    # None: the producer's message.max.bytes less the room for headers and framing (set after validation).
+    max_output_record_bytes: int | None = Field(None, alias="MAX_OUTPUT_RECORD_BYTES", gt=0)
     checkpoint_location: str = Field("checkpoints", alias="CHECKPOINT_LOCATION", min_length=1)
     spark_master: str = Field("local[*]", alias="SPARK_MASTER", min_length=1)
     spark_conf: dict[str, str] = Field(default_factory=dict, exclude=True)
+    spark_ui_enabled: bool = Field(False, alias="SPARK_UI_ENABLED")
     shuffle_partitions: int = Field(8, alias="SHUFFLE_PARTITIONS", ge=1)
     trigger_interval_ms: int = Field(1000, alias="TRIGGER_INTERVAL", ge=0)
     max_records_per_trigger: int | None = Field(100_000, alias="MAX_RECORDS_PER_TRIGGER", ge=1)
@@ -96,12 +180,13 @@ class Settings(BaseModel):
     fail_on_data_loss: bool = Field(True, alias="FAIL_ON_DATA_LOSS")
     metrics_port: int = Field(9108, alias="METRICS_PORT", ge=0, le=65535)
     ready_max_trigger_intervals: int = Field(10, alias="READY_MAX_TRIGGER_INTERVALS", ge=1)
+    liveness_timeout_ms: int = Field(1_800_000, alias="LIVENESS_TIMEOUT", ge=0)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", alias="LOG_LEVEL")
     log_format: Literal["text", "json"] = Field("text", alias="LOG_FORMAT")
 
     @field_validator(
         "left_watermark_delay_ms", "right_watermark_delay_ms", "idle_timeout_ms", "state_ttl_ms",
-        "left_state_ttl_ms", "right_state_ttl_ms", "trigger_interval_ms", mode="before",
+        "left_state_ttl_ms", "right_state_ttl_ms", "trigger_interval_ms", "liveness_timeout_ms", mode="before",
     )
     @classmethod
     def _duration(cls, value):
@@ -135,15 +220,88 @@ class Settings(BaseModel):
                 problems.append(f"{side.upper()}_PRIMARY_KEY: required when {side.upper()}_CHANGELOG_MODE=upsert")
         if self.output_mode == "upsert" and not self.output_key:
             problems.append("OUTPUT_KEY: required when OUTPUT_MODE=upsert (the output columns forming the upsert key)")
-        topics = {"LEFT_TOPIC": self.left_topic, "RIGHT_TOPIC": self.right_topic}
-        for var, topic in topics.items():
-            if topic in (self.output_topic, self.dead_letter_topic):
-                problems.append(f"{var}: {topic!r} is also the output or dead-letter topic")
+        problems += self._topic_problems()
+        problems += _kafka_client_problems(self.kafka_client)
+        problems += self._record_size_problems()
+        problems += self._spark_problems()
+        if problems:
+            raise ValueError(_PROBLEM_SEPARATOR.join(problems))
+        # Derived defaults, fixed here so that everything downstream reads plain values.
+        if self.max_output_record_bytes is None:
+            object.__setattr__(self, "max_output_record_bytes", self.producer_message_max_bytes - self.record_framing_bytes)
+        object.__setattr__(self, "spark_conf", {**self._spark_defaults(), **self.spark_conf})
+        return self
+
+    def _topic_problems(self) -> list[str]:
+        from .sink import validate_topic_name
+
+        problems = []
+        dlq_var = "DLQ_TOPIC" if self.dlq_topic else f"DLQ_TOPIC (default {self.dead_letter_topic!r})"
+        topics = (("LEFT_TOPIC", self.left_topic), ("RIGHT_TOPIC", self.right_topic),
+                  ("OUTPUT_TOPIC", self.output_topic), (dlq_var, self.dead_letter_topic))
+        for var, topic in topics:
+            try:
+                validate_topic_name(topic)
+            except ValueError as err:
+                problems.append(f"{var}: {err}")
         if self.left_topic == self.right_topic:
             problems.append("RIGHT_TOPIC: must differ from LEFT_TOPIC")
-        if problems:
-            raise ValueError("; ".join(problems))
-        return self
+        # Each later topic must differ from every earlier one: the join never writes what it reads,
+        # and dead letters never mix with the output.
+        for i, (var, topic) in enumerate(topics[2:], start=2):
+            for other_var, other in topics[:i]:
+                if topic == other:
+                    problems.append(f"{var}: {topic!r} is also {other_var.split(' ')[0]}; it must be a topic of its own")
+        return problems
+
+    @property
+    def producer_message_max_bytes(self) -> int:
+        """librdkafka's message.max.bytes for the sink's producer (its default unless KAFKA_CLIENT_ sets it)."""
+        value = self.kafka_client.get("message.max.bytes")
+        try:
+            return int(value) if value is not None else LIBRDKAFKA_MESSAGE_MAX_BYTES
+        except ValueError:
+            return LIBRDKAFKA_MESSAGE_MAX_BYTES  # reported by the librdkafka check
+
+    @property
+    def record_framing_bytes(self) -> int:
+        """What librdkafka and the broker count for one output record besides its key and value, at most."""
+        return output_framing_bytes(self.rowkind_header)
+
+    def _record_size_problems(self) -> list[str]:
+        if self.max_output_record_bytes is None:
+            return []
+        limit = self.producer_message_max_bytes - self.record_framing_bytes
+        if self.max_output_record_bytes > limit:
+            source = ("KAFKA_CLIENT_MESSAGE_MAX_BYTES" if "message.max.bytes" in self.kafka_client
+                      else "librdkafka's default message.max.bytes")
+            return [f"MAX_OUTPUT_RECORD_BYTES: {self.max_output_record_bytes} leaves no room for the record's "
+                    f"headers and framing ({self.record_framing_bytes} bytes) within {source}="
+                    f"{self.producer_message_max_bytes}: at most {limit}, or raise KAFKA_CLIENT_MESSAGE_MAX_BYTES"]
+        return []
+
+    def _spark_problems(self) -> list[str]:
+        problems = []
+        for key in self.spark_conf:
+            if not key.startswith("spark."):
+                var = SPARK_CONF_PREFIX + key.replace(".", "_")
+                hint = f"; did you mean {SPARK_CONF_PREFIX}{key.replace('.', '_').lower()}?" if key.lower().startswith("spark.") else ""
+                problems.append(f"{var}: Spark properties start with 'spark.' (got {key!r}){hint}")
+        ui = self.spark_conf.get("spark.ui.enabled")
+        if (ui is not None and "spark_ui_enabled" in self.model_fields_set
+                and ui.strip().lower() != str(self.spark_ui_enabled).lower()):
+            problems.append("SPARK_CONF_spark_ui_enabled: contradicts SPARK_UI_ENABLED; set only SPARK_UI_ENABLED")
+        return problems
+
+    def _spark_defaults(self) -> dict[str, str]:
+        """Spark properties the service sets unless SPARK_CONF_ does: the UI (off unless
+        SPARK_UI_ENABLED), and Spark's own redaction of its UI, event log and plans extended to
+        this module's secret names and to URL user info."""
+        return {
+            "spark.ui.enabled": "true" if self.spark_ui_enabled else "false",
+            "spark.redaction.regex": SPARK_REDACTION_REGEX,
+            "spark.redaction.string.regex": URL_USER_INFO.pattern,
+        }
 
     # -- derived values --------------------------------------------------------------------------
     @property
@@ -171,7 +329,8 @@ class Settings(BaseModel):
         return {"bootstrap.servers": self.kafka_bootstrap_servers, **self.kafka_client}
 
     def redacted(self) -> dict[str, object]:
-        """The settings as variables, with secret values hidden, for logs and ``check-config``."""
+        """The settings as variables, with secret values hidden (:func:`redact`), for logs and
+        ``check-config``."""
         shown: dict[str, object] = {}
         for name, info in type(self).model_fields.items():
             if info.alias is None:
@@ -179,15 +338,149 @@ class Settings(BaseModel):
             value = getattr(self, name)
             if value is None:
                 continue
-            secret = "AUTH" in info.alias
             if isinstance(value, tuple):  # column lists, as they are written
                 value = ",".join(value)
-            shown[info.alias] = "*****" if secret else value
+            shown[info.alias] = redact(info.alias, value)
         for key, value in self.kafka_client.items():
-            shown[KAFKA_CLIENT_PREFIX + key.upper().replace(".", "_")] = "*****" if SECRET_PROPERTIES.search(key) else value
+            shown[KAFKA_CLIENT_PREFIX + key.upper().replace(".", "_")] = redact(key, value)
         for key, value in self.spark_conf.items():
-            shown[SPARK_CONF_PREFIX + key.replace(".", "_")] = value
+            shown[SPARK_CONF_PREFIX + key.replace(".", "_")] = redact(key, value)
         return shown
+
+    def secret_values(self) -> list[str]:
+        """Every secret value in the settings, for scrubbing free text such as log lines."""
+        values = [self.schema_registry_basic_auth_user_info or ""]
+        for name, info in type(self).model_fields.items():
+            value = getattr(self, name)
+            if info.alias and isinstance(value, str):
+                if is_secret_name(info.alias):
+                    values.append(value)
+                values += _url_secrets(value)
+        for props in (self.kafka_client, self.spark_conf):
+            for key, value in props.items():
+                if is_secret_name(key):
+                    values.append(value)
+                values += _url_secrets(value)
+        return [v for v in values if len(v) >= MIN_SCRUBBED_LENGTH]
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{k}={v!r}" for k, v in sorted(self.redacted().items()))
+        return f"Settings({shown})"
+
+    __str__ = __repr__
+
+
+# Secrets shorter than this are hidden where they are printed by name, but not searched for in free
+# text: replacing every occurrence of two letters would garble the logs.
+MIN_SCRUBBED_LENGTH = 4
+
+# Spark's own redaction of its UI, event logs and plans (default: secret|password|token|access.key),
+# widened towards the rule of is_secret_name. Spark also matches it against values.
+SPARK_REDACTION_REGEX = (r"(?i)secret|password|passwd|passphrase|token|credential|jaas|access[.]?key"
+                         r"|account[.]key|private[.]key|encryption[.]key|oauthbearer[.]config|user[._]?info")
+
+_ACKS_ALL = ("all", "-1")
+_SECURITY_PROTOCOLS = ("plaintext", "ssl", "sasl_plaintext", "sasl_ssl")
+
+
+def _kafka_client_problems(props: Mapping[str, str]) -> list[str]:
+    """KAFKA_CLIENT_* properties checked before anything connects: the ones the sink's guarantees
+    depend on, then every property's name and value, by librdkafka itself."""
+    var = {key: KAFKA_CLIENT_PREFIX + key.upper().replace(".", "_") for key in props}
+    problems = []
+    for key in ("acks", "request.required.acks"):  # librdkafka's name and its alias
+        if key in props and str(props[key]).strip().lower() not in _ACKS_ALL:
+            problems.append(f"{var[key]}: the sink needs acks=all (or -1): every output record on every "
+                            f"in-sync replica before its micro-batch commits (got {props[key]!r})")
+    if "enable.idempotence" in props and str(props["enable.idempotence"]).strip().lower() != "true":
+        problems.append(f"{var['enable.idempotence']}: the sink needs an idempotent producer, so that retries "
+                        f"neither duplicate nor reorder records (got {props['enable.idempotence']!r})")
+    if "bootstrap.servers" in props:
+        problems.append(f"{var['bootstrap.servers']}: set KAFKA_BOOTSTRAP_SERVERS instead")
+    if "security.protocol" in props and props["security.protocol"].strip().lower() not in _SECURITY_PROTOCOLS:
+        problems.append(f"{var['security.protocol']}: one of PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL "
+                        f"(got {props['security.protocol']!r})")
+    for key, value in props.items():
+        if key in ("bootstrap.servers", "security.protocol"):
+            continue
+        error = librdkafka_property_error(key, value)
+        if error:
+            problems.append(f"{var[key]}: {error}")
+    return problems
+
+
+def _quiet_logger():
+    """Where the checking clients' own log lines go (e.g. "no bootstrap.servers"): nowhere."""
+    import logging
+
+    quiet = logging.getLogger("changejoin.config.librdkafka")
+    if not quiet.handlers:
+        quiet.addHandler(logging.NullHandler())
+        quiet.propagate = False
+    return quiet
+
+
+def librdkafka_property_error(key: str, value: str) -> str | None:
+    """librdkafka's own objection to one client property (unknown name, invalid value), or None.
+
+    librdkafka checks each property as it is set, before it creates a client; the check runs on a
+    producer with no bootstrap servers (so nothing connects) and without security.protocol (so no
+    TLS or SASL setup runs, which would read certificate files and credentials that may only exist
+    where the service runs). An error raised while creating the client, after every property was
+    accepted, is not about the property and is ignored."""
+    from confluent_kafka import KafkaException, Producer
+
+    try:
+        Producer({key: value, "logger": _quiet_logger()})
+    except KafkaException as err:
+        message = err.args[0].str() if err.args and hasattr(err.args[0], "str") else str(err)
+        if message.startswith("Failed to create"):
+            return None
+        return message.strip().replace(" for configuration property", " for").rstrip(":")
+    except (TypeError, ValueError) as err:
+        return str(err)
+    return None
+
+
+# -- the environment ------------------------------------------------------------------------------
+# Variables with one of the service's prefixes that belong to the platform, not to changejoin: the
+# Spark and Kafka launch scripts (spark-env.sh, kafka-run-class.sh), the Spark and Python images, and
+# Spark on Kubernetes (what the driver sets on executor pods). They are never read, and never refused.
+FOREIGN_ENV_VARS = frozenset({
+    # Spark: installation, launch scripts and spark-env.sh
+    "SPARK_HOME", "SPARK_CONF_DIR", "SPARK_CONF_FILE", "SPARK_LOCAL_DIRS", "SPARK_LOCAL_IP",
+    "SPARK_LOCAL_HOSTNAME", "SPARK_PUBLIC_DNS", "SPARK_LOG_DIR", "SPARK_LOG_MAX_FILES", "SPARK_PID_DIR",
+    "SPARK_IDENT_STRING", "SPARK_NICENESS", "SPARK_NO_DAEMONIZE", "SPARK_USER", "SPARK_SUBMIT_OPTS",
+    "SPARK_DIST_CLASSPATH", "SPARK_CLASSPATH", "SPARK_EXTRA_CLASSPATH", "SPARK_MOUNTED_CLASSPATH",
+    "SPARK_SCALA_VERSION", "SPARK_ENV_LOADED", "SPARK_PRINT_LAUNCH_COMMAND", "SPARK_PREPEND_CLASSES",
+    "SPARK_TESTING", "SPARK_PREFER_IPV6", "SPARK_REMOTE", "SPARK_LOCAL_REMOTE", "SPARK_CONNECT_MODE_ENABLED",
+    "SPARK_VERSION", "SPARK_TGZ_URL", "SPARK_TGZ_ASC_URL", "SPARK_UID",
+    "SPARK_DRIVER_MEMORY", "SPARK_EXECUTOR_MEMORY", "SPARK_EXECUTOR_CORES", "SPARK_EXECUTOR_INSTANCES",
+    "SPARK_DAEMON_MEMORY", "SPARK_DAEMON_JAVA_OPTS", "SPARK_DAEMON_CLASSPATH", "SPARK_HISTORY_OPTS",
+    "SPARK_SHUFFLE_OPTS", "SPARK_MASTER_HOST", "SPARK_MASTER_PORT", "SPARK_MASTER_WEBUI_PORT",
+    "SPARK_MASTER_OPTS", "SPARK_WORKER_CORES", "SPARK_WORKER_MEMORY", "SPARK_WORKER_PORT",
+    "SPARK_WORKER_WEBUI_PORT", "SPARK_WORKER_DIR", "SPARK_WORKER_OPTS",
+    # PySpark: what it reads, and what SparkContext sets in its own process (inherited by children)
+    "SPARK_AUTH_SOCKET_TIMEOUT", "SPARK_BUFFER_SIZE", "SPARK_REUSE_WORKER", "SPARK_SIMPLIFIED_TRACEBACK",
+    "SPARK_HIDE_TRACEBACK", "SPARK_TRACEBACK_WITH_LOCALS", "SPARK_PYTHON_RUNTIME", "SPARK_EXECUTOR_URI",
+    "SPARK_ANSI_SQL_MODE", "SPARK_API_MODE", "SPARK_PIPELINED_UDF", "SPARK_PIPELINED_UDF_QUEUE_DEPTH",
+    "SPARK_LOCAL_CONNECT_DISCOVERY", "SPARK_LOCAL_CONNECT_REUSE", "SPARK_GENERATE_GOLDEN_FILES",
+    "SPARK_ENV_SH", "SPARK_JARS_DIR", "SPARK_BEELINE_OPTS",
+    # Spark on Kubernetes: the driver's and executors' pod environment
+    "SPARK_K8S_CMD", "SPARK_DRIVER_BIND_ADDRESS", "SPARK_DRIVER_URL", "SPARK_EXECUTOR_ID",
+    "SPARK_EXECUTOR_POD_IP", "SPARK_EXECUTOR_POD_NAME", "SPARK_EXECUTOR_DIRS", "SPARK_APPLICATION_ID",
+    "SPARK_RESOURCE_PROFILE_ID",
+    # Kafka's launch scripts (kafka-run-class.sh)
+    "KAFKA_HOME", "KAFKA_HEAP_OPTS", "KAFKA_OPTS", "KAFKA_JVM_PERFORMANCE_OPTS", "KAFKA_LOG4J_OPTS",
+    "KAFKA_JMX_OPTS", "KAFKA_GC_LOG_OPTS", "KAFKA_DEBUG", "LOG_DIR",
+})
+# Spark on Kubernetes passes JVM options to executors as SPARK_JAVA_OPT_0, _1, ...; PySpark's Spark
+# Connect client reads SPARK_CONNECT_* (mode, token, log level, ...).
+_FOREIGN_PATTERN = re.compile(r"^(SPARK_JAVA_OPT_\d+|SPARK_CONNECT_[A-Z0-9_]+)$")
+# Kubernetes service links (a Service "kafka" in the namespace gives KAFKA_SERVICE_HOST,
+# KAFKA_PORT=tcp://..., KAFKA_PORT_9092_TCP_ADDR, ...), unless the pod sets enableServiceLinks: false.
+_SERVICE_LINK = re.compile(r"^[A-Z0-9_]+_(SERVICE_HOST|SERVICE_PORT(_[A-Z0-9_]+)?|PORT_\d+_(TCP|UDP|SCTP)(_(PROTO|PORT|ADDR))?)$")
+_SERVICE_LINK_PORT = re.compile(r"^(tcp|udp|sctp)://[^\s]+:\d+$")
 
 
 def env_var_names() -> set[str]:
@@ -199,8 +492,41 @@ def required_env_var_names() -> set[str]:
     return {info.alias for info in Settings.model_fields.values() if info.alias and info.is_required()}
 
 
+def own_prefixes() -> tuple[str, ...]:
+    """The first word of each variable the service reads (LEFT_, STATE_, KAFKA_, SPARK_, ...): an
+    unknown variable starting with one of them is taken for a misspelt one."""
+    return tuple(sorted({name.split("_", 1)[0] + "_" for name in env_var_names()}))
+
+
+def is_foreign_env_var(name: str, value: str = "") -> bool:
+    """A variable with one of the service's prefixes that the platform sets (:data:`FOREIGN_ENV_VARS`)."""
+    if name in FOREIGN_ENV_VARS or _FOREIGN_PATTERN.match(name) or _SERVICE_LINK.match(name):
+        return True
+    return name.endswith("_PORT") and bool(_SERVICE_LINK_PORT.match(value.strip()))
+
+
+def unknown_env_vars(environ: Mapping[str, str]) -> list[str]:
+    """One problem per variable that looks like the service's but is none of its variables,
+    naming the closest variable it has."""
+    names = env_var_names()
+    prefixes = own_prefixes()
+    candidates = sorted(names) + [KAFKA_CLIENT_PREFIX + "<PROPERTY>", SPARK_CONF_PREFIX + "<key>"]
+    problems = []
+    for name, value in sorted(environ.items()):
+        if name in names or not name.startswith(prefixes) or is_foreign_env_var(name, value):
+            continue
+        if name.startswith(ENV_PREFIXES) and len(name) > max(len(p) for p in ENV_PREFIXES if name.startswith(p)):
+            continue
+        close = difflib.get_close_matches(name, candidates, n=1, cutoff=0.6)
+        hint = f"; did you mean {close[0]}?" if close else " (see the README's configuration table)"
+        problems.append(f"{name}: not a changejoin variable{hint}")
+    return problems
+
+
 def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
-    """Read and validate the configuration from ``environ`` (default: the process environment)."""
+    """Read and validate the configuration from ``environ`` (default: the process environment).
+
+    Every problem is reported at once: misspelt variables, then invalid values."""
     environ = os.environ if environ is None else environ
     names = env_var_names()
     values: dict[str, object] = {k: v for k, v in environ.items() if k in names and v != ""}
@@ -212,15 +538,19 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
     values["spark_conf"] = {
         k[len(SPARK_CONF_PREFIX):].replace("_", "."): v
         for k, v in environ.items()
-        if k.startswith(SPARK_CONF_PREFIX) and len(k) > len(SPARK_CONF_PREFIX)
+        if k.startswith(SPARK_CONF_PREFIX) and len(k) > len(SPARK_CONF_PREFIX) and not is_foreign_env_var(k, v)
     }
+    lines = unknown_env_vars(environ)
     try:
-        return Settings.model_validate(values)
+        settings = Settings.model_validate(values)
     except ValidationError as err:
-        raise ConfigError(_explain(err)) from None
+        lines += _explain(err)
+    if lines:
+        raise ConfigError("invalid configuration:\n  " + "\n  ".join(lines))
+    return settings
 
 
-def _explain(err: ValidationError) -> str:
+def _explain(err: ValidationError) -> list[str]:
     lines = []
     for problem in err.errors():
         where = problem["loc"][0] if problem["loc"] else None
@@ -229,8 +559,39 @@ def _explain(err: ValidationError) -> str:
             message = "required but not set"
         if where:
             shown = problem.get("input")
-            suffix = f" (got {shown!r})" if isinstance(shown, (str, int)) and problem["type"] != "missing" else ""
+            suffix = (f" (got {redact(str(where), shown)!r})"
+                      if isinstance(shown, (str, int)) and problem["type"] != "missing" else "")
             lines.append(f"{where}: {message}{suffix}")
         else:
-            lines.extend(message.split("; "))
-    return "invalid configuration:\n  " + "\n  ".join(lines)
+            lines.extend(message.split(_PROBLEM_SEPARATOR))
+    return lines
+
+
+# -- what the plan does not use ---------------------------------------------------------------------
+def unused_settings(settings: Settings, plan) -> list[str]:
+    """Warnings for variables that are set but that the plan (``plan.JoinPlan``) does not read.
+    Combinations the plan cannot run at all are errors of ``plan.build_plan`` instead."""
+    kind = plan.kind
+    given = {Settings.model_fields[name].alias for name in settings.model_fields_set if Settings.model_fields[name].alias}
+    warnings = []
+
+    def warn(var: str, why: str) -> None:
+        if var in given:
+            warnings.append(f"{var} is set but not used: {why}")
+
+    if kind == "regular":
+        why = "it applies to event-time temporal joins (FOR SYSTEM_TIME AS OF <left>.<time column>) only"
+        for var in ("RIGHT_EVENT_TIME_COLUMN", "LEFT_WATERMARK_DELAY", "RIGHT_WATERMARK_DELAY", "IDLE_TIMEOUT"):
+            warn(var, f"JOIN_SQL is a regular join; {why}")
+    elif kind == "temporal_processing_time":
+        for var in ("LEFT_WATERMARK_DELAY", "RIGHT_WATERMARK_DELAY", "IDLE_TIMEOUT"):
+            warn(var, "a processing-time temporal join has no watermarks")
+    if kind != "regular":
+        for var in ("LEFT_STATE_TTL", "RIGHT_STATE_TTL"):
+            warn(var, "per-side TTLs apply to regular joins; a temporal join's state retention is STATE_TTL")
+    for side in (plan.left, plan.right):
+        var = f"{'LEFT' if side.side == 0 else 'RIGHT'}_KEY_FORMAT"
+        if not side.direct_upsert:
+            warn(var, "message keys are read only for the tombstones of an upsert input whose join key is "
+                      "its primary key, in a regular join")
+    return warnings

@@ -20,6 +20,8 @@ from enum import StrEnum
 
 from operators import RowKind
 
+from .kafka_records import record_bytes
+
 
 class Reason(StrEnum):
     """Every reason a record is dead-lettered: the ``reason`` header's values."""
@@ -91,20 +93,9 @@ def reason_headers(reason: str, detail: str, topic=None, partition=None, offset=
     return headers
 
 
-#: What Kafka's record and batch framing may add to a record's key, value and headers.
-FRAMING_BYTES = 512
 #: Headers a dead letter keeps when it must shrink to be writable: why, where from, which batch.
 _ESSENTIAL = frozenset({"reason", "reason.detail", "source.topic", "source.partition", "source.offset",
                         "changejoin.batch", "changejoin.seq"})
-
-
-def record_bytes(key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes]]) -> int:
-    """A record's size as the producer counts it against ``message.max.bytes`` (key, value and the
-    serialized headers, each with up to two 5-byte varint lengths), plus :data:`FRAMING_BYTES`."""
-    size = FRAMING_BYTES + (len(key) if key else 0) + (len(value) if value else 0)
-    for name, data in headers:
-        size += len(name) + (len(data) if data else 0) + 10
-    return size
 
 
 def fit(key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes]], limit: int):

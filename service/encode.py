@@ -23,6 +23,7 @@ from . import deadletters
 from .avro import SchemaRegistry, ValueEncoder, output_schema
 from .deadletters import Reason
 from .envelope import Target, loads, unpack
+from .kafka_records import record_bytes
 from .plan import JoinPlan, OutputMode
 from .shipping import built, registry
 
@@ -142,7 +143,7 @@ class OutputEncoder:
             return (self.topic, key, None, headers, None)
         value = self.values.encode(row)
         size = len(value) + (len(key) if key else 0)
-        if size > self.max_bytes or deadletters.record_bytes(key, value, headers) > self.message_max_bytes:
+        if size > self.max_bytes or record_bytes(key, value, headers) > self.message_max_bytes:
             detail = (f"{_KIND_SHORT[kind]} output record of {len(value)} bytes exceeds "
                       f"MAX_OUTPUT_RECORD_BYTES={self.max_bytes}" if size > self.max_bytes else
                       f"{_KIND_SHORT[kind]} output record of {len(value)} bytes with its key and headers exceeds "

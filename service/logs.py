@@ -35,3 +35,19 @@ class JsonFormatter(logging.Formatter):
         if record.stack_info:
             line["stack"] = self.formatStack(record.stack_info)
         return json.dumps(line, default=str, ensure_ascii=False)
+
+
+class RedactingFormatter(logging.Formatter):
+    """Wraps a formatter; what it produces is scrubbed by ``config.redact_text``: URL user info, and
+    every value in ``secrets`` (the service passes ``Settings.secret_values()``), raw or JSON-escaped.
+    Applied to the whole formatted line, so messages, ``extra`` fields and tracebacks alike."""
+
+    def __init__(self, inner: logging.Formatter, secrets=()):
+        super().__init__()
+        self.inner = inner
+        self.secrets = tuple(secrets)
+
+    def format(self, record: logging.LogRecord) -> str:
+        from .config import redact_text
+
+        return redact_text(self.inner.format(record), self.secrets)

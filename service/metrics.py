@@ -60,11 +60,14 @@ class JoinMetrics:
     ``/readyz``); ``clock`` is a monotonic clock in seconds (injectable for tests)."""
 
     def __init__(self, ready_window_s: float = 10.0, is_active: Callable[[], bool] | None = None,
-                 clock: Callable[[], float] = time.monotonic, registry: CollectorRegistry | None = None):
+                 clock: Callable[[], float] = time.monotonic, registry: CollectorRegistry | None = None,
+                 liveness_timeout_s: float | None = None):
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
         self.ready_window_s = ready_window_s
+        self.liveness_timeout_s = liveness_timeout_s
         self._is_active = is_active or (lambda: False)
         self._clock = clock
+        self._created = clock()
         self._lock = threading.Lock()
         self._last_progress: float | None = None
         self._warned_sources = False
@@ -182,6 +185,20 @@ class JoinMetrics:
         return True, "ready"
 
 
+    def liveness(self) -> tuple[bool, str]:
+        """(alive, reason) for ``/healthz``: not alive once the query has neither reported progress
+        nor idleness for ``liveness_timeout_s`` (counted from this object's creation until the first
+        report), so that a wedged query gets its process restarted. None: always alive."""
+        if not self.liveness_timeout_s:
+            return True, "ok"
+        with self._lock:
+            last = self._last_progress if self._last_progress is not None else self._created
+        age = self._clock() - last
+        if age > self.liveness_timeout_s:
+            return False, f"no progress or idle report for {age:.0f}s (LIVENESS_TIMEOUT {self.liveness_timeout_s:g}s)"
+        return True, "ok"
+
+
 def input_lag(source: Mapping[str, Any]) -> dict[str, int]:
     """Per partition: latest offset minus end offset (never negative) of one progress source."""
     latest, end = source.get("latestOffset"), source.get("endOffset")
@@ -245,7 +262,8 @@ class MetricsServer:
     def _app(self, environ, start_response):
         path = environ.get("PATH_INFO") or "/"
         if path == "/healthz":
-            return _text(start_response, "200 OK", "ok\n")
+            alive, reason = self.metrics.liveness()
+            return _text(start_response, "200 OK" if alive else "503 Service Unavailable", reason + "\n")
         if path == "/readyz":
             ready, reason = self.metrics.readiness()
             return _text(start_response, "200 OK" if ready else "503 Service Unavailable", reason + "\n")

@@ -30,7 +30,7 @@ def worker_config(settings, plan, output_partitions: int = 1) -> dict:
         "dlq_topic": settings.dead_letter_topic,
         "output_mode": settings.output_mode,
         "max_record_bytes": settings.max_output_record_bytes,
-        "message_max_bytes": int(settings.kafka_client.get("message.max.bytes", 1_000_000)),
+        "message_max_bytes": settings.producer_message_max_bytes,
         "output_partitions": output_partitions,
     }
 

@@ -251,18 +251,18 @@ def test_a_key_whose_join_fails_goes_to_the_dead_letter_topic_and_keeps_its_stat
 
 
 def test_a_dead_letter_of_a_record_near_the_producer_limit_is_written_without_its_value():
-    big = KafkaRecord("orders", 0, 5, 1000, b"key", b"\x00" + b"x" * 999_600, [("rowkind", b"+I")])
+    big = KafkaRecord("orders", 0, 5, 1000, b"key", b"\x00" + b"x" * 999_950, [("rowkind", b"+I")])
     (envelope,) = InputDecoder(plan_for(), 0, "rowkind", None).map(big)
     counts = {}
     (letter,) = encoder_for(plan_for()).records([(Target.DEAD_LETTER, 0, envelope[3])], 1, 0, counts)
     topic, key, value, headers = letter
     assert (topic, key, value) == ("out.dlq", b"key", None)
-    assert dict(headers)["dropped"] == b"value (999601 bytes)" and dict(headers)["reason"] == b"undecodable"
+    assert dict(headers)["dropped"] == b"value (999951 bytes)" and dict(headers)["reason"] == b"undecodable"
     assert counts == {("dead_letter", "undecodable"): 1}
 
 
 def test_an_output_record_over_the_producer_limit_with_its_headers_is_too_large():
-    encoder = encoder_for(plan_for(), MAX_OUTPUT_RECORD_BYTES="2000000")
+    encoder = OutputEncoder(plan_for(), "out", "out.dlq", "retract", "rowkind", 2_000_000, None)
     counts = {}
     records = list(encoder.records([(Target.PACKED, 0, pack_changes([(0, (1, "b" * 999_900, 2, 1.0))]))], 1, 0, counts))
     assert records[0][0] == "out.dlq" and b"message.max.bytes=1000000" in dict(records[0][3])["reason.detail"]

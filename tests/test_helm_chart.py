@@ -154,7 +154,7 @@ def test_every_template_file_renders_somewhere(rendered):
         ("Service", f"{FULLNAME}-driver"), ("ServiceAccount", FULLNAME),
         ("Role", f"{FULLNAME}-driver"), ("RoleBinding", f"{FULLNAME}-driver"),
         ("ServiceMonitor", FULLNAME), ("PodDisruptionBudget", FULLNAME),
-        ("NetworkPolicy", f"{FULLNAME}-driver"),
+        ("NetworkPolicy", f"{FULLNAME}-driver"), ("Secret", f"{FULLNAME}-spark-auth"),
     }
     assert expected <= kinds, expected - kinds
 
@@ -330,7 +330,7 @@ def test_checkpoint_uri_means_no_pvc(helm, rendered):
 
 CLUSTER_ONLY = {("Role", f"{FULLNAME}-driver"), ("RoleBinding", f"{FULLNAME}-driver"),
                 ("Service", f"{FULLNAME}-driver"),
-                ("ConfigMap", f"{FULLNAME}-executor-template")}
+                ("ConfigMap", f"{FULLNAME}-executor-template"), ("Secret", f"{FULLNAME}-spark-auth")}
 
 
 def _names(docs):
@@ -638,7 +638,9 @@ def test_every_config_key_maps_to_a_service_variable(helm):
     sets = []
     for key, prop in props.items():
         types = prop["type"] if isinstance(prop["type"], list) else [prop["type"]]
-        if "integer" in types:
+        if "boolean" in types:
+            sets.append(f"config.{key}=true")
+        elif "integer" in types:
             sets.append(f"config.{key}={max(prop.get('minimum', 0), 1) if key != 'metricsPort' else 9108}")
         elif "enum" in prop:
             sets.append(f"config.{key}={[v for v in prop['enum'] if v][0]}")
@@ -702,3 +704,108 @@ def test_service_accepts_the_rendered_configuration(rendered, tmp_path):
             assert props["security.protocol"] == "SASL_SSL"
             assert props["sasl.password"] == "stand-in"
             assert props["ssl.ca.location"] == "/etc/changejoin/kafka-tls/ca.crt"
+
+
+# --------------------------------------------------------------------------------------------
+# Spark RPC authentication and encryption (cluster mode), the Spark UI
+
+
+def test_cluster_mode_authenticates_and_encrypts_spark_rpc(rendered):
+    import base64
+
+    docs = rendered["cluster"]
+    env = env_configmap(docs)
+    assert env["SPARK_CONF_spark_authenticate"] == "true"
+    assert env["SPARK_CONF_spark_network_crypto_enabled"] == "true"
+    assert env["SPARK_CONF_spark_network_crypto_authEngineVersion"] == "2"
+    assert env["SPARK_CONF_spark_network_crypto_cipher"] == "AES/GCM/NoPadding"
+    secret_file = env["SPARK_CONF_spark_authenticate_secret_driver_file"]
+    assert env["SPARK_CONF_spark_authenticate_secret_executor_file"] == secret_file
+    assert not any("secret" in v.lower() and "file" not in k for k, v in env.items())  # the file, not the secret
+
+    secret = one(docs, "Secret", f"{FULLNAME}-spark-auth")
+    assert secret["type"] == "Opaque" and set(secret["data"]) == {"secret"}
+    assert len(base64.b64decode(secret["data"]["secret"])) == 64
+
+    def mounted_file(pod_spec, container):
+        volumes = {v["name"]: v for v in pod_spec["volumes"]}
+        for m in container["volumeMounts"]:
+            vol = volumes[m["name"]]
+            if "secret" in vol and secret_file.startswith(m["mountPath"] + "/"):
+                assert m["readOnly"] is True
+                items = {i["path"]: i["key"] for i in vol["secret"]["items"]}
+                return vol["secret"]["secretName"], items[secret_file[len(m["mountPath"]) + 1:]]
+        return None
+
+    pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+    assert mounted_file(pod, driver_container(docs)) == (f"{FULLNAME}-spark-auth", "secret")
+    executor = executor_pod_template(docs)
+    (container,) = executor["spec"]["containers"]
+    assert mounted_file(executor["spec"], container) == (f"{FULLNAME}-spark-auth", "secret")
+    # Nothing of it in local mode.
+    for name in ("default", "secure"):
+        assert not any("authenticate" in k or "crypto" in k for k in env_configmap(rendered[name]))
+
+
+def test_cluster_mode_spark_auth_from_an_existing_secret(helm):
+    _, docs = template(helm, values_file("cluster"), sets=(
+        "spark.authenticate.existingSecret=orders-spark-rpc", "spark.authenticate.secretKey=token"))
+    assert by_kind(docs, "Secret") == []
+    env = env_configmap(docs)
+    assert env["SPARK_CONF_spark_authenticate_secret_driver_file"] == "/etc/changejoin/spark-auth/token"
+    for pod in (one(docs, "Deployment")["spec"]["template"]["spec"], executor_pod_template(docs)["spec"]):
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        assert volumes["spark-auth"]["secret"]["secretName"] == "orders-spark-rpc"
+        assert volumes["spark-auth"]["secret"]["items"] == [{"key": "token", "path": "token"}]
+
+
+def test_spark_auth_secret_is_random_per_fresh_install(helm):
+    """Without a cluster to look up, each render makes a new secret (an installed release keeps
+    its own through `lookup`)."""
+    def value(docs):
+        return one(docs, "Secret", f"{FULLNAME}-spark-auth")["data"]["secret"]
+
+    assert value(template(helm, values_file("cluster"))[1]) != value(template(helm, values_file("cluster"))[1])
+
+
+def test_spark_ui_off_unless_enabled(helm, rendered):
+    from service import config
+
+    assert "SPARK_UI_ENABLED" not in env_configmap(rendered["default"])  # the service's default: off
+    _, docs = template(helm, values_file("default"), sets=("config.sparkUiEnabled=true",))
+    assert env_configmap(docs)["SPARK_UI_ENABLED"] == "true"
+    assert "SPARK_UI_ENABLED" in config.env_var_names()
+
+
+def test_the_chart_refuses_the_secrets_the_service_hides(helm, tmp_path):
+    """The chart's check of extraEnv, kafka.properties and spark.conf names agrees with the
+    service's rule (service.config.is_secret_name) on every name of tests/test_config.py."""
+    from test_config import PUBLIC_NAMES, SECRET_NAMES
+
+    from service import config
+
+    def values_for(name):
+        if name.startswith("spark."):
+            return {"spark": {"conf": {name: "x"}}}
+        if name.islower():
+            return {"extraEnv": {"KAFKA_CLIENT_" + name.upper().replace(".", "_"): "x"}}
+        return {"extraEnv": {name: "x"}}
+
+    for name in SECRET_NAMES:
+        assert config.is_secret_name(name)
+        f = tmp_path / "v.yaml"
+        f.write_text(yaml.safe_dump(values_for(name)))
+        proc, _ = template(helm, values_file("default"), str(f), check=False)
+        assert proc.returncode != 0 and "is a secret" in proc.stderr, name
+    merged: dict = {"extraEnv": {}, "spark": {"conf": {}}}
+    for name in PUBLIC_NAMES:
+        assert not config.is_secret_name(name)
+        v = values_for(name)
+        merged["extraEnv"].update(v.get("extraEnv", {}))
+        merged["spark"]["conf"].update(v.get("spark", {}).get("conf", {}))
+    for key in ("KAFKA_BOOTSTRAP_SERVERS", "JOIN_SQL"):  # set by config.*; extraEnv would override them
+        merged["extraEnv"].pop(key, None)
+    f = tmp_path / "public.yaml"
+    f.write_text(yaml.safe_dump(merged))
+    proc, _ = template(helm, values_file("default"), str(f), check=False)
+    assert proc.returncode == 0, proc.stderr

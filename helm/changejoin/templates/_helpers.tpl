@@ -100,6 +100,19 @@ Headless Service of the driver (cluster mode) and its DNS name, used as spark.dr
 {{- define "changejoin.sparkLocalDir" -}}/var/lib/changejoin/spark-local{{- end -}}
 {{- define "changejoin.kafkaTlsDir" -}}/etc/changejoin/kafka-tls{{- end -}}
 {{- define "changejoin.templatesDir" -}}/etc/changejoin/spark-templates{{- end -}}
+{{- define "changejoin.sparkAuthDir" -}}/etc/changejoin/spark-auth{{- end -}}
+
+{{/*
+The Secret holding Spark's RPC authentication secret (cluster mode): the existing one, or the
+one the chart makes.
+*/}}
+{{- define "changejoin.sparkAuthSecretName" -}}
+{{- default (printf "%s-spark-auth" (include "changejoin.fullname" .)) .Values.spark.authenticate.existingSecret -}}
+{{- end -}}
+
+{{- define "changejoin.sparkAuthFile" -}}
+{{- printf "%s/%s" (include "changejoin.sparkAuthDir" .) .Values.spark.authenticate.secretKey -}}
+{{- end -}}
 
 {{/*
 Checks of combinations that the JSON schema does not express well; rendered (as nothing)
@@ -139,10 +152,36 @@ by the Deployment so that every install, upgrade, template and lint runs them.
 {{- if and (or .Values.kafka.tls.certKey .Values.kafka.tls.keyKey) (not (and .Values.kafka.tls.certKey .Values.kafka.tls.keyKey)) -}}
 {{- fail "kafka.tls.certKey and kafka.tls.keyKey go together" -}}
 {{- end -}}
-{{- /* Names the service treats as secret (service.config.SECRET_PROPERTIES, registry auth). */ -}}
+{{- /* Values the service treats as secret never go into the ConfigMap. */ -}}
+{{- $where := "put it in a Secret and use kafka.sasl, schemaRegistry.basicAuth, kafka.tls or extraEnvFromSecrets" -}}
 {{- range $key, $_ := .Values.extraEnv -}}
-{{- if regexMatch "(?i)(PASSWORD|SECRET|KEY_PEM|TOKEN|JAAS|CREDENTIALS|USER_INFO)" $key -}}
-{{- fail (printf "extraEnv.%s is a secret: put it in a Secret and use kafka.sasl, schemaRegistry.basicAuth, kafka.tls or extraEnvFromSecrets" $key) -}}
+{{- if include "changejoin.isSecretName" $key -}}
+{{- fail (printf "extraEnv.%s is a secret: %s" $key $where) -}}
+{{- end -}}
+{{- end -}}
+{{- range $key, $_ := .Values.kafka.properties -}}
+{{- if include "changejoin.isSecretName" $key -}}
+{{- fail (printf "kafka.properties.%s is a secret: %s" $key $where) -}}
+{{- end -}}
+{{- end -}}
+{{- range $key, $_ := .Values.spark.conf -}}
+{{- if include "changejoin.isSecretName" $key -}}
+{{- fail (printf "spark.conf.%s is a secret: %s" $key $where) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+"true" when a variable or property name names a secret: the rule of the service's
+service.config.is_secret_name (words split at ".", "_", "-" and camelCase), which
+tests/test_helm_chart.py checks this against.
+*/}}
+{{- define "changejoin.isSecretName" -}}
+{{- $n := . | replace "." "_" | replace "-" "_" | snakecase | lower | replace "-" "_" -}}
+{{- $describes := "_(file|location|path|dir|provider|class|url|endpoint|mechanism|method|algorithm|type|format|size|bits|length|enabled|id|name)$" -}}
+{{- if not (regexMatch $describes $n) -}}
+{{- if or (regexMatch "password|passwd|passphrase|secret|token|credential|jaas|userinfo|user_info|oauthbearer_config" $n) (regexMatch "(^|_)sas(_|$)" $n) (regexMatch "(^|_)(secret|access|private|encryption|account|api|signing|master|shared|sse)_key(_|$)" $n) (regexMatch "(^|_)key_(pem|data|material)(_|$)" $n) -}}
+true
 {{- end -}}
 {{- end -}}
 {{- end -}}
@@ -214,6 +253,15 @@ The service's environment (everything but secrets), as a name -> string dict.
 {{- with $s.executor.limitCores -}}
 {{- $_ := set $env "SPARK_CONF_spark_kubernetes_executor_limit_cores" (include "changejoin.str" .) -}}
 {{- end -}}
+{{- /* Driver and executors authenticate each other and encrypt their traffic; the shared secret
+is a file in both (Spark on Kubernetes reads it from there instead of putting it in the
+executors' environment). */ -}}
+{{- $_ := set $env "SPARK_CONF_spark_authenticate" "true" -}}
+{{- $_ := set $env "SPARK_CONF_spark_authenticate_secret_driver_file" (include "changejoin.sparkAuthFile" .) -}}
+{{- $_ := set $env "SPARK_CONF_spark_authenticate_secret_executor_file" (include "changejoin.sparkAuthFile" .) -}}
+{{- $_ := set $env "SPARK_CONF_spark_network_crypto_enabled" "true" -}}
+{{- $_ := set $env "SPARK_CONF_spark_network_crypto_authEngineVersion" "2" -}}
+{{- $_ := set $env "SPARK_CONF_spark_network_crypto_cipher" "AES/GCM/NoPadding" -}}
 {{- end -}}
 {{- range $key, $value := .Values.extraEnv -}}
 {{- $_ := set $env $key (include "changejoin.str" $value) -}}
