@@ -255,8 +255,15 @@ def compile_condition(
     right_columns: Sequence[str],
     left_alias: str = "l",
     right_alias: str = "r",
+    left_types: Sequence[str] | None = None,
+    right_types: Sequence[str] | None = None,
 ) -> Condition:
-    """Compile ``sql`` (over ``<left_alias>.<col>`` and ``<right_alias>.<col>``) to ``cond(l, r)``."""
+    """Compile ``sql`` (over ``<left_alias>.<col>`` and ``<right_alias>.<col>``) to ``cond(l, r)``.
+
+    With the columns' type families (``left_types``, ``right_types``: ``integer``, ``float``,
+    ``decimal``, ``string``, ``bytes``, ``boolean``, ``timestamp``, ``date``, ``time`` or
+    ``other``), the condition is type-checked first: operands that SQL could not compare or
+    compute with (a string with a number...) are a ConditionError, not a failure per record."""
     import sqlglot
 
     global exp
@@ -269,11 +276,93 @@ def compile_condition(
             raise ConditionError(f"cannot parse join condition {sql!r}: {err}") from None
     else:
         tree = sql
-    compiler = _Compiler(
-        {left_alias.lower(): ("L", list(left_columns)), right_alias.lower(): ("R", list(right_columns))}
-    )
+    sides = {left_alias.lower(): ("L", list(left_columns)), right_alias.lower(): ("R", list(right_columns))}
+    compiler = _Compiler(sides)
     body = compiler.compile(tree)
+    if left_types is not None and right_types is not None:
+        _Types(compiler, {"L": list(left_types), "R": list(right_types)}).check(tree)
     namespace = dict(_RUNTIME, **compiler.constants)
     fn = eval(f"lambda L, R: {body}", namespace)  # noqa: S307 - source generated above from a parsed tree
     fn.sql = tree.sql()
     return fn
+
+
+_NUMBERS = frozenset({"integer", "float", "decimal"})
+
+
+def comparable(a: str | None, b: str | None) -> bool:
+    """Values of these type families can be compared (None: a NULL, comparable with anything)."""
+    return a is None or b is None or a == b or (a in _NUMBERS and b in _NUMBERS)
+
+
+def _a(family: str | None) -> str:
+    return "NULL" if family is None else ("an " if family[0] in "aeiou" else "a ") + family
+
+
+class _Types:
+    """Infers the type family of each node of a compiled condition and refuses what SQL would."""
+
+    def __init__(self, compiler: _Compiler, types: dict[str, list[str]]):
+        self.compiler, self.types = compiler, types
+
+    def fail(self, node, why: str):
+        raise ConditionError(f"the join condition's {node.sql()!r} {why}")
+
+    def check(self, node) -> None:
+        family = self.family(node)
+        if family not in (None, "boolean"):
+            self.fail(node, f"is {_a(family)}, not a condition (TRUE/FALSE)")
+
+    def family(self, node) -> str | None:
+        if isinstance(node, exp.Paren):
+            return self.family(node.this)
+        if isinstance(node, exp.Column):
+            ref = self.compiler.column(node)  # "L[3]"
+            return self.types[ref[0]][int(ref[2:-1])]
+        if isinstance(node, exp.Literal):
+            if node.is_string:
+                return "string"
+            return "float" if any(c in node.this for c in ".eE") else "integer"
+        if isinstance(node, exp.Null):
+            return None
+        if isinstance(node, exp.Boolean):
+            return "boolean"
+        if isinstance(node, (exp.Not, exp.And, exp.Or)):
+            for operand in (node.this, node.args.get("expression")):
+                if operand is not None and self.family(operand) not in (None, "boolean"):
+                    self.fail(node, f"applies {type(node).__name__.upper()} to {_a(self.family(operand))}")
+            return "boolean"
+        if isinstance(node, exp.Is):
+            self.family(node.this)
+            return "boolean"
+        if isinstance(node, exp.Escape):
+            return self.family(node.this)
+        if isinstance(node, (exp.Like, exp.ILike)):
+            if self.family(node.this) not in (None, "string"):
+                self.fail(node, f"matches {_a(self.family(node.this))} with LIKE, which takes strings")
+            return "boolean"
+        if isinstance(node, (exp.Neg, exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod)):
+            operands = [self.family(node.this)]
+            if not isinstance(node, exp.Neg):
+                operands.append(self.family(node.expression))
+            for family in operands:
+                if family not in (None, *_NUMBERS):
+                    self.fail(node, f"computes with {_a(family)}; arithmetic takes numbers")
+            if "decimal" in operands and "float" in operands:
+                self.fail(node, "mixes a DECIMAL with a floating-point number; cast one of them in the input")
+            known = [f for f in operands if f is not None]
+            return "decimal" if "decimal" in known else "float" if "float" in known else known[0] if known else None
+        operands = []
+        if isinstance(node, exp.In):
+            operands = [node.this, *node.expressions]
+        elif isinstance(node, exp.Between):
+            operands = [node.this, node.args["low"], node.args["high"]]
+        elif isinstance(node, exp.Binary):  # comparisons
+            operands = [node.this, node.expression]
+        families = [self.family(o) for o in operands]
+        for family in families[1:]:
+            if not comparable(families[0], family):
+                self.fail(node, f"compares {_a(families[0])} with {_a(family)}")
+        if any(f == "other" for f in families):
+            self.fail(node, "compares values of a record, array or map type")
+        return "boolean"

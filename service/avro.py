@@ -94,6 +94,31 @@ def _is_null(t: object) -> bool:
     return t == "null" or (isinstance(t, dict) and t.get("type") == "null")
 
 
+def type_family(avro_type: object) -> str:
+    """What a column's values are, for type checks: ``integer``, ``float``, ``decimal``, ``string``,
+    ``bytes``, ``boolean``, ``timestamp``, ``date``, ``time``, or ``other`` (records, arrays, maps,
+    unions of several types). A nullable column has its non-null type's family."""
+    if isinstance(avro_type, list):
+        branches = [b for b in avro_type if not _is_null(b)]
+        return type_family(branches[0]) if len(branches) == 1 else "other"
+    logical = None
+    if isinstance(avro_type, dict):
+        logical = avro_type.get("logicalType")
+        avro_type = avro_type.get("type")
+        if isinstance(avro_type, (dict, list)):
+            return type_family(avro_type)
+    if logical in ("timestamp-millis", "timestamp-micros", "local-timestamp-millis", "local-timestamp-micros"):
+        return "timestamp"
+    if logical == "decimal":
+        return "decimal"
+    if logical == "date":
+        return "date"
+    if logical in ("time-millis", "time-micros"):
+        return "time"
+    return {"int": "integer", "long": "integer", "float": "float", "double": "float", "string": "string",
+            "enum": "string", "bytes": "bytes", "fixed": "bytes", "boolean": "boolean"}.get(avro_type, "other")
+
+
 def _type_nullable(t: object) -> bool:
     return _is_null(t) or (isinstance(t, list) and any(_is_null(b) for b in t))
 

@@ -51,7 +51,7 @@ class InputDecoder:
         self.decoder = ValueDecoder(self.side_plan.reader_schema, registry)
         self.mode = self.side_plan.changelog_mode
         sp = self.side_plan
-        self.key_of = _getter(sp.join_key)
+        self.key_of = plan.join_key_of(side)
         # Columns that must not be NULL: the primary key, and the event time of a temporal join.
         self.required = tuple(sp.primary_key or ()) + ((sp.time_column,) if sp.time_column is not None else ())
         self.time_column = sp.time_column if plan.is_event_time else None

@@ -11,10 +11,12 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import asdict, dataclass, field
+from decimal import Decimal
 from enum import StrEnum
 from functools import cached_property
 
 from operators import (
+    ConditionError,
     ConfigurationError,
     InputSpec,
     JoinSpec,
@@ -27,8 +29,17 @@ from operators import (
     make_join,
     make_temporal_join,
 )
+from operators.condition import comparable
 
-from .avro import SchemaRegistry, field_defaults, load_schema_file, output_schema, record_columns, to_epoch_millis
+from .avro import (
+    SchemaRegistry,
+    field_defaults,
+    load_schema_file,
+    output_schema,
+    record_columns,
+    to_epoch_millis,
+    type_family,
+)
 from .config import Settings
 from .keys import KeyDecoder
 from .query import QueryError, describe, parse_join_sql
@@ -87,6 +98,11 @@ class SidePlan:
     @property
     def name(self) -> str:
         return "left" if self.side == 0 else "right"
+
+    @property
+    def families(self) -> tuple[str, ...]:
+        """Each column's type family (``avro.type_family``), for type checks."""
+        return tuple(type_family(t) for t in self.avro_types)
 
     @property
     def layout(self) -> StateLayout:
@@ -153,6 +169,22 @@ class JoinPlan:
             return TimeMode.PROCESSING_TIME  # state TTL or idle-state retention timers
         return TimeMode.NONE
 
+    def join_key_of(self, side: int):
+        """``row -> tuple``: the join key of a row of ``side``, as the values both sides group by.
+        Spark groups by the key's bytes (``envelope.join_key_group``), so where SQL compares
+        numbers of different types (an INT with a DOUBLE) the values are cast as SQL would (to
+        DOUBLE; to DECIMAL between integers and decimals), and decimals of any scale normalized
+        (1.50 and 1.5 are one key)."""
+        indexes = self.sides[side].join_key
+        casts = []
+        for left, right in zip(self.left.join_key, self.right.join_key):
+            pair = {self.left.families[left], self.right.families[right]}
+            casts.append(_to_float if "float" in pair and len(pair) > 1 else _to_decimal if "decimal" in pair else None)
+        if not any(casts):
+            return lambda row: tuple(row[i] for i in indexes)
+        steps = tuple(zip(indexes, casts))
+        return lambda row: tuple(row[i] if cast is None or row[i] is None else cast(row[i]) for i, cast in steps)
+
     @property
     def null_padded_sides(self) -> tuple[int, ...]:
         """The sides whose columns an outer join pads with NULLs in some output rows."""
@@ -218,7 +250,8 @@ class JoinPlan:
         left, right = self.left.input_spec(), self.right.input_spec()
         condition = None
         if self.condition_sql:
-            condition = compile_condition(self.condition_sql, left.columns, right.columns)
+            condition = compile_condition(self.condition_sql, left.columns, right.columns,
+                                          left_types=self.left.families, right_types=self.right.families)
         if self.kind is PlanKind.REGULAR:
             spec = JoinSpec(
                 self.join_type, left, right, self.filter_nulls, condition, self.projection,
@@ -401,11 +434,42 @@ def build_plan(settings: Settings, schemas: tuple[dict, dict] | None = None) -> 
         mini_batch_size=settings.mini_batch_size, retention_ms=retention, output_mode=OutputMode(settings.output_mode),
         description=describe(query),
     )
+    _check_types(plan)
     try:
-        plan.operator  # noqa: B018 - compile the condition and validate the operator now, on the driver
-    except ConfigurationError as err:
+        plan.operator  # noqa: B018 - compile (and type-check) the condition and validate the operator now
+    except (ConfigurationError, ConditionError) as err:
         raise PlanError(f"JOIN_SQL: {err}") from None
     return plan
+
+
+def _to_float(value) -> float:
+    return float(value)
+
+
+def _to_decimal(value) -> Decimal:
+    return Decimal(value).normalize()
+
+
+# Event times are Avro timestamps or epoch milliseconds in an int or long.
+_TIME_FAMILIES = ("timestamp", "integer")
+
+
+def _check_types(plan: JoinPlan) -> None:
+    """Refuse, naming the variable, what would fail on every record: event-time columns that hold
+    no time, and join-key pairs SQL could not compare."""
+    for side in plan.sides:
+        if side.time_column is not None and side.families[side.time_column] not in _TIME_FAMILIES:
+            column = side.columns[side.time_column]
+            var = "RIGHT_EVENT_TIME_COLUMN" if side.side == 1 else "JOIN_SQL (FOR SYSTEM_TIME AS OF)"
+            raise PlanError(f"{var}: column {column!r} of {side.table} holds {side.families[side.time_column]} values; an "
+                            "event time is an Avro timestamp (timestamp-millis/-micros) or epoch milliseconds in "
+                            "an int or long")
+    for left, right in zip(plan.left.join_key, plan.right.join_key):
+        a, b = plan.left.families[left], plan.right.families[right]
+        if not comparable(a, b) or "other" in (a, b):
+            raise PlanError(f"JOIN_SQL: the join key {plan.left.table}.{plan.left.columns[left]} ({a}) = "
+                            f"{plan.right.table}.{plan.right.columns[right]} ({b}) compares values SQL cannot "
+                            "compare; join columns of the same type")
 
 
 def _record_name(topic: str) -> str:

@@ -303,8 +303,8 @@ class NormalizeProcessor(StatefulProcessor):
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         plan = _plan(self.plan_json)
-        join_key = plan.sides[self.side].join_key
-        self.join_key = lambda row: join_key_group(tuple(row[i] for i in join_key))
+        join_key_of = plan.join_key_of(self.side)
+        self.join_key = lambda row: join_key_group(join_key_of(row))
         self.operator = ChangelogNormalize()
 
         def upgrade(value, generation):

@@ -1,4 +1,6 @@
 """The join plan: layouts from keys, output schema nullability, when the upsert materializer runs."""
+import re
+
 import pytest
 
 from service.config import load_settings
@@ -70,3 +72,61 @@ def test_an_event_time_join_drops_the_versioned_tables_update_before():
     plan.operator.process(state.for_key(("USD",)), records, Context(), out)
     plan.operator.on_timer(state.for_key(("USD",)), "event", 20, Context(watermark=100), out)
     assert out.rows == [(RowKind.INSERT, (7, 1.1))]  # the version of time 10 still holds at 20
+
+
+@pytest.mark.parametrize("sql, problem", [
+    ("SELECT o.order_id FROM orders o JOIN prices p ON o.product = p.product AND o.product > 5",
+     "'l.product > 5' compares a string with an integer"),
+    ("SELECT o.order_id FROM orders o JOIN prices p ON o.product = p.product AND o.product + 1 > p.price",
+     "'l.product + 1' computes with a string"),
+    ("SELECT o.order_id FROM orders o JOIN prices p ON o.product = p.product AND p.price LIKE 'x%'",
+     "matches a float with LIKE"),
+    ("SELECT o.order_id FROM orders o JOIN prices p ON o.product = p.product AND o.quantity IN (1, 'two')",
+     "compares an integer with a string"),
+    ("SELECT o.order_id FROM orders o JOIN prices p ON o.product = p.product AND (o.quantity OR p.price > 1)",
+     "applies OR to an integer"),
+    ("SELECT o.order_id FROM orders o JOIN prices p ON o.product = p.price", "the join key orders.product (string) = "
+     "prices.price (float) compares values SQL cannot compare"),
+])
+def test_a_join_that_would_fail_on_every_record_is_refused_at_configuration(sql, problem):
+    with pytest.raises(PlanError, match="^JOIN_SQL: .*" + re.escape(problem)):
+        plan_for(JOIN_SQL=sql)
+
+
+def test_conditions_sql_can_evaluate_are_accepted():
+    plan_for(JOIN_SQL="SELECT o.order_id FROM orders o JOIN prices p ON o.product = p.product "
+                      "AND o.quantity * 2 > p.price AND p.currency IS NULL AND NOT (o.product LIKE 'x%')")
+
+
+def test_an_event_time_column_must_hold_times():
+    from test_idle_timeout import TEMPORAL
+
+    env = {**TEMPORAL, "LEFT_TOPIC": "orders", "RIGHT_TOPIC": "rates"}
+    plan_for(**env)  # rate_time is an epoch-millis long
+    with pytest.raises(PlanError, match="^RIGHT_EVENT_TIME_COLUMN: column 'currency' of rates holds string values"):
+        plan_for(**{**env, "RIGHT_EVENT_TIME_COLUMN": "currency"})
+
+
+def test_numbers_of_different_types_meet_under_one_join_key(tmp_path):
+    from decimal import Decimal
+
+    import json
+
+    from service.envelope import join_key_group
+
+    schemas = {}
+    for name, avro_type in (("left", "long"), ("right", "double"), ("dec2", {"type": "bytes", "logicalType": "decimal",
+                                                                           "precision": 6, "scale": 2})):
+        path = tmp_path / f"{name}.avsc"
+        path.write_text(json.dumps({"type": "record", "name": name, "fields": [{"name": "k", "type": avro_type}]}))
+        schemas[name] = str(path)
+    sql = "SELECT a.k FROM a JOIN b ON a.k = b.k"
+    _, mixed = plan_for(JOIN_SQL=sql, LEFT_TABLE="a", RIGHT_TABLE="b", LEFT_PRIMARY_KEY="", RIGHT_PRIMARY_KEY="",
+                        LEFT_SCHEMA_FILE=schemas["left"], RIGHT_SCHEMA_FILE=schemas["right"])
+    assert join_key_group(mixed.join_key_of(0)((1,))) == join_key_group(mixed.join_key_of(1)((1.0,)))
+    _, decimals = plan_for(JOIN_SQL=sql, LEFT_TABLE="a", RIGHT_TABLE="b", LEFT_PRIMARY_KEY="", RIGHT_PRIMARY_KEY="",
+                           LEFT_SCHEMA_FILE=schemas["dec2"], RIGHT_SCHEMA_FILE=schemas["left"])
+    assert join_key_group(decimals.join_key_of(0)((Decimal("7.00"),))) == join_key_group(decimals.join_key_of(1)((7,)))
+    _, same = plan_for(JOIN_SQL=sql, LEFT_TABLE="a", RIGHT_TABLE="b", LEFT_PRIMARY_KEY="", RIGHT_PRIMARY_KEY="",
+                       LEFT_SCHEMA_FILE=schemas["left"], RIGHT_SCHEMA_FILE=schemas["left"])
+    assert same.join_key_of(0)((5,)) == (5,)
