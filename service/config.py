@@ -7,6 +7,7 @@ message names each variable to fix.
 from __future__ import annotations
 
 import difflib
+import logging
 import json
 import os
 import re
@@ -328,6 +329,12 @@ class Settings(BaseModel):
         """librdkafka properties: bootstrap servers plus every ``KAFKA_CLIENT_*`` variable."""
         return {"bootstrap.servers": self.kafka_bootstrap_servers, **self.kafka_client}
 
+    def consumer_properties(self) -> dict[str, str]:
+        """The ``KAFKA_CLIENT_*`` properties a consumer uses: those librdkafka says are a
+        producer's (``acks``, ``linger.ms``...) are left out, rather than logged as ignored by
+        every consumer the source creates."""
+        return {k: v for k, v in self.kafka_client.items() if not is_producer_property(k, v)}
+
     def redacted(self) -> dict[str, object]:
         """The settings as variables, with secret values hidden (:func:`redact`), for logs and
         ``check-config``."""
@@ -418,6 +425,35 @@ def _quiet_logger():
         quiet.addHandler(logging.NullHandler())
         quiet.propagate = False
     return quiet
+
+
+class _Collect(logging.Handler):
+    def __init__(self):
+        super().__init__()
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+def is_producer_property(key: str, value: str) -> bool:
+    """librdkafka's word on whether a property is a producer's only: a consumer set up with it
+    warns that it will ignore it (CONFWARN). Asked of a consumer that connects nowhere."""
+    from confluent_kafka import Consumer
+
+    collect = _Collect()
+    probe = logging.getLogger("changejoin.config.consumer-probe")
+    probe.propagate = False
+    probe.addHandler(collect)
+    try:
+        consumer = Consumer({"group.id": "changejoin-probe", key: value, "logger": probe})
+        consumer.poll(0)  # delivers the client's queued log lines to the logger
+        consumer.close()
+    except Exception:  # noqa: BLE001 - an invalid property is refused elsewhere (librdkafka_property_error)
+        return False
+    finally:
+        probe.removeHandler(collect)
+    return any("is a producer property" in m for m in collect.messages)
 
 
 def librdkafka_property_error(key: str, value: str) -> str | None:

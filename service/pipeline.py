@@ -50,6 +50,9 @@ def spark_session(settings: Settings):
     """The Spark session changejoin needs: RocksDB state, Python workers that import the project."""
     from pyspark.sql import SparkSession
 
+    if settings.spark_master.strip().startswith("local"):
+        # One machine: bind to loopback, rather than warn that the host name resolves to it.
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     project_root = str(Path(__file__).resolve().parent.parent)
@@ -65,6 +68,8 @@ def spark_session(settings: Settings):
         .config("spark.executorEnv.PYTHONPATH", project_root)
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.streaming.noDataMicroBatches.enabled", "true")
+        # Adaptive query execution does not apply to stateful streaming; off, Spark says nothing of it.
+        .config("spark.sql.adaptive.enabled", "false")
     )
     for key, value in settings.spark_conf.items():
         builder = builder.config(key, value)
@@ -144,7 +149,7 @@ class JoinPipeline:
         if self.plan.is_event_time and s.idle_timeout_ms:
             # An idle input sends heartbeats (decode.py) so that it stops holding the watermark back.
             reader = reader.option("idleTimeoutMs", str(s.idle_timeout_ms))
-        for key, value in s.kafka_client.items():
+        for key, value in s.consumer_properties().items():
             reader = reader.option(f"kafka.{key}", value)
         df = reader.load()
         if sp.normalized:

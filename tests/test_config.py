@@ -450,3 +450,12 @@ def test_check_config_prints_the_warnings_and_still_succeeds():
 def test_mini_batch_size_on_a_temporal_join_stays_an_error():
     proc = changejoin("check-config", env={**VALID, **EVENT_TIME, "MINI_BATCH_SIZE": "10"})
     assert proc.returncode == 2 and "MINI_BATCH_SIZE" in proc.stderr
+
+
+def test_the_source_gets_no_producer_property():
+    """librdkafka logs a CONFWARN line from every consumer given a producer's property."""
+    s = load_settings({**VALID, "KAFKA_CLIENT_LINGER_MS": "5", "KAFKA_CLIENT_BATCH_NUM_MESSAGES": "100",
+                       "KAFKA_CLIENT_FETCH_MAX_BYTES": "1000000", "KAFKA_CLIENT_CLIENT_ID": "cj",
+                       "KAFKA_CLIENT_SASL_MECHANISM": "PLAIN"})
+    assert s.consumer_properties() == {"fetch.max.bytes": "1000000", "client.id": "cj", "sasl.mechanism": "PLAIN"}
+    assert set(s.kafka_properties()) >= {"linger.ms", "batch.num.messages"}  # the sink's producer keeps them
