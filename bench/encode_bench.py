@@ -1,0 +1,96 @@
+"""Output records per second through the encode step: fastavro's writer against the record writer
+compiled per schema, side by side in one run.
+
+    python bench/encode_bench.py [--records 200000] [--rounds 5] [--record-results]
+
+The rows are the left-pk scenario's output (order_id long, product string, quantity int, price
+nullable double) and a 9-column output with enums and nullable strings; each round encodes every
+row with both writers, alternating which goes first. Prints min and median records/s per writer
+and their ratio; with --record-results appends the round to bench/RESULTS.md.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from service.avro import ValueEncoder  # noqa: E402
+
+SCHEMAS = {
+    "left-pk output (4 columns)": {"type": "record", "name": "out", "fields": [
+        {"name": "order_id", "type": "long"}, {"name": "product", "type": "string"},
+        {"name": "quantity", "type": "int"}, {"name": "price", "type": ["null", "double"]}]},
+    "wide output (9 columns)": {"type": "record", "name": "wide", "fields": [
+        {"name": "id", "type": "long"}, {"name": "customer", "type": "string"},
+        {"name": "status", "type": {"type": "enum", "name": "Status", "symbols": ["NEW", "PAID", "SHIPPED"]}},
+        {"name": "amount", "type": "double"}, {"name": "items", "type": "int"},
+        {"name": "note", "type": ["null", "string"]}, {"name": "express", "type": "boolean"},
+        {"name": "region", "type": ["null", "string"]}, {"name": "discount", "type": ["null", "double"]}]},
+}
+
+
+def rows_for(schema: dict, n: int, rng: random.Random) -> list[tuple]:
+    if schema["name"] == "out":
+        return [(i, f"product-{rng.randrange(10_000)}", rng.randrange(100), None if i % 7 == 0 else rng.random() * 100)
+                for i in range(n)]
+    return [(i, f"customer-{rng.randrange(50_000)}", rng.choice(["NEW", "PAID", "SHIPPED"]), rng.random() * 500,
+             rng.randrange(20), None if i % 3 else "leave at the door", i % 2 == 0, rng.choice([None, "EU", "US"]),
+             None if i % 5 else 0.1) for i in range(n)]
+
+
+def rate(encode, rows) -> float:
+    start = time.perf_counter()
+    for row in rows:
+        encode(row)
+    return len(rows) / (time.perf_counter() - start)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--records", type=int, default=200_000)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--record-results", action="store_true")
+    args = parser.parse_args()
+    rng = random.Random(7)
+    table = []
+    for name, schema in SCHEMAS.items():
+        rows = rows_for(schema, args.records, rng)
+        compiled = ValueEncoder(schema)
+        generic = ValueEncoder(schema)
+        generic._compiled = None  # the writer before: fastavro for every record
+        assert all(compiled.encode(r) == generic.encode(r) for r in rows[:1000])
+        rates = {"fastavro": [], "compiled": []}
+        for i in range(args.rounds):
+            order = [("fastavro", generic), ("compiled", compiled)][:: 1 if i % 2 == 0 else -1]
+            for label, encoder in order:
+                rates[label].append(rate(encoder.encode, rows))
+        row = {"schema": name}
+        for label, values in rates.items():
+            row[f"{label} min"], row[f"{label} median"] = min(values), statistics.median(values)
+        row["ratio (median)"] = row["compiled median"] / row["fastavro median"]
+        table.append(row)
+    header = ["schema", "fastavro min", "fastavro median", "compiled min", "compiled median", "ratio (median)"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for row in table:
+        lines.append("| " + " | ".join(row[h] if h == "schema" else f"{row[h]:,.2f}" if h.startswith("ratio")
+                                        else f"{row[h]:,.0f}" for h in header) + " |")
+    print(f"records/s encoding {args.records:,} rows, {args.rounds} rounds")
+    print("\n".join(lines))
+    if args.record_results:
+        results = Path(__file__).with_name("RESULTS.md")
+        with results.open("a") as f:
+            f.write(f"\n## {dt.date.today()} encode: fastavro vs the compiled record writer\n\n"
+                    f"`python bench/encode_bench.py --records {args.records} --rounds {args.rounds} --record-results`"
+                    f" (records/s, one process, both writers in every round; this machine is shared, compare the "
+                    f"ratio)\n\n" + "\n".join(lines) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
