@@ -24,6 +24,8 @@ os.environ["PYTHONPATH"] = os.pathsep.join(_pythonpath)
 
 # Kafka: kafka_bootstrap (session), restartable_broker, new_topic; see tests/kafka_fixture.py.
 from kafka_fixture import kafka_bootstrap, new_topic, restartable_broker  # noqa: E402,F401
+# A Spark standalone cluster on this machine (module scope): spark_cluster; see tests/spark_cluster.py.
+from spark_cluster import spark_cluster  # noqa: E402,F401
 
 
 @pytest.fixture(scope="session")
