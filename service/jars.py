@@ -18,7 +18,9 @@ Groups:
   PySpark's version and Scala suffix (checked before resolving). Only the jars PySpark does not
   ship already are kept. Not used by the service yet.
 
-Needs ``mvn`` (Apache Maven 3) and a JDK on the PATH. ``CHANGEJOIN_JARS_CACHE`` moves the cache.
+Needs Java on the PATH. Maven is ``mvn`` from the PATH if there is one, else Apache Maven
+itself, downloaded once from Maven Central (checked against a pinned SHA-512) into
+``.cache/jars/``. ``CHANGEJOIN_JARS_CACHE`` moves the cache.
 """
 from __future__ import annotations
 
@@ -42,6 +44,12 @@ DEFAULT_GROUPS = ("kafka-broker",)
 # The plugin that copies the jars, pinned so that a resolution does not depend on Maven's default.
 COPY_DEPENDENCIES = "org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy-dependencies"
 _DONE = ".complete"
+# Maven itself, when there is no `mvn` on the PATH (a fresh machine with only Python and Java).
+MAVEN_VERSION = "3.9.16"
+MAVEN_URL = (f"https://repo1.maven.org/maven2/org/apache/maven/apache-maven/{MAVEN_VERSION}/"
+             f"apache-maven-{MAVEN_VERSION}-bin.tar.gz")
+MAVEN_SHA512 = ("831a8591fe20c8243b1dbe7d71e3244f31d1665b0804b2e825e38cbbe5ce0cafb8338851f90780735568773e0a6cd07"
+                "bbec107cda0b896b008b861075358b6f6")
 
 
 class JarsError(RuntimeError):
@@ -126,7 +134,8 @@ def _check_spark_versions(pom_text: str) -> None:
 
 def _artifact_stem(jar_name: str) -> str:
     """``kafka-clients-3.9.2.jar`` -> ``kafka-clients``: the name without its version."""
-    return re.sub(r"-\d[^-]*(-[A-Za-z0-9.]+)?\.jar$", "", jar_name)
+    match = re.fullmatch(r"(.+?)-\d+(?:\.\d+)+(?:[-.][A-Za-z0-9]+)*\.jar", jar_name)
+    return match.group(1) if match else jar_name
 
 
 def _drop_jars_spark_has(directory: Path) -> None:
@@ -136,10 +145,37 @@ def _drop_jars_spark_has(directory: Path) -> None:
             jar.unlink()
 
 
+def _maven(root: Path) -> str:
+    """``mvn`` from the PATH, else Apache Maven downloaded once into the cache (call under the lock)."""
+    found = shutil.which("mvn")
+    if found:
+        return found
+    home = root / f"apache-maven-{MAVEN_VERSION}"
+    mvn = home / "bin" / "mvn"
+    if mvn.is_file():
+        return str(mvn)
+    import tarfile
+    import urllib.request
+
+    print(f"no mvn on the PATH: downloading Apache Maven {MAVEN_VERSION} from Maven Central", file=sys.stderr, flush=True)
+    with tempfile.TemporaryDirectory(dir=root) as tmp:
+        archive = Path(tmp) / "maven.tar.gz"
+        try:
+            with urllib.request.urlopen(MAVEN_URL, timeout=60) as response, open(archive, "wb") as out:
+                shutil.copyfileobj(response, out)
+        except OSError as exc:
+            raise JarsError(f"no mvn on the PATH and downloading {MAVEN_URL} failed: {exc}") from exc
+        digest = hashlib.sha512(archive.read_bytes()).hexdigest()
+        if digest != MAVEN_SHA512:
+            raise JarsError(f"{MAVEN_URL} does not have the pinned SHA-512 (got {digest})")
+        with tarfile.open(archive) as tar:
+            tar.extractall(tmp, filter="data")
+        (Path(tmp) / home.name).rename(home)
+    return str(mvn)
+
+
 def _run_maven(pom_path: Path, output: Path, repo: Path) -> None:
-    mvn = shutil.which("mvn")
-    if mvn is None:
-        raise JarsError("resolving jars needs Apache Maven: install it (e.g. apt-get install maven) so that `mvn` is on the PATH")
+    mvn = _maven(repo.parent)
     cmd = [
         mvn, "-B", "-q", "-f", str(pom_path), f"-Dmaven.repo.local={repo}",
         COPY_DEPENDENCIES, f"-DoutputDirectory={output}", "-DincludeScope=runtime",
