@@ -101,3 +101,16 @@ def test_spark_connectors_must_match_the_installed_pyspark():
         jars._check_spark_versions(pom.replace(f"<spark.version>{pyspark.__version__}<", "<spark.version>3.5.1<"))
     with pytest.raises(jars.JarsError, match="Scala"):
         jars._check_spark_versions(pom.replace("<scala.binary.version>2.13<", "<scala.binary.version>2.12<"))
+
+
+def test_the_service_does_not_load_the_test_broker():
+    """The broker and its jars are for tests and benchmarks: the service's own modules never
+    import them."""
+    import subprocess
+    import sys
+
+    code = ("import sys, service.cli, service.app, service.pipeline, service.source, service.sink; "
+            "print(sorted(m for m in sys.modules if m in ('service.kafka_broker', 'service.jars', "
+            "'service.embedded_broker')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
