@@ -25,6 +25,35 @@ def produce_batched(bootstrap: str, topic: str, values, partition: int) -> list:
     return sorted(offset for _, offset in offsets)
 
 
+def record_batches(partition_dir) -> list:
+    """The record count of each batch in a partition's log segments (Kafka's on-disk format: a
+    batch starts with baseOffset int64, batchLength int32, ..., and its record count is the int32
+    at byte 57)."""
+    import struct
+
+    counts = []
+    for segment in sorted(partition_dir.glob("*.log")):
+        data = segment.read_bytes()
+        pos = 0
+        while pos + 61 <= len(data):
+            (length,) = struct.unpack_from(">i", data, pos + 8)
+            (count,) = struct.unpack_from(">i", data, pos + 57)
+            counts.append(count)
+            pos += 12 + length
+    return counts
+
+
+def latest_offsets(bootstrap: str, topic: str, partitions: int) -> dict:
+    """ListOffsets(latest) through the admin client, as the service's source asks."""
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient, OffsetSpec
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.list_offsets({TopicPartition(topic, p): OffsetSpec.latest() for p in range(partitions)},
+                                 request_timeout=30)
+    return {tp.partition: f.result().offset for tp, f in futures.items()}
+
+
 @pytest.mark.integration
 def test_multi_record_batches_have_right_offsets_and_a_restart_keeps_them(tmp_path):
     broker = KafkaBroker(data_dir=str(tmp_path / "kafka"))
@@ -35,8 +64,12 @@ def test_multi_record_batches_have_right_offsets_and_a_restart_keeps_them(tmp_pa
         second = [f"b{i}".encode() for i in range(7)]
         assert produce_batched(bootstrap, topic, first, partition=0) == list(range(50))
         assert produce_batched(bootstrap, topic, second, partition=1) == list(range(7))
-        # The end offsets (ListOffsets / watermarks) count every record of a batch.
+        # The records really went in batches of several records (read from the log segment)...
+        batches = record_batches(broker.data_dir / "logs" / f"{topic}-0")
+        assert sum(batches) == 50 and max(batches) > 1, batches
+        # ... and the end offsets (ListOffsets, watermarks) count every record of every batch.
         assert end_offsets(bootstrap, topic) == {0: (0, 50), 1: (0, 7)}
+        assert latest_offsets(bootstrap, topic, 2) == {0: 50, 1: 7}
         assert [r.value for r in consume_all(bootstrap, topic)] == first + second
         # A batch appended after the first one starts at its end.
         assert produce_batched(bootstrap, topic, [b"c0", b"c1", b"c2"], partition=0) == [50, 51, 52]
@@ -46,6 +79,7 @@ def test_multi_record_batches_have_right_offsets_and_a_restart_keeps_them(tmp_pa
         assert not broker.is_running()
         assert broker.start() == bootstrap and broker.port == port and broker.data_dir == data_dir
         assert end_offsets(bootstrap, topic) == {0: (0, 53), 1: (0, 7)}
+        assert latest_offsets(bootstrap, topic, 2) == {0: 53, 1: 7}
         got = consume_all(bootstrap, topic)
         assert [r.value for r in got] == first + [b"c0", b"c1", b"c2"] + second
         assert produce_batched(bootstrap, topic, [b"d0", b"d1"], partition=1) == [7, 8]
