@@ -90,13 +90,12 @@ def test_multi_record_batches_have_right_offsets_and_a_restart_keeps_them(tmp_pa
 
 @pytest.mark.integration
 def test_a_broker_made_data_directory_is_removed_on_close():
-    with KafkaBroker() as bootstrap:
-        assert bootstrap.startswith("127.0.0.1:")
     broker = KafkaBroker()
-    broker.start()
-    data_dir = broker.data_dir
-    assert (data_dir / "logs" / "meta.properties").is_file()
-    broker.close()
+    with broker as bootstrap:
+        assert bootstrap == broker.bootstrap and bootstrap.startswith("127.0.0.1:")
+        data_dir = broker.data_dir
+        assert (data_dir / "logs" / "meta.properties").is_file()
+    assert not broker.is_running()
     assert not data_dir.exists()
 
 
