@@ -55,10 +55,12 @@ def latest_offsets(bootstrap: str, topic: str, partitions: int) -> dict:
 
 
 @pytest.mark.integration
-def test_multi_record_batches_have_right_offsets_and_a_restart_keeps_them(tmp_path):
-    broker = KafkaBroker(data_dir=str(tmp_path / "kafka"))
+def test_multi_record_batches_have_right_offsets_and_a_restart_keeps_them():
+    broker = KafkaBroker()  # it makes its own data directory, and removes it on close()
     try:
         bootstrap = broker.start()
+        assert bootstrap == broker.bootstrap and bootstrap.startswith("127.0.0.1:")
+        assert (broker.data_dir / "logs" / "meta.properties").is_file()
         topic = create_topic(bootstrap, "batched", partitions=2)
         first = [f"a{i}".encode() for i in range(50)]
         second = [f"b{i}".encode() for i in range(7)]
@@ -85,16 +87,6 @@ def test_multi_record_batches_have_right_offsets_and_a_restart_keeps_them(tmp_pa
         assert produce_batched(bootstrap, topic, [b"d0", b"d1"], partition=1) == [7, 8]
     finally:
         broker.close()
-    assert (tmp_path / "kafka").is_dir()  # a directory the broker was given is kept
-
-
-@pytest.mark.integration
-def test_a_broker_made_data_directory_is_removed_on_close():
-    broker = KafkaBroker()
-    with broker as bootstrap:
-        assert bootstrap == broker.bootstrap and bootstrap.startswith("127.0.0.1:")
-        data_dir = broker.data_dir
-        assert (data_dir / "logs" / "meta.properties").is_file()
     assert not broker.is_running()
     assert not data_dir.exists()
 
