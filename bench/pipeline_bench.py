@@ -1,10 +1,11 @@
-"""The whole service, Kafka -> Spark -> Kafka, on the embedded broker.
+"""The whole service, Kafka -> Spark -> Kafka, on a local Apache Kafka broker (KRaft).
 
     python bench/pipeline_bench.py [--rows 200000] [--keys 10000] [--max-per-trigger 100000]
                                    [--shuffle-partitions 2]
 
 Two scenarios, each with ``--rows`` changelog rows per side over ``--keys`` join keys, preloaded
-into the embedded Tansu broker before the service starts:
+before the service starts into a single-node Kafka started from the cached Maven Central jars
+(service/kafka_broker.py), or into ``KAFKA_BOOTSTRAP_SERVERS`` when that is set:
 
 - ``left-pk``: a LEFT join of orders (primary key order_id, joined on product) with prices
   (primary key = join key), with -U/+U updates on both sides;
@@ -16,7 +17,9 @@ micro-batch duration p50/p99, and time to first output.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
+import os
 import random
 import statistics
 import sys
@@ -31,7 +34,7 @@ import fastavro  # noqa: E402
 
 from service.app import Service  # noqa: E402
 from service.config import load_settings  # noqa: E402
-from service.embedded_broker import EmbeddedBroker  # noqa: E402
+from service.kafka_broker import KafkaBroker  # noqa: E402
 from service.sink import ensure_topics  # noqa: E402
 
 ORDERS = fastavro.parse_schema(fastavro.schema.load_schema(str(ROOT / "schemas" / "orders.avsc")))
@@ -77,8 +80,7 @@ def changelogs(rows: int, keys: int, scenario: str, seed: int = 3):
 def preload(bootstrap: str, topic: str, schema, changes, partition_of) -> None:
     from confluent_kafka import Producer
 
-    # One record per produce request: Tansu reports wrong end offsets for multi-record batches.
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "batch.num.messages": 1,
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20,
                          "queue.buffering.max.messages": 1_000_000})
     for kind, row in changes:
         while True:
@@ -142,7 +144,8 @@ def main() -> None:
     parser.add_argument("--shuffle-partitions", type=int, default=2, help="SHUFFLE_PARTITIONS (Spark runs local[2])")
     parser.add_argument("--scenario", choices=["left-pk", "inner-nopk"], action="append")
     args = parser.parse_args()
-    with EmbeddedBroker() as bootstrap:
+    external = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
+    with contextlib.nullcontext(external) if external else KafkaBroker(heap="1g") as bootstrap:
         for scenario in args.scenario or ["left-pk", "inner-nopk"]:
             run(bootstrap, scenario, args.rows, args.keys, args.max_per_trigger, args.shuffle_partitions)
 

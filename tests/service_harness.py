@@ -9,7 +9,7 @@ from pathlib import Path
 
 import fastavro
 
-from kafka_fixture import ONE_RECORD_PER_REQUEST, consume_all, produce
+from kafka_fixture import consume_all, produce
 from service.app import Service
 from service.config import load_settings
 
@@ -49,9 +49,6 @@ class JoinHarness:
             "LEFT_PRIMARY_KEY": "order_id", "RIGHT_PRIMARY_KEY": "product",
             "CHECKPOINT_LOCATION": str(tmp_path / "checkpoint"),
             "TRIGGER_INTERVAL": "0", "METRICS_PORT": "0",
-            # Tansu reports wrong end offsets for produce requests with several records (see
-            # kafka_fixture); the service under test produces one record per request.
-            **{f"KAFKA_CLIENT_{k.upper().replace('.', '_')}": str(v) for k, v in ONE_RECORD_PER_REQUEST.items()},
             **env,
         }
         self.service = None

@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from kafka_fixture import ONE_RECORD_PER_REQUEST, consume_all, end_offsets
-from service.embedded_broker import free_port
+from kafka_fixture import consume_all, end_offsets
+from service.kafka_broker import free_port
 from service.sink import (
     DEFAULT_DELIVERY_TIMEOUT_MS,
     KafkaDeliveryError,
@@ -19,9 +19,8 @@ from service.sink import (
 
 pytestmark = pytest.mark.integration
 
-# Test producers send one record per request: Tansu's end offsets are wrong otherwise (see
-# tests/kafka_fixture.py). The product's defaults batch.
-TEST_PROPS = dict(ONE_RECORD_PER_REQUEST)
+# Extra client properties of the sinks under test: none, the product's defaults (they batch).
+TEST_PROPS: dict = {}
 
 
 def test_producer_config_is_idempotent_with_generous_timeout():
@@ -101,7 +100,7 @@ def test_raises_when_the_topic_cannot_exist(kafka_bootstrap):
 
 
 def test_ensure_topics_rejects_invalid_topics(kafka_bootstrap):
-    # Checked before asking the broker: Tansu creates topics with any name.
+    # Checked before asking the broker, which would refuse them with a less helpful error.
     with pytest.raises(ValueError, match="bad topic!"):
         ensure_topics(kafka_bootstrap, {}, {"bad topic!": 1})
     with pytest.raises(ValueError, match="partitions"):
@@ -111,12 +110,11 @@ def test_ensure_topics_rejects_invalid_topics(kafka_bootstrap):
 def test_waits_while_the_broker_is_unreachable(restartable_broker):
     """Records produced while the broker is down are delivered once it is back."""
     bootstrap = restartable_broker.bootstrap
-    restartable_broker.stop()
-    # The producer is created while the broker is down: Tansu forgets producer ids when it
-    # restarts (in-memory storage), and an idempotent producer that already had one cannot
-    # recover from that (UNKNOWN_PRODUCER_ID until its delivery timeout; a retried Spark task
-    # gets a new producer). A real Kafka keeps producer state across restarts.
+    ensure_topics(bootstrap, {}, {"outage": 1})
+    # The sink has its producer id before the outage; Kafka keeps producer state across restarts.
     sink = KafkaSink(bootstrap, TEST_PROPS, delivery_timeout_ms=120_000)
+    assert sink.produce_all([("outage", b"k", b"before", [])]) == 1
+    restartable_broker.stop()
     outcome = {}
 
     def produce():
@@ -130,12 +128,10 @@ def test_waits_while_the_broker_is_unreachable(restartable_broker):
     time.sleep(2)  # not a timed assertion: only makes sure the sink runs into the outage
     assert thread.is_alive(), outcome
     restartable_broker.start()
-    # (Tansu may already have auto-created the topic on the producer's metadata request.)
-    ensure_topics(bootstrap, {}, {"outage": 1})
     thread.join(timeout=180)
     assert outcome == {"n": 10}
     got = consume_all(bootstrap, "outage")
-    assert [r.value for r in got] == [f"v{i}".encode() for i in range(10)]
+    assert [r.value for r in got] == [b"before"] + [f"v{i}".encode() for i in range(10)]
 
 
 def test_topic_partitions(kafka_bootstrap, new_topic):
@@ -171,22 +167,19 @@ def test_a_failing_record_iterator_fails_the_batch_but_not_the_sink(kafka_bootst
 
 
 def test_a_sink_that_failed_works_again_for_the_next_batch(restartable_broker):
-    """A sink kept across batches (as the pipeline does) must not stay broken. Tansu forgets
-    producer ids when it restarts, so there the first batch after the restart may fail
-    (UNKNOWN_PRODUCER_ID until the delivery timeout); the next one must go through."""
+    """A sink kept across batches (as the pipeline does) must not stay broken: a batch that
+    timed out while the broker was down fails, and the next batch, once it is back, goes through."""
     bootstrap = restartable_broker.bootstrap
     ensure_topics(bootstrap, {}, {"kept": 1})
     sink = KafkaSink(bootstrap, TEST_PROPS, delivery_timeout_ms=3000)
     assert sink.produce_all([("kept", b"k", b"before", [])]) == 1
     restartable_broker.stop()
+    with pytest.raises(KafkaDeliveryError, match="kept"):
+        sink.produce_all([("kept", b"k", b"lost", [])])
     restartable_broker.start()
-    ensure_topics(bootstrap, {}, {"kept": 1})
-    try:
-        sink.produce_all([("kept", b"k", b"maybe", [])])
-    except KafkaDeliveryError:
-        pass
     assert sink.produce_all([("kept", b"k", b"after", [])]) == 1
-    assert b"after" in [r.value for r in consume_all(bootstrap, "kept")]
+    sink.close()
+    assert [r.value for r in consume_all(bootstrap, "kept")] == [b"before", b"after"]
 
 
 def test_more_records_than_one_report_interval_are_all_delivered_in_order(kafka_bootstrap, new_topic):

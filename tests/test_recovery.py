@@ -6,7 +6,7 @@
   uninterrupted run of the same input: in retract mode after dropping replayed records as a
   consumer would (a record whose (``changejoin.batch``, ``changejoin.seq``) was seen already is a
   replay), in upsert mode as it is.
-* Broker outage: a TCP proxy between the service and a dedicated embedded broker cuts every
+* Broker outage: a TCP proxy between the service and a dedicated local broker cuts every
   connection and refuses new ones for a while; the service must ride it out and finish the join.
 
 The moments are chosen by watching the output topic and the checkpoint's ``commits/`` directory,
@@ -37,7 +37,7 @@ import pytest
 
 from kafka_fixture import consume_all, create_topic
 from service.config import load_settings
-from service.embedded_broker import EmbeddedBroker, EmbeddedBrokerError, find_tansu_binary, free_port
+from service.kafka_broker import KafkaBroker, free_port
 from service.plan import build_plan
 from service_harness import JoinHarness, order, price
 from tcp_proxy import TcpProxy
@@ -57,7 +57,7 @@ CATCH_UP_TIMEOUT_S = 300.0
 
 
 def service_env(**env: str) -> Dict[str, str]:
-    """The service's settings, besides JoinHarness's (topics, schemas, checkpoint, Tansu client)."""
+    """The service's settings, besides JoinHarness's (topics, schemas, checkpoint, broker)."""
     return {
         "JOIN_SQL": JOIN_SQL,
         "SPARK_MASTER": "local[2]",
@@ -511,37 +511,21 @@ def test_sigkill_at_several_points_then_restart_materializes_like_an_uninterrupt
 # --------------------------------------------------------------------------------------------
 
 
-class _BrokerBehindProxy(EmbeddedBroker):
-    """An embedded Tansu that tells clients (metadata) to connect through the proxy."""
-
-    def __init__(self, advertised: str, port: int):
-        super().__init__(port=port)
-        self.advertised = advertised
-
-    def command(self) -> List[str]:
-        cmd = super().command()
-        cmd[cmd.index("--advertised-listener-url") + 1] = self.advertised
-        return cmd
-
-
 @pytest.fixture
-def proxied_broker():
-    """A dedicated embedded broker reachable only through a TcpProxy; yields the proxy."""
+def proxied_broker(tmp_path):
+    """A dedicated KRaft broker reachable only through a TcpProxy (its metadata sends clients to
+    the proxy); yields the proxy."""
     if os.environ.get("KAFKA_BOOTSTRAP_SERVERS"):
-        pytest.skip("the outage test needs its own embedded Tansu broker behind a proxy, and "
+        pytest.skip("the outage test needs its own local broker behind a proxy, and "
                     "KAFKA_BOOTSTRAP_SERVERS points the tests at an external broker")
-    try:
-        find_tansu_binary()
-    except EmbeddedBrokerError as exc:
-        pytest.skip(str(exc))
     broker_port = free_port()
     proxy = TcpProxy(("127.0.0.1", broker_port)).start()
-    broker = _BrokerBehindProxy(f"tcp://{proxy.address}", broker_port)
+    broker = KafkaBroker(port=broker_port, advertised=proxy.address, data_dir=str(tmp_path / "kafka"))
     try:
         broker.start()
         yield proxy
     finally:
-        broker.stop()
+        broker.close()
         proxy.stop()
 
 
