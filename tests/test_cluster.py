@@ -37,12 +37,9 @@ import pytest
 from kafka_fixture import consume_all, create_topic
 from service.config import load_settings
 from service.embedded_broker import free_port
-from service_harness import SCHEMAS, JoinHarness
+from service_harness import SCHEMAS, JoinHarness, drop_replays, read_changelog, retract_table
 from spark_cluster import SparkCluster
-from test_recovery import (
-    PARTITIONS, Changelogs, ServiceProcess, caught_up, drive, drop_replays, read_changelog, retract_table, send,
-    service_env,
-)
+from test_recovery import PARTITIONS, Changelogs, ServiceProcess, caught_up, drive, send, service_env
 
 pytestmark = pytest.mark.integration
 

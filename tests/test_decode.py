@@ -60,7 +60,7 @@ def test_upsert_records_are_grouped_by_message_key_and_tombstones_are_deletes():
 @pytest.mark.parametrize("millis", [10**15, -(10**15), 253402300800000])
 def test_an_event_time_no_calendar_can_hold_is_a_dead_letter_not_a_crash(millis):
     """rates.rate_time is a plain long (epoch millis): any value decodes, not every one is a time."""
-    from test_idle_timeout import RATES, TEMPORAL
+    from service_harness import RATES, TEMPORAL
 
     plan = build_plan(load_settings({**VALID, "LEFT_TOPIC": "orders", "RIGHT_TOPIC": "rates", **TEMPORAL}))
     rates = InputDecoder(plan, 1, "rowkind", None)

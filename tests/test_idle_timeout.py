@@ -2,10 +2,8 @@
 
 The source's heartbeat planning is unit-tested in test_kafka_source.py; here: the heartbeat
 envelope, that the join and normalize stages pass it by, and the service end to end."""
-import json
 import time
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
@@ -13,29 +11,7 @@ from service.config import load_settings
 from service.decode import InputDecoder
 from service.envelope import HEARTBEAT_GROUP, Tag
 from service.plan import build_plan
-from service_harness import JoinHarness
-
-DATA = Path(__file__).resolve().parent / "data"
-TIMED_ORDERS = json.loads((DATA / "orders_timed.avsc").read_text())
-RATES = json.loads((DATA / "rates.avsc").read_text())
-SQL = (
-    "SELECT o.order_id, o.currency, o.amount, r.rate FROM orders AS o JOIN rates "
-    "FOR SYSTEM_TIME AS OF o.order_time AS r ON o.currency = r.currency"
-)
-TEMPORAL = dict(
-    JOIN_SQL=SQL, LEFT_SCHEMA_FILE=str(DATA / "orders_timed.avsc"), RIGHT_SCHEMA_FILE=str(DATA / "rates.avsc"),
-    LEFT_TABLE="orders", RIGHT_TABLE="rates", LEFT_PRIMARY_KEY="order_id", RIGHT_PRIMARY_KEY="currency",
-    RIGHT_EVENT_TIME_COLUMN="rate_time",
-)
-
-
-def timed_order(order_id, currency, amount, at):
-    return {"order_id": order_id, "currency": currency, "amount": amount, "order_time": at}
-
-
-def rate(currency, value, at):
-    return {"currency": currency, "rate": value, "rate_time": at}
-
+from service_harness import TEMPORAL, JoinHarness, rate, timed_order
 
 def now_ms() -> int:
     return int(time.time() * 1000)
@@ -103,16 +79,8 @@ def test_a_heartbeat_is_one_envelope_that_the_join_and_normalize_stages_pass_by(
 def test_an_idle_versioned_table_holds_probe_rows_until_the_idle_timeout_lets_the_watermark_go(
     kafka_bootstrap, spark, tmp_path, new_topic
 ):
-    from service.app import Service
-
-    h = JoinHarness(kafka_bootstrap, spark, tmp_path, new_topic, **TEMPORAL)
-    h.send_orders = lambda changes: h.send(h.orders, TIMED_ORDERS, changes)
-    h.send_rates = lambda changes: h.send(h.prices, RATES, changes)
-
-    def start(**env) -> Service:
-        h.service = Service(load_settings({**h.env, "TRIGGER_INTERVAL": "200ms", **env}), spark=spark)
-        h.service.start()
-        return h.service
+    h = JoinHarness(kafka_bootstrap, spark, tmp_path, new_topic, **TEMPORAL, TRIGGER_INTERVAL="200ms")
+    start = h.start
 
     # The rates topic gets one version, a minute old, and then nothing; orders keep arriving with
     # event times near now.

@@ -19,7 +19,6 @@ uninterrupted reference runs in-process on a thread meanwhile.
 """
 from __future__ import annotations
 
-import io
 import json
 import os
 import random
@@ -27,19 +26,18 @@ import signal
 import subprocess
 import sys
 import time
-from collections import Counter, namedtuple
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable, Dict, Iterable, List, Optional
+from typing import Callable, Dict, List, Optional
 
-import fastavro
 import pytest
 
 from kafka_fixture import consume_all, create_topic
 from service.config import load_settings
 from service.kafka_broker import KafkaBroker, free_port
 from service.plan import build_plan
-from service_harness import JoinHarness, order, price
+from service_harness import JoinHarness, drop_replays, order, price, read_changelog, retract_table, upsert_table
 from tcp_proxy import TcpProxy
 
 pytestmark = pytest.mark.integration
@@ -146,60 +144,6 @@ def send(h: JoinHarness, chunk) -> None:
 # --------------------------------------------------------------------------------------------
 # Output: decode, drop replays, materialize
 # --------------------------------------------------------------------------------------------
-
-Change = namedtuple("Change", "kind row key batch seq partition offset")
-
-
-def read_changelog(bootstrap: str, topic: str, output_schema: dict) -> List[Change]:
-    schema = fastavro.parse_schema(output_schema)
-    out = []
-    for record in consume_all(bootstrap, topic):
-        headers = dict(record.headers)
-        row = None if record.value is None else tuple(
-            fastavro.schemaless_reader(io.BytesIO(record.value), schema, None).values())
-        out.append(Change(
-            headers.get("rowkind", b"").decode(), row, record.key,
-            int(headers["changejoin.batch"]), headers["changejoin.seq"].decode(), record.partition, record.offset,
-        ))
-    return out
-
-
-def drop_replays(changes: Iterable[Change]):
-    """(first writes, replays): a record whose (batch, seq) was seen already is a replay. A replay
-    must be the very record written the first time."""
-    first: Dict[tuple, Change] = {}
-    kept, replays = [], []
-    for change in changes:
-        ident = (change.batch, change.seq)
-        if ident in first:
-            original = first[ident]
-            assert (change.kind, change.row, change.key) == (original.kind, original.row, original.key), (
-                f"the replay of batch {change.batch} seq {change.seq} is not the record written first: "
-                f"{original} then {change}")
-            replays.append(change)
-        else:
-            first[ident] = change
-            kept.append(change)
-    return kept, replays
-
-
-def retract_table(changes: Iterable[Change]) -> Counter:
-    table: Counter = Counter()
-    for c in changes:
-        table[c.row] += 1 if c.kind in ("+I", "+U") else -1
-        assert table[c.row] >= 0, f"{c.kind} {c.row} (batch {c.batch} seq {c.seq}) retracts a row not in the output"
-    return +table
-
-
-def upsert_table(changes: Iterable[Change]) -> dict:
-    table: dict = {}
-    for c in changes:
-        if c.row is None:
-            table.pop(c.key, None)
-        else:
-            table[c.key] = c.row
-    return table
-
 
 # --------------------------------------------------------------------------------------------
 # The service as a process

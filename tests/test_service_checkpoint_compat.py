@@ -6,7 +6,7 @@ from collections import Counter
 import pytest
 
 from service.checkpoint import CheckpointMismatch
-from service_harness import ORDERS, JoinHarness, order, price
+from service_harness import ORDERS, JoinHarness, order, price, retract_table
 
 pytestmark = pytest.mark.integration
 
@@ -29,11 +29,9 @@ def test_an_added_optional_column_upgrades_the_stored_rows(kafka_bootstrap, spar
     h.run()
     second = h.changelog(start=len(first))  # written in the evolved output schema
 
-    table = Counter()
-    for kind, row, *_ in [(k, r[:3] + (None,) + r[3:]) + tuple(x) for k, r, *x in first] + second:
-        table[row] += 1 if kind in ("+I", "+U") else -1
-        assert table[row] >= 0, f"{kind} {row} retracts a row that is not in the output"
-    assert +table == Counter({(1, "book", 2, None, 12.5): 1, (3, "ink", 1, "gift", None): 1})
+    # The first run's rows in the evolved output schema (note takes its default), as a consumer reads them.
+    upgraded = [c._replace(row=c.row[:3] + (None,) + c.row[3:]) for c in first]
+    assert retract_table(upgraded + second) == Counter({(1, "book", 2, None, 12.5): 1, (3, "ink", 1, "gift", None): 1})
 
 
 def test_another_join_on_the_same_checkpoint_is_refused(kafka_bootstrap, spark, tmp_path, new_topic):

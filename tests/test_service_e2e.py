@@ -48,9 +48,9 @@ def test_left_join_with_retractions_materializes_to_the_joined_table(harness):
     h.send_prices(PRICE_CHANGES)
     h.run()
     assert h.retract_table() == Counter({(1, "ink", 2, 7.0): 1, (2, "pen", 12, 1.5): 1, (4, "paper", 5, None): 1})
-    kinds = Counter(kind for kind, *_ in h.changelog())
+    kinds = Counter(c.kind for c in h.changelog())
     assert kinds["-D"] > 0 and kinds["+U"] == 0, "outer joins retract with -D and never emit +U"
-    assert all(headers["changejoin.batch"] and headers["changejoin.seq"] for *_, headers in h.changelog())
+    assert all(c.headers["changejoin.batch"] and c.headers["changejoin.seq"] for c in h.changelog())
 
 
 def test_left_join_upsert_output_is_keyed_by_the_output_key(harness):
@@ -60,8 +60,8 @@ def test_left_join_upsert_output_is_keyed_by_the_output_key(harness):
     h.run()
     table = h.upsert_table()
     assert sorted(table.values()) == [(1, "ink", 2, 7.0), (2, "pen", 12, 1.5), (4, "paper", 5, None)]
-    assert all(kind == "" for kind, *_ in h.changelog()), "upsert output carries no RowKind header"
-    assert any(row is None for _, row, _, _ in h.changelog()), "deletes are tombstones"
+    assert all(c.kind == "" for c in h.changelog()), "upsert output carries no RowKind header"
+    assert any(c.row is None for c in h.changelog()), "deletes are tombstones"
 
 
 def test_inner_join_upsert_output_deletes_the_key_a_row_leaves(harness):

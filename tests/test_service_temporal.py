@@ -1,40 +1,19 @@
 """Temporal joins and state TTL end to end, on a real broker and Spark."""
-import json
 import time
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
-from service_harness import JoinHarness, order, price
+from service_harness import TEMPORAL, JoinHarness, order, price, rate, timed_order
 
 pytestmark = pytest.mark.integration
-
-DATA = Path(__file__).resolve().parent / "data"
-TIMED_ORDERS = json.loads((DATA / "orders_timed.avsc").read_text())
-RATES = json.loads((DATA / "rates.avsc").read_text())
-
-
-def timed_order(order_id, currency, amount, at):
-    return {"order_id": order_id, "currency": currency, "amount": amount, "order_time": at}
-
-
-def rate(currency, value, at):
-    return {"currency": currency, "rate": value, "rate_time": at}
-
 
 @pytest.fixture
 def temporal(kafka_bootstrap, spark, tmp_path, new_topic):
     def make(sql, **env):
-        settings = dict(
-            JOIN_SQL=sql, LEFT_SCHEMA_FILE=str(DATA / "orders_timed.avsc"), RIGHT_SCHEMA_FILE=str(DATA / "rates.avsc"),
-            RIGHT_TABLE="rates", LEFT_PRIMARY_KEY="order_id", RIGHT_PRIMARY_KEY="currency",
-        )
-        settings.update(env)
-        h = JoinHarness(kafka_bootstrap, spark, tmp_path, new_topic, **settings)
-        h.send_orders = lambda changes: h.send(h.orders, TIMED_ORDERS, changes)
-        h.send_rates = lambda changes: h.send(h.prices, RATES, changes)
-        return h
+        settings = {**TEMPORAL, "JOIN_SQL": sql, **env}
+        settings.pop("RIGHT_EVENT_TIME_COLUMN")
+        return JoinHarness(kafka_bootstrap, spark, tmp_path, new_topic, **settings)
 
     return make
 
@@ -75,7 +54,7 @@ def test_event_time_join_over_an_upsert_versioned_table(temporal, kafka_bootstra
     """An upsert topic as the versioned table: normalized first, its -U dropped before the join (as
     Flink does), so an update adds a version instead of erasing the one before it."""
     from kafka_fixture import produce
-    from service_harness import avro
+    from service_harness import RATES, avro
 
     h = temporal(EVENT_TIME_SQL.format(join="LEFT"), RIGHT_EVENT_TIME_COLUMN="rate_time",
                  RIGHT_CHANGELOG_MODE="upsert")
