@@ -1,8 +1,8 @@
 """The dead letter: why a record could not be used, what it was, and how it is written.
 
 Bad input never stops the service and is never lost: decode turns a record it cannot use into a
-letter (:func:`from_record`), the join turns a probe row it drops as late into one
-(:func:`late_row`), and encode writes too large output records as one; the sink writes them all to
+letter (:func:`from_record`), the join turns a row it drops as late (a probe row of an event-time
+temporal join, a row of a window join for a window that has fired) into one (:func:`late_row`), and encode writes too large output records as one; the sink writes them all to
 ``DLQ_TOPIC``, rendered by :func:`render`: the original key, value and headers, plus the headers
 ``reason``, ``reason.detail``, ``source.topic``, ``source.partition`` and ``source.offset``. A
 letter is a plain dict (it travels pickled between Spark stages):
@@ -34,7 +34,7 @@ class Reason(StrEnum):
     UNDECODABLE_KEY = "undecodable_key"  # a tombstone of a directly joined upsert input
     NULL_IN_REQUIRED_COLUMN = "null_in_required_column"  # a primary-key or event-time column
     TOO_LARGE = "too_large"  # an output record over MAX_OUTPUT_RECORD_BYTES
-    LATE = "late"  # a probe row of an event-time temporal join at or behind the watermark
+    LATE = "late"  # a temporal join's probe row at or behind the watermark, a window join's row for a fired window
 
 
 class DeadLetterError(Exception):
@@ -62,10 +62,9 @@ def from_record(record, reason: Reason, detail: str) -> dict:
     return {"reason": str(reason), "detail": detail, "original": original(record), "kind": None, "row": None}
 
 
-def late_row(kind: int, row: tuple, record: dict | None) -> dict:
-    """The letter for a probe row dropped as late; ``record`` is its :func:`original` if kept."""
-    return {"reason": str(Reason.LATE), "detail": "probe row at or behind the watermark", "original": record,
-            "kind": kind, "row": row}
+def late_row(kind: int, row: tuple, record: dict | None, detail: str = "probe row at or behind the watermark") -> dict:
+    """The letter for a row the join dropped as late; ``record`` is its :func:`original` if kept."""
+    return {"reason": str(Reason.LATE), "detail": detail, "original": record, "kind": kind, "row": row}
 
 
 def reason_headers(reason: str, detail: str, topic=None, partition=None, offset=None) -> list[tuple[str, bytes]]:

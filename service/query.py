@@ -975,9 +975,12 @@ def _interval(found: list) -> IntervalBounds:
             f"column; both inputs must use the same time domain. {_INTERVAL_USAGE}"
         )
     if len(lower) != 1 or len(upper) != 1:
-        problem = ("no lower bound" if not lower else "no upper bound" if not upper
-                   else "more than one lower bound" if len(lower) > 1 else "more than one upper bound")
-        _fail(f"the interval join's bounds ({text}) have {problem}; give exactly one of each: {_INTERVAL_USAGE}")
+        difference = f"left {left_time or 'proctime'} - right {right_time or 'proctime'}"
+        problem = (f"bound {difference} from above only" if not lower else f"bound {difference} from below only"
+                   if not upper else f"bound {difference} from below more than once" if len(lower) > 1
+                   else f"bound {difference} from above more than once")
+        _fail(f"the interval join's bounds ({text}) {problem}; give exactly one lower and one upper bound: "
+              f"{_INTERVAL_USAGE}")
     return IntervalBounds(lower_ms=lower[0], upper_ms=upper[0], left_time_column=left_time,
                           right_time_column=right_time, sql=text)
 
