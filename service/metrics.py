@@ -80,8 +80,9 @@ class JoinMetrics:
             PREFIX + "dead_letter_records", "Records written to the dead-letter topic, by reason.",
             ["reason"], registry=r)
         self.late_probe_rows = Counter(
-            PREFIX + "late_probe_rows", "Probe rows at or behind the watermark (temporal joins), sent to the "
-            "dead-letter topic with reason 'late'.", registry=r)
+            PREFIX + "late_probe_rows", "Records dropped as late, sent to the dead-letter topic with reason "
+            "'late': probe rows of event-time temporal joins at or behind the watermark, records of window "
+            "joins for windows that had fired (one per record).", registry=r)
         self.batch_duration = Histogram(
             PREFIX + "batch_duration_seconds", "Micro-batch duration (Spark's triggerExecution).",
             buckets=DURATION_BUCKETS, registry=r)
