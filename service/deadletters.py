@@ -62,8 +62,16 @@ def from_record(record, reason: Reason, detail: str) -> dict:
     return {"reason": str(reason), "detail": detail, "original": original(record), "kind": None, "row": None}
 
 
-def late_row(kind: int, row: tuple, record: dict | None, detail: str = "probe row at or behind the watermark") -> dict:
-    """The letter for a row the join dropped as late; ``record`` is its :func:`original` if kept."""
+def late_row(kind: int, row: tuple, record: dict | None, windows: int | None = None, watermark=None) -> dict:
+    """The letter for a row the join dropped as late; ``record`` is its :func:`original` if kept.
+
+    ``windows``: for a window join, how many of the row's windows had fired (one letter per
+    record, however many windows it missed)."""
+    if windows is None:
+        detail = "probe row at or behind the watermark"
+    else:
+        detail = (f"row for {windows} window(s) that had already fired (window_end - 1 <= watermark "
+                  f"{watermark}); dropped from them")
     return {"reason": str(Reason.LATE), "detail": detail, "original": record, "kind": kind, "row": row}
 
 

@@ -52,7 +52,7 @@ class InputDecoder:
         self.mode = self.side_plan.changelog_mode
         sp = self.side_plan
         self.key_of = _getter(sp.join_key)
-        # Columns that must not be NULL: the primary key, and the event time of a temporal join.
+        # Columns that must not be NULL: the primary key, and the event time of an event-time join.
         self.required = tuple(sp.primary_key or ()) + ((sp.time_column,) if sp.time_column is not None else ())
         self.time_column = sp.time_column if plan.is_event_time else None
         # Rows the join may drop as late (probe rows of an event-time temporal join, rows of a window

@@ -176,10 +176,7 @@ class JoinProcessor(StatefulProcessor):
         for kind, row, copies in _late_records(out.late):
             original = (originals or {}).get(id(row))
             if self.window_join:
-                watermark = context.watermark if context is not None else None
-                letter = deadletters.late_row(kind, row, original, (
-                    f"row for {copies} window(s) that had already fired (window_end - 1 <= watermark {watermark}); "
-                    "dropped from them"))
+                letter = deadletters.late_row(kind, row, original, copies, context.watermark if context else None)
             else:
                 letter = deadletters.late_row(kind, row, original)
             yield Row(target=_DEAD_LETTER, kind=kind, payload=dumps(letter), okey=b"late", seq=self.seq.take())

@@ -21,6 +21,20 @@ Supported forms (keywords are case-insensitive, table aliases are optional)::
     SELECT <left cols> FROM L [AS a] WHERE (a.k1, a.k2) [NOT] IN (SELECT b.k1, b.k2 FROM R b ...)
     SELECT <left cols> FROM L [AS a] WHERE [NOT] EXISTS (SELECT 1 FROM R [AS b] WHERE b.k = a.k ...)
 
+    -- interval joins (INNER, LEFT, RIGHT, FULL): equi keys plus one lower and one upper bound
+    ... JOIN R b ON a.k = b.k AND b.t BETWEEN a.t - INTERVAL '10' MINUTE AND a.t + INTERVAL '1' HOUR
+    ... JOIN R b ON a.k = b.k AND b.t >= a.t - INTERVAL '10' MINUTE AND b.t < a.t + INTERVAL '1' HOUR
+    ... JOIN R b ON a.k = b.k AND b.proctime BETWEEN a.proctime AND a.proctime + INTERVAL '5' SECOND
+
+    -- window joins (INNER, LEFT, RIGHT, FULL; SEMI / ANTI in the forms above): both inputs
+    -- through the same window table function, joined on the window and the equi keys
+    SELECT ... FROM TABLE(TUMBLE(TABLE L, DESCRIPTOR(t), INTERVAL '5' MINUTE [, <offset>])) a
+        [LEFT | RIGHT | FULL] JOIN TABLE(TUMBLE(TABLE R, DESCRIPTOR(t), INTERVAL '5' MINUTE)) b
+        ON a.window_start = b.window_start AND a.window_end = b.window_end AND a.k = b.k [AND ...]
+    -- HOP(TABLE x, DESCRIPTOR(t), <slide>, <size> [, <offset>]),
+    -- CUMULATE(TABLE x, DESCRIPTOR(t), <step>, <max size> [, <offset>]);
+    -- a side may be written (SELECT * FROM TABLE(...)) a, as Flink's documentation does
+
 Conditions (ON, the INNER-join WHERE, the subquery WHERE) are split into
 conjuncts.  Every conjunct ``x = y`` / ``x IS NOT DISTINCT FROM y`` (``<=>`` too)
 where one side is a bare left column and the other a bare right column becomes
@@ -75,6 +89,20 @@ Decisions on ambiguous points:
   table: Flink users write that form (its docs declare ``proctime AS PROCTIME()``
   as a computed column), while Kafka topic schemas have no such virtual column.
   A real left column is always taken as an event-time column.
+* **Interval bounds.**  A conjunct is a bound when it compares (``BETWEEN``, ``>=``, ``>``,
+  ``<=``, ``<``, ``=``) a left and a right ``<column> [+|- INTERVAL ...]`` and holds an
+  INTERVAL or a ``proctime`` pseudo-column, or compares exactly the configured time columns;
+  once one bound is found, other comparisons of its two columns are bounds too.  Bounds become
+  ``r.t + lower_ms <= l.t <= r.t + upper_ms``; a strict bound is the inclusive one 1 ms inside,
+  as Flink does.  Processing time is the pseudo-column ``<alias>.proctime`` / ``proc_time`` of
+  each input (Flink's ``proctime AS PROCTIME()`` computed column; a bare ``PROCTIME()`` does not
+  say whose time it is).  Whether the event-time columns are the configured time attributes is
+  checked by the plan, which knows the variables.
+* **Window table functions.**  sqlglot's Spark grammar cannot read ``TABLE <name>`` as a
+  function argument; the private dialect's parser adds exactly that (``TABLE(...)`` as a call is
+  left alone).  Named arguments (``DATA => TABLE t``) do not parse and are rejected with the
+  supported forms.  A windowed side's columns are its table's plus ``window_start``,
+  ``window_end`` and ``window_time``; the window equalities are not join keys.
 * **Temporal keys.**  The right table's primary key is not known here; a
   temporal join just needs at least one equi key, and every left/right equality
   becomes an equi key.  The runtime decides which of them form the versioned
