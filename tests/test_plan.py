@@ -165,3 +165,16 @@ def test_an_event_time_temporal_join_refuses_another_left_time_column():
                  LEFT_EVENT_TIME_COLUMN="amount",
                  JOIN_SQL="SELECT o.order_id, r.rate FROM orders o JOIN rates FOR SYSTEM_TIME AS OF o.order_time AS r "
                           "ON o.currency = r.currency")
+
+
+def test_check_config_explains_a_window_join_its_window_and_its_state():
+    from test_config import VALID as BASE
+    from test_config import changejoin
+
+    proc = changejoin("check-config", env={**BASE, **TIMED, "JOIN_SQL": WINDOW_SQL})
+    assert proc.returncode == 0, proc.stderr
+    assert "kind: window" in proc.stdout
+    assert "window: TUMBLE (size INTERVAL '10' SECOND) on l.order_time and r.ship_time" in proc.stdout
+    assert "state per join key and window" in proc.stdout and "reason late" in proc.stdout
+    refused = changejoin("check-config", env={**BASE, **TIMED, "JOIN_SQL": WINDOW_SQL, "LEFT_CHANGELOG_MODE": "retract"})
+    assert refused.returncode == 2 and "LEFT_CHANGELOG_MODE: is retract" in refused.stderr
