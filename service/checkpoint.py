@@ -63,6 +63,7 @@ def facts(plan: JoinPlan) -> dict:
         "state_format": STATE_FORMAT_VERSION, "kind": plan.kind.value, "join_type": plan.join_type.value,
         "condition": plan.condition_sql, "filter_nulls": list(plan.filter_nulls), "sides": sides,
         "materializer": materializer,
+        "interval_ms": None if plan.interval_ms is None else list(plan.interval_ms), "window": plan.window,
     }
 
 
@@ -73,8 +74,9 @@ def differences(old: dict, new: dict, plan: JoinPlan) -> list[str]:
         problems.append(f"changejoin stores its state in format v{new['state_format']}, the checkpoint holds "
                         f"v{old['state_format']} (no migration from it exists)")
     for key, what in (("kind", "the kind of join"), ("join_type", "the join type"),
-                      ("condition", "the join condition"), ("filter_nulls", "= vs IS NOT DISTINCT FROM on the keys")):
-        if old[key] != new[key]:
+                      ("condition", "the join condition"), ("filter_nulls", "= vs IS NOT DISTINCT FROM on the keys"),
+                      ("interval_ms", "the interval join's time bounds"), ("window", "the window")):
+        if old.get(key) != new.get(key):
             problems.append(f"JOIN_SQL: {what} changed from {old[key]!r} to {new[key]!r}")
     for name, was, now, side_plan in zip(("LEFT", "RIGHT"), old["sides"], new["sides"], plan.sides):
         label = name.lower()

@@ -158,6 +158,7 @@ class Settings(BaseModel):
     right_key_format: KeyFormat = Field("auto", alias="RIGHT_KEY_FORMAT")
     rowkind_header: str = Field("rowkind", alias="ROWKIND_HEADER", min_length=1)
     join_sql: str = Field(alias="JOIN_SQL", min_length=1)
+    left_event_time_column: str | None = Field(None, alias="LEFT_EVENT_TIME_COLUMN")
     right_event_time_column: str | None = Field(None, alias="RIGHT_EVENT_TIME_COLUMN")
     left_watermark_delay_ms: int = Field(0, alias="LEFT_WATERMARK_DELAY", ge=0)
     right_watermark_delay_ms: int = Field(0, alias="RIGHT_WATERMARK_DELAY", ge=0)

@@ -1,8 +1,8 @@
 """The dead letter: why a record could not be used, what it was, and how it is written.
 
 Bad input never stops the service and is never lost: decode turns a record it cannot use into a
-letter (:func:`from_record`), the join turns a probe row it drops as late into one
-(:func:`late_row`), and encode writes too large output records as one; the sink writes them all to
+letter (:func:`from_record`), the join turns a row it drops as late (a probe row of an event-time
+temporal join, a row of a window join for a window that has fired) into one (:func:`late_row`), and encode writes too large output records as one; the sink writes them all to
 ``DLQ_TOPIC``, rendered by :func:`render`: the original key, value and headers, plus the headers
 ``reason``, ``reason.detail``, ``source.topic``, ``source.partition`` and ``source.offset``. A
 letter is a plain dict (it travels pickled between Spark stages):
@@ -39,7 +39,7 @@ class Reason(StrEnum):
     NULL_IN_REQUIRED_COLUMN = "null_in_required_column"  # a primary-key or event-time column
     INVALID_EVENT_TIME = "invalid_event_time"  # an event time outside the years 1 to 9999
     TOO_LARGE = "too_large"  # an output record over MAX_OUTPUT_RECORD_BYTES
-    LATE = "late"  # a probe row of an event-time temporal join at or behind the watermark
+    LATE = "late"  # a temporal join's probe row at or behind the watermark, a window join's row for a fired window
 
 
 class DeadLetterError(Exception):
@@ -68,9 +68,17 @@ def from_record(record, reason: Reason, detail: str) -> dict:
             "source": None}
 
 
-def late_row(kind: int, row: tuple, record: dict | None) -> dict:
-    """The letter for a probe row dropped as late; ``record`` is its :func:`original` if kept."""
-    return from_row(Reason.LATE, "probe row at or behind the watermark", kind, row, record)
+def late_row(kind: int, row: tuple, record: dict | None, windows: int | None = None, watermark=None) -> dict:
+    """The letter for a row the join dropped as late; ``record`` is its :func:`original` if kept.
+
+    ``windows``: for a window join, how many of the row's windows had fired (one letter per
+    record, however many windows it missed)."""
+    if windows is None:
+        detail = "probe row at or behind the watermark"
+    else:
+        detail = (f"row for {windows} window(s) that had already fired (window_end - 1 <= watermark "
+                  f"{watermark}); dropped from them")
+    return from_row(Reason.LATE, detail, kind, row, record)
 
 
 def from_row(reason: Reason, detail: str, kind: int, row: tuple, record: dict | None = None,

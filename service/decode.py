@@ -52,12 +52,12 @@ class InputDecoder:
         self.mode = self.side_plan.changelog_mode
         sp = self.side_plan
         self.key_of = plan.join_key_of(side)
-        # Columns that must not be NULL: the primary key, and the event time of a temporal join.
+        # Columns that must not be NULL: the primary key, and the event time of an event-time join.
         self.required = tuple(sp.primary_key or ()) + ((sp.time_column,) if sp.time_column is not None else ())
         self.time_column = sp.time_column if plan.is_event_time else None
-        # Probe rows of an event-time join may turn out late in the join: they carry their
-        # original record so that the dead letter holds the original key, value and headers.
-        self.keep_original = plan.is_event_time and side == 0
+        # Rows the join may drop as late (probe rows of an event-time temporal join, rows of a window
+        # join) carry their original record, so that the dead letter holds its key, value and headers.
+        self.keep_original = side in plan.late_sides
         self.topic = sp.topic
         # An upsert input joined directly (plan.py): rows are keyed by join key like any changelog,
         # tombstones by the primary key their message key holds (keys.py).

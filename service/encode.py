@@ -54,9 +54,8 @@ class OutputEncoder:
             # fields, where a named type used twice is only referenced by name after its first use.
             fields = []
             for i in plan.output_key:
-                side, index = plan.projection[i]
-                sp = plan.sides[side]
-                fields.append((plan.output_names[i], sp.avro_types[index], sp.nullable[index]))
+                avro_type, nullable = plan.column_type(*plan.projection[i])
+                fields.append((plan.output_names[i], avro_type, nullable))
             key_schema = output_schema(plan.output_schema["name"] + "_key", fields)
             self.keys = ValueEncoder(key_schema, registry, f"{output_topic}-key" if registry else None)
 

@@ -11,8 +11,8 @@ source -> decode -> [normalize] -> join -> [upsert materializer] -> encode -> si
 - ``tag``: what the envelope carries (:class:`Tag`): a left or right row, a dead letter, or a
   heartbeat;
 - ``kind``: the row's RowKind byte (0-3);
-- ``payload``: the pickled row (a tuple in schema order; ``(row, original record)`` for probe rows
-  of an event-time join, which may turn out late), the dead letter (``deadletters.py``), or None;
+- ``payload``: the pickled row (a tuple in schema order; ``(row, original record)`` for the rows a
+  join may drop as late, ``JoinPlan.late_sides``), the dead letter (``deadletters.py``), or None;
 - ``event_time``: the row's event time for event-time joins, else NULL;
 - ``ts``, ``part``, ``offset``: the Kafka timestamp, partition and offset, which order the records
   of one key deterministically (``processor.ordered_records``).

@@ -86,8 +86,9 @@ class JoinMetrics:
             PREFIX + "input_lost_records", "Input records deleted (retention, a re-created topic) before they were "
             "read, skipped with FAIL_ON_DATA_LOSS=false, since the checkpoint began.", ["side"], registry=r)
         self.late_probe_rows = Counter(
-            PREFIX + "late_probe_rows", "Probe rows at or behind the watermark (temporal joins), sent to the "
-            "dead-letter topic with reason 'late'.", registry=r)
+            PREFIX + "late_probe_rows", "Records dropped as late, sent to the dead-letter topic with reason "
+            "'late': probe rows of event-time temporal joins at or behind the watermark, records of window "
+            "joins for windows that had fired (one per record).", registry=r)
         self.batch_duration = Histogram(
             PREFIX + "batch_duration_seconds", "Micro-batch duration (Spark's triggerExecution).",
             buckets=DURATION_BUCKETS, registry=r)

@@ -43,7 +43,7 @@ from .envelope import (
     output_key_group,
     pack,
 )
-from .plan import JoinPlan, TimeMode
+from .plan import JoinPlan, PlanKind, TimeMode
 from .shipping import built
 
 log = logging.getLogger(__name__)
@@ -151,7 +151,9 @@ class JoinProcessor(StatefulProcessor):
         self.time_mode = self.plan.time_mode
         domain = {TimeMode.PROCESSING_TIME: PROC, TimeMode.EVENT_TIME: EVENT}.get(self.time_mode)
         self.state = SparkKeyState(self.value, handle, domain, self.plan.state_generation, self._upgrade)
-        self.probe_originals = self.plan.is_event_time
+        # Rows the join may drop as late carry their original record (decode.py): (row, original).
+        self.original_sides = self.plan.late_sides
+        self.window_join = self.plan.kind is PlanKind.WINDOW
         key = self.plan.output_key
         self.output_key = (lambda row: output_key_group(tuple(row[i] for i in key))) if key else (lambda row: b"")
         self.seq = _TaskSequence()
@@ -173,18 +175,19 @@ class JoinProcessor(StatefulProcessor):
         # Idle heartbeats (decode.py) only move the watermark: no state, no output.
         records = [(r[TAG], r[KIND], loads(r[PAYLOAD])) for r in ordered if r[TAG] not in NOT_ROWS]
         originals = {}
-        if self.probe_originals:  # probe payloads are (row, original record), see decode.py
+        if self.original_sides:
             for i, (side, kind, payload) in enumerate(records):
-                if side == 0:
+                if side in self.original_sides:
                     records[i] = (side, kind, payload[0])
                     originals[id(payload[0])] = payload[1]
         for r in letters:  # dead letters only pass through: their key holds no state
             yield Row(target=_DEAD_LETTER, kind=0, payload=r[PAYLOAD], okey=key[0], seq=self.seq.take())
         if not records:
             return
+        context = self._context(timerValues)
         state = _Pending(self.state)
         try:
-            self.operator.process(state, records, self._context(timerValues), out)
+            self.operator.process(state, records, context, out)
         except Exception as err:  # noqa: BLE001 - one key's failure must not stop the service
             # The key's state stays as it was before these records; they become dead letters.
             detail = self._join_error(key, err)
@@ -195,7 +198,7 @@ class JoinProcessor(StatefulProcessor):
                 yield Row(target=_DEAD_LETTER, kind=kind, payload=dumps(letter), okey=key[0], seq=self.seq.take())
             return
         state.flush()
-        yield from self._emit(out, originals)
+        yield from self._emit(out, originals, context)
 
     def handleExpiredTimer(self, key, timerValues, expiredTimerInfo) -> Iterator[Row]:
         out = Output()
@@ -226,7 +229,7 @@ class JoinProcessor(StatefulProcessor):
         offset = envelope[OFFSET] // 4 if side_plan.normalized else envelope[OFFSET]
         return (side_plan.topic, envelope[PART], offset)
 
-    def _emit(self, out: Output, originals: dict | None = None) -> Iterator[Row]:
+    def _emit(self, out: Output, originals: dict | None = None, context: Context | None = None) -> Iterator[Row]:
         if self.pack:
             for i in range(0, len(out.rows), PACK_LIMIT):
                 changes = out.rows[i : i + PACK_LIMIT]
@@ -235,12 +238,32 @@ class JoinProcessor(StatefulProcessor):
             for kind, row in out.rows:
                 yield Row(target=_OUTPUT, kind=kind, payload=dumps(row), okey=self.output_key(row),
                           seq=self.seq.take())
-        for kind, row in out.late:
-            letter = deadletters.late_row(kind, row, (originals or {}).get(id(row)))
+        for kind, row, copies in _late_records(out.late):
+            original = (originals or {}).get(id(row))
+            if self.window_join:
+                letter = deadletters.late_row(kind, row, original, copies, context.watermark if context else None)
+            else:
+                letter = deadletters.late_row(kind, row, original)
             yield Row(target=_DEAD_LETTER, kind=kind, payload=dumps(letter), okey=b"late", seq=self.seq.take())
 
     def close(self) -> None:
         pass
+
+
+def _late_records(late: list) -> list[tuple[int, tuple, int]]:
+    """One entry per dropped input record, in order: (kind, row, number of dropped copies).
+
+    A window join reports a late copy per window (a HOP row late for two windows, twice); the
+    user's unit is the Kafka record, so it becomes one dead letter, which says how many windows
+    it missed. Copies of one record are the same row object."""
+    entries: dict[int, list] = {}
+    for kind, row in late:
+        entry = entries.get(id(row))
+        if entry is None:
+            entries[id(row)] = [kind, row, 1]
+        else:
+            entry[2] += 1
+    return [tuple(e) for e in entries.values()]
 
 
 class _TaskSequence:

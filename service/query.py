@@ -21,6 +21,20 @@ Supported forms (keywords are case-insensitive, table aliases are optional)::
     SELECT <left cols> FROM L [AS a] WHERE (a.k1, a.k2) [NOT] IN (SELECT b.k1, b.k2 FROM R b ...)
     SELECT <left cols> FROM L [AS a] WHERE [NOT] EXISTS (SELECT 1 FROM R [AS b] WHERE b.k = a.k ...)
 
+    -- interval joins (INNER, LEFT, RIGHT, FULL): equi keys plus one lower and one upper bound
+    ... JOIN R b ON a.k = b.k AND b.t BETWEEN a.t - INTERVAL '10' MINUTE AND a.t + INTERVAL '1' HOUR
+    ... JOIN R b ON a.k = b.k AND b.t >= a.t - INTERVAL '10' MINUTE AND b.t < a.t + INTERVAL '1' HOUR
+    ... JOIN R b ON a.k = b.k AND b.proctime BETWEEN a.proctime AND a.proctime + INTERVAL '5' SECOND
+
+    -- window joins (INNER, LEFT, RIGHT, FULL; SEMI / ANTI in the forms above): both inputs
+    -- through the same window table function, joined on the window and the equi keys
+    SELECT ... FROM TABLE(TUMBLE(TABLE L, DESCRIPTOR(t), INTERVAL '5' MINUTE [, <offset>])) a
+        [LEFT | RIGHT | FULL] JOIN TABLE(TUMBLE(TABLE R, DESCRIPTOR(t), INTERVAL '5' MINUTE)) b
+        ON a.window_start = b.window_start AND a.window_end = b.window_end AND a.k = b.k [AND ...]
+    -- HOP(TABLE x, DESCRIPTOR(t), <slide>, <size> [, <offset>]),
+    -- CUMULATE(TABLE x, DESCRIPTOR(t), <step>, <max size> [, <offset>]);
+    -- a side may be written (SELECT * FROM TABLE(...)) a, as Flink's documentation does
+
 Conditions (ON, the INNER-join WHERE, the subquery WHERE) are split into
 conjuncts.  Every conjunct ``x = y`` / ``x IS NOT DISTINCT FROM y`` (``<=>`` too)
 where one side is a bare left column and the other a bare right column becomes
@@ -75,6 +89,20 @@ Decisions on ambiguous points:
   table: Flink users write that form (its docs declare ``proctime AS PROCTIME()``
   as a computed column), while Kafka topic schemas have no such virtual column.
   A real left column is always taken as an event-time column.
+* **Interval bounds.**  A conjunct is a bound when it compares (``BETWEEN``, ``>=``, ``>``,
+  ``<=``, ``<``, ``=``) a left and a right ``<column> [+|- INTERVAL ...]`` and holds an
+  INTERVAL or a ``proctime`` pseudo-column, or compares exactly the configured time columns;
+  once one bound is found, other comparisons of its two columns are bounds too.  Bounds become
+  ``r.t + lower_ms <= l.t <= r.t + upper_ms``; a strict bound is the inclusive one 1 ms inside,
+  as Flink does.  Processing time is the pseudo-column ``<alias>.proctime`` / ``proc_time`` of
+  each input (Flink's ``proctime AS PROCTIME()`` computed column; a bare ``PROCTIME()`` does not
+  say whose time it is).  Whether the event-time columns are the configured time attributes is
+  checked by the plan, which knows the variables.
+* **Window table functions.**  sqlglot's Spark grammar cannot read ``TABLE <name>`` as a
+  function argument; the private dialect's parser adds exactly that (``TABLE(...)`` as a call is
+  left alone).  Named arguments (``DATA => TABLE t``) do not parse and are rejected with the
+  supported forms.  A windowed side's columns are its table's plus ``window_start``,
+  ``window_end`` and ``window_time``; the window equalities are not join keys.
 * **Temporal keys.**  The right table's primary key is not known here; a
   temporal join just needs at least one equi key, and every left/right equality
   becomes an equi key.  The runtime decides which of them form the versioned
@@ -91,13 +119,14 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.dialects.spark import Spark
 from sqlglot.errors import ParseError, TokenError
-from sqlglot.tokens import Tokenizer
+from sqlglot.tokens import Tokenizer, TokenType
 
-from operators import JoinType, TemporalKind
+from operators import ConfigurationError, JoinType, TemporalKind, WindowKind, WindowSpec
 from operators.condition import SUPPORTED as CONDITION_SUPPORTED
 from operators.condition import SUPPORTED_NODES
+from operators.spec import WINDOW_COLUMNS
 
-__all__ = ["JoinQuery", "OutputColumn", "QueryError", "describe", "parse_join_sql"]
+__all__ = ["IntervalBounds", "JoinQuery", "OutputColumn", "QueryError", "WindowTVF", "describe", "parse_join_sql"]
 
 
 class QueryError(ValueError):
@@ -109,6 +138,51 @@ class OutputColumn:
     name: str  # output field name (alias or the column name)
     side: str  # "L" or "R"
     column: str  # source column name on that side
+
+
+@dataclass(frozen=True)
+class IntervalBounds:
+    """The time range of an interval join: ``r.t + lower_ms <= l.t <= r.t + upper_ms`` (both
+    inclusive; a strict SQL bound is the inclusive bound 1 ms inside)."""
+
+    lower_ms: int
+    upper_ms: int
+    left_time_column: str | None  # None: processing time (the ``proctime`` pseudo-column)
+    right_time_column: str | None
+    sql: str  # the bound conjuncts as written
+
+    @property
+    def processing_time(self) -> bool:
+        return self.left_time_column is None
+
+
+def interval_sql(ms: int) -> str:
+    """``INTERVAL 'n' <unit>`` in the largest unit that gives a whole number."""
+    for unit, size in (("DAY", 86_400_000), ("HOUR", 3_600_000), ("MINUTE", 60_000), ("SECOND", 1000)):
+        if ms and ms % size == 0:
+            return f"INTERVAL '{ms // size}' {unit}"
+    return f"INTERVAL '{ms}' MILLISECOND"
+
+
+@dataclass(frozen=True)
+class WindowTVF:
+    """The window table function of a window join, the same on both inputs."""
+
+    kind: str  # TUMBLE | HOP | CUMULATE
+    size_ms: int  # TUMBLE / HOP size, CUMULATE max size
+    slide_ms: int | None
+    step_ms: int | None
+    offset_ms: int
+    left_time_column: str  # each input's DESCRIPTOR column
+    right_time_column: str
+
+    def sql(self, table: str, column: str) -> str:
+        sizes = {"TUMBLE": (self.size_ms,), "HOP": (self.slide_ms, self.size_ms),
+                 "CUMULATE": (self.step_ms, self.size_ms)}[self.kind]
+        if self.offset_ms:
+            sizes += (self.offset_ms,)
+        args = ", ".join(interval_sql(ms) for ms in sizes)
+        return f"{self.kind}(TABLE {table}, DESCRIPTOR({column}), {args})"
 
 
 @dataclass(frozen=True)
@@ -124,18 +198,31 @@ class JoinQuery:
     condition_sql: str | None  # residual condition over l.<col> / r.<col>, or None
     left_time_column: str | None  # event-time temporal: the FOR SYSTEM_TIME AS OF column
     projection: tuple[OutputColumn, ...]
+    interval: IntervalBounds | None = None  # an interval join's time range
+    window: WindowTVF | None = None  # a window join's window table function
 
 
 # --------------------------------------------------------------------------- dialect
 
 
 class _FlinkSQL(Spark):
-    """Spark's grammar with Flink's lexical rules for quotes (see module docstring)."""
+    """Spark's grammar with Flink's lexical rules for quotes (see module docstring), and Flink's
+    ``TABLE <name>`` table argument of the window table functions."""
 
     class Tokenizer(Spark.Tokenizer):
         QUOTES = ["'"]
         IDENTIFIERS = ["`", '"']
         STRING_ESCAPES = ["'"]
+
+    class Parser(Spark.Parser):
+        def _parse_lambda(self, alias: bool = False):
+            # TUMBLE(TABLE orders, ...): a function argument that is a table, which Spark's grammar
+            # does not know. TABLE(...) (a call) is left to the usual rules.
+            if (self._curr is not None and self._curr.token_type == TokenType.TABLE
+                    and self._next is not None and self._next.token_type != TokenType.L_PAREN):
+                self._advance()
+                return self._parse_table_parts()
+            return super()._parse_lambda(alias)
 
 
 _DIALECT = _FlinkSQL()
@@ -145,8 +232,17 @@ _SUPPORTED = (
     "Supported queries: SELECT <columns> FROM <left> [AS a] "
     "[INNER|LEFT [OUTER]|RIGHT [OUTER]|FULL [OUTER]] JOIN <right> "
     "[FOR SYSTEM_TIME AS OF a.<time column> | PROCTIME()] [AS b] ON a.k = b.k [AND ...]; "
+    "interval joins: ... JOIN <right> [AS b] ON a.k = b.k AND b.<time> BETWEEN a.<time> - INTERVAL 'n' <unit> "
+    "AND a.<time> + INTERVAL 'n' <unit> [AND ...] (or the two bounds with >=, >, <=, <; a.proctime and "
+    "b.proctime for processing time); "
+    "window joins: SELECT ... FROM TABLE(TUMBLE(TABLE <left>, DESCRIPTOR(<time>), INTERVAL 'n' <unit>)) a "
+    "[LEFT|RIGHT|FULL] JOIN TABLE(TUMBLE(TABLE <right>, DESCRIPTOR(<time>), INTERVAL 'n' <unit>)) b "
+    "ON a.window_start = b.window_start AND a.window_end = b.window_end AND a.k = b.k [AND ...] "
+    "(or HOP(TABLE t, DESCRIPTOR(c), <slide>, <size>), CUMULATE(TABLE t, DESCRIPTOR(c), <step>, <max size>), "
+    "each with an optional last <offset> interval; each side may be wrapped as (SELECT * FROM TABLE(...)) a); "
     "or SELECT <left columns> FROM <left> [AS a] WHERE a.k [NOT] IN (SELECT b.k FROM <right> [AS b] ...) "
-    "/ [NOT] EXISTS (SELECT 1 FROM <right> [AS b] WHERE b.k = a.k ...)."
+    "/ [NOT] EXISTS (SELECT 1 FROM <right> [AS b] WHERE b.k = a.k ...), where <left> and <right> may be "
+    "window table functions (window semi/anti joins, with the window equalities in the subquery's WHERE)."
 )
 _SUPPORTED_CONDITION = f"conditions may use {CONDITION_SUPPORTED}"
 _SUPPORTED_SELECT = (
@@ -269,6 +365,7 @@ class _Resolver:
 
     def __init__(self, left: _Side, right: _Side):
         self.sides = {"L": left, "R": right}
+        self.time_columns: tuple[str | None, str | None] = (None, None)  # configured event-time columns
 
     def side_for_qualifier(self, qualifier: str, scope: list[list[str]]) -> _Side:
         in_scope = [self.sides[c] for level in scope for c in level]
@@ -600,21 +697,28 @@ def parse_join_sql(
     left_columns: list[str],
     right_table: str,
     right_columns: list[str],
+    time_columns: tuple[str | None, str | None] = (None, None),
 ) -> JoinQuery:
     """Parse ``sql`` into a :class:`JoinQuery` or raise :class:`QueryError`.
 
     ``left_table`` must appear in FROM, ``right_table`` in the JOIN (or in the
-    ``[NOT] IN`` / ``[NOT] EXISTS`` subquery of a semi/anti join).  See the module
-    docstring for the supported subset and the decisions on ambiguous points;
-    in short, ``NOT IN`` is planned like ``NOT EXISTS`` (identical unless the
-    keys contain NULLs).
+    ``[NOT] IN`` / ``[NOT] EXISTS`` subquery of a semi/anti join), either directly or as the
+    table argument of a window table function.  ``time_columns`` are the inputs' configured
+    event-time columns (``LEFT_EVENT_TIME_COLUMN``, ``RIGHT_EVENT_TIME_COLUMN``): a comparison
+    of exactly these two columns in ON is an interval join's bound even without an INTERVAL.
+    See the module docstring for the supported subset and the decisions on ambiguous points;
+    in short, ``NOT IN`` is planned like ``NOT EXISTS`` (identical unless the keys contain NULLs).
     """
     left = _Side("L", left_table, list(left_columns))
     right = _Side("R", right_table, list(right_columns))
     res = _Resolver(left, right)
+    res.time_columns = time_columns
     select = _parse_statement(sql)
     _check_clauses(select, "the query", {"expressions", "from", "from_", "joins", "where"})
-    _bind_table(_from_table(select, "the query"), left, right, "FROM")
+    source = _from_table(select, "the query")
+    left_window = _window_source(source, left, right, "FROM")
+    if left_window is None:
+        _bind_table(source, left, right, "FROM")
     joins = select.args.get("joins") or []
     if len(joins) > 1:
         _fail(
@@ -622,11 +726,294 @@ def parse_join_sql(
             f"'{left_table}' and the right table '{right_table}'). {_SUPPORTED}"
         )
     if joins:
-        return _regular_join(select, joins[0], res)
-    return _semi_anti_join(select, res)
+        return _regular_join(select, joins[0], res, left_window)
+    return _semi_anti_join(select, res, left_window)
 
 
-def _regular_join(select: exp.Select, join: exp.Join, res: _Resolver) -> JoinQuery:
+# --------------------------------------------------------------------------- window table functions
+
+_INTERVAL_UNIT_MS = {"MILLISECOND": 1, "SECOND": 1000, "MINUTE": 60_000, "HOUR": 3_600_000, "DAY": 86_400_000}
+# Per window table function: its interval arguments after DESCRIPTOR(...), without the offset.
+_WINDOW_ARGUMENTS = {"TUMBLE": ("size",), "HOP": ("slide", "size"), "CUMULATE": ("step", "max size")}
+_WINDOW_USAGE = (
+    "TABLE(TUMBLE(TABLE <table>, DESCRIPTOR(<time column>), <size>[, <offset>])), "
+    "TABLE(HOP(TABLE <table>, DESCRIPTOR(<time column>), <slide>, <size>[, <offset>])) or "
+    "TABLE(CUMULATE(TABLE <table>, DESCRIPTOR(<time column>), <step>, <max size>[, <offset>])), "
+    "with intervals written INTERVAL 'n' MILLISECOND|SECOND|MINUTE|HOUR|DAY"
+)
+
+
+def _interval_ms(node: exp.Expression, context: str) -> int:
+    """Milliseconds of ``INTERVAL 'n' <unit>`` (n may be negative or have a fraction that gives
+    whole milliseconds; plural units are accepted, as Flink does)."""
+    node = _unparen(node)
+    usage = "write INTERVAL 'n' MILLISECOND, SECOND, MINUTE, HOUR or DAY"
+    if not isinstance(node, exp.Interval):
+        _fail(f"'{_sql(node)}' in {context} is not an interval; {usage}")
+    unit = node.args.get("unit")
+    name = unit.name.upper() if isinstance(unit, exp.Var) else ""
+    if name.endswith("S") and name[:-1] in _INTERVAL_UNIT_MS:
+        name = name[:-1]
+    value = node.this
+    if name not in _INTERVAL_UNIT_MS or not isinstance(value, exp.Literal):
+        _fail(f"unsupported interval '{_sql(node)}' in {context}; {usage}")
+    from decimal import Decimal, InvalidOperation
+
+    try:
+        ms = Decimal(value.this.strip()) * _INTERVAL_UNIT_MS[name]
+    except InvalidOperation:
+        _fail(f"unsupported interval '{_sql(node)}' in {context}; {usage}")
+    if ms != ms.to_integral_value():
+        _fail(f"interval '{_sql(node)}' in {context} is not a whole number of milliseconds")
+    return int(ms)
+
+
+def _window_call(node: exp.Expression) -> tuple[exp.Expression, exp.TableAlias | None] | None:
+    """(the TUMBLE/HOP/CUMULATE call, the alias) when ``node`` is ``TABLE(<window function>) [AS] a``
+    or ``(SELECT * FROM TABLE(<window function>)) [AS] a``; None when it is something else."""
+    alias = None
+    if isinstance(node, exp.Subquery) and isinstance(node.this, exp.Select):
+        inner = node.this
+        source = _arg(inner, "from_", "from")
+        if source is None or _window_call(source.this) is None:
+            return None
+        _check_clauses(inner, "a window table function's subquery", {"expressions", "from", "from_"})
+        if len(inner.expressions) != 1 or not isinstance(inner.expressions[0], exp.Star):
+            _fail(
+                f"a window table function wrapped in a subquery must be (SELECT * FROM TABLE(...)) <alias>; "
+                f"select the columns in the outer query. {_SUPPORTED}"
+            )
+        alias = node.args.get("alias")
+        node = source.this
+    if not (isinstance(node, exp.Table) and isinstance(node.this, exp.Func) and node.this.name.upper() == "TABLE"):
+        return None
+    if alias is None:
+        alias = node.args.get("alias")
+    calls = node.this.expressions
+    call = calls[0] if len(calls) == 1 else None
+    if not isinstance(call, exp.Func) or call.name.upper() not in _WINDOW_ARGUMENTS:
+        _fail(f"unsupported table function '{_sql(node.this)}'; window joins use {_WINDOW_USAGE}")
+    return call, alias
+
+
+def _window_source(node: exp.Expression, side: _Side, other: _Side, where: str) -> dict | None:
+    """Bind a window table function's table to ``side`` and read its window; None when ``node`` is
+    not a window table function. The side's columns then include the window columns."""
+    found = _window_call(node)
+    if found is None:
+        return None
+    call, alias = found
+    name = call.name.upper()
+    usage = f"use {_WINDOW_USAGE}"
+    args = list(call.expressions)
+    if any(isinstance(a, (exp.PropertyEQ, exp.Kwarg)) for a in args):
+        _fail(f"named arguments in '{_sql(call)}' are not supported; pass them by position: {usage}")
+    wanted = _WINDOW_ARGUMENTS[name]
+    if len(args) not in (2 + len(wanted), 3 + len(wanted)):
+        _fail(f"{name} takes {2 + len(wanted)} or {3 + len(wanted)} arguments, got {len(args)} in '{_sql(call)}'; {usage}")
+    table, descriptor = args[0], _unparen(args[1])
+    if not isinstance(table, exp.Table) or not isinstance(table.this, exp.Identifier):
+        _fail(f"the first argument of {name} must be TABLE <{_SIDE_WORD[side.code]} table>, got '{_sql(table)}'; {usage}")
+    if not (isinstance(descriptor, exp.Func) and descriptor.name.upper() == "DESCRIPTOR"
+            and len(descriptor.expressions) == 1 and isinstance(descriptor.expressions[0], exp.Column)):
+        _fail(f"the second argument of {name} must be DESCRIPTOR(<time column>), got '{_sql(args[1])}'; {usage}")
+    sizes = [_interval_ms(a, f"{name}(...)") for a in args[2:]]
+    table = table.copy()
+    table.set("alias", alias)
+    _bind_table(table, side, other, where)
+    time_column = side.column(descriptor.expressions[0].name)
+    clash = [c for c in side.columns if c.casefold() in WINDOW_COLUMNS]
+    if clash:
+        _fail(
+            f"the {_SIDE_WORD[side.code]} table {side.label()} has a column named {clash[0]}, which a window "
+            f"table function adds itself ({', '.join(WINDOW_COLUMNS)}); rename that column"
+        )
+    side.columns = side.columns + list(WINDOW_COLUMNS)
+    return {"kind": name, "sizes": sizes, "time": time_column, "sql": _sql(call)}
+
+
+def _window(left: dict, right: dict) -> WindowTVF:
+    """The window both inputs are assigned to (Flink requires the same window on both)."""
+    if (left["kind"], left["sizes"]) != (right["kind"], right["sizes"]):
+        _fail(
+            f"both inputs of a window join must use the same window, got {left['sql']} and {right['sql']} "
+            "(only the table and the DESCRIPTOR column may differ)"
+        )
+    kind, sizes = left["kind"], left["sizes"]
+    offset = sizes[len(_WINDOW_ARGUMENTS[kind])] if len(sizes) > len(_WINDOW_ARGUMENTS[kind]) else 0
+    if kind == "TUMBLE":
+        fields = dict(size_ms=sizes[0])
+    elif kind == "HOP":
+        fields = dict(slide_ms=sizes[0], size_ms=sizes[1])
+    else:
+        fields = dict(step_ms=sizes[0], size_ms=sizes[1])
+    try:
+        WindowSpec(kind=WindowKind(kind), offset_ms=offset, **fields)
+    except ConfigurationError as err:
+        _fail(f"{left['sql']}: {err}")
+    return WindowTVF(kind=kind, size_ms=fields["size_ms"], slide_ms=fields.get("slide_ms"),
+                     step_ms=fields.get("step_ms"), offset_ms=offset,
+                     left_time_column=left["time"], right_time_column=right["time"])
+
+
+def _window_keys(keys: list, null_safe: list, what: str) -> tuple[list, list]:
+    """Take the window equalities out of the equi keys: a window join needs
+    ``l.window_start = r.window_start AND l.window_end = r.window_end``."""
+    found, rest_keys, rest_null_safe = set(), [], []
+    for (l_col, r_col), ns in zip(keys, null_safe):
+        if l_col in WINDOW_COLUMNS or r_col in WINDOW_COLUMNS:
+            if l_col != r_col:
+                _fail(f"{what} compares l.{l_col} with r.{r_col}; window columns can only be equal to the same "
+                      "window column of the other input")
+            found.add(l_col)
+            continue
+        rest_keys.append((l_col, r_col))
+        rest_null_safe.append(ns)
+    missing = [c for c in ("window_start", "window_end") if c not in found]
+    if missing:
+        _fail(
+            f"{what} needs the window equalities a.window_start = b.window_start AND a.window_end = "
+            f"b.window_end (missing: {', '.join(missing)}), as Flink's window join does. {_SUPPORTED}"
+        )
+    return rest_keys, rest_null_safe
+
+
+# --------------------------------------------------------------------------- interval bounds
+
+_COMPARISONS = {exp.GTE: ">=", exp.GT: ">", exp.LTE: "<=", exp.LT: "<", exp.EQ: "="}
+_FLIPPED = {">=": "<=", ">": "<", "<=": ">=", "<": ">", "=": "="}
+_INTERVAL_USAGE = (
+    "an interval join bounds the two time columns, e.g. b.t BETWEEN a.t - INTERVAL '10' MINUTE AND "
+    "a.t + INTERVAL '1' HOUR, or b.t >= a.t - INTERVAL '10' MINUTE AND b.t < a.t + INTERVAL '1' HOUR "
+    "(a.proctime and b.proctime for processing time)"
+)
+
+
+def _time_operand(node: exp.Expression, res: "_Resolver", scope) -> tuple[str, str | None, int, bool] | None:
+    """``<column> [+|- INTERVAL ...]``: (side, column or None for the proctime pseudo-column,
+    offset in ms, whether it is a time expression by its form: an INTERVAL or proctime)."""
+    node = _unparen(node)
+    if isinstance(node, (exp.Add, exp.Sub)):
+        a, b = _unparen(node.this), _unparen(node.expression)
+        if isinstance(b, exp.Interval):
+            inner, ms = _time_operand(a, res, scope), _interval_ms(b, "an interval join's bound")
+        elif isinstance(a, exp.Interval) and isinstance(node, exp.Add):
+            inner, ms = _time_operand(b, res, scope), _interval_ms(a, "an interval join's bound")
+        else:
+            return None
+        if inner is None:
+            return None
+        return inner[0], inner[1], inner[2] + (ms if isinstance(node, exp.Add) else -ms), True
+    if isinstance(node, exp.Func) and node.name.upper() == "PROCTIME":
+        _fail(
+            f"PROCTIME() in a join condition does not say which input's arrival time it is; {_INTERVAL_USAGE}"
+        )
+    if not isinstance(node, exp.Column) or isinstance(node.this, exp.Star):
+        return None
+    qualifier = ".".join(p.name for p in node.parts[:-1])
+    if node.name.casefold() in _PROCTIME_NAMES:
+        if qualifier:
+            side = res.side_for_qualifier(qualifier, scope)
+            if not _lookup(node.name, side.columns):
+                return side.code, None, 0, True
+        elif not any(_lookup(node.name, res.sides[c].columns) for level in scope for c in level):
+            _fail(f"'{_sql(node)}' must be qualified to say whose processing time it is; {_INTERVAL_USAGE}")
+    side, column = res.resolve(node, scope)
+    return side, column, 0, False
+
+
+def _time_bound(conjunct: exp.Expression, res: "_Resolver", scope) -> list[tuple] | None:
+    """An interval join's bound as constraints ``(op, value, left column, right column)`` on
+    ``l.t - r.t``; None when ``conjunct`` is not a bound between the two inputs' times."""
+    node = _unparen(conjunct)
+    if isinstance(node, exp.Between) and not node.args.get("symmetric"):
+        pairs = [(node.this, ">=", node.args["low"]), (node.this, "<=", node.args["high"])]
+    elif type(node) in _COMPARISONS:
+        pairs = [(node.this, _COMPARISONS[type(node)], node.expression)]
+    else:
+        return None
+    operands = []
+    for a, op, b in pairs:
+        ta, tb = _time_operand(a, res, scope), _time_operand(b, res, scope)
+        if ta is None or tb is None or ta[0] == tb[0]:
+            return None
+        operands.append((ta, op, tb))
+    by_form = any(t[3] or t[1] is None for ta, _, tb in operands for t in (ta, tb))
+    configured = res.time_columns
+    by_config = all(configured[0 if t[0] == "L" else 1] == t[1] for ta, _, tb in operands for t in (ta, tb))
+    if not by_form and not (by_config and None not in configured):
+        return None
+    constraints = []
+    for ta, op, tb in operands:
+        # l.t + cl OP r.t + cr  <=>  l.t - r.t OP cr - cl
+        if ta[0] == "L":
+            lhs, rhs = ta, tb
+        else:
+            lhs, rhs, op = tb, ta, _FLIPPED[op]
+        constraints.append((op, rhs[2] - lhs[2], lhs[1], rhs[1]))
+    return constraints
+
+
+def _take_bounds(groups: list[list], res: "_Resolver", scope) -> tuple[list[list], list]:
+    """Take the interval bounds out of the conjunct lists in ``groups``: returns the other
+    conjuncts (per group) and the bounds found.
+
+    A bound is recognised by its form (an INTERVAL or a proctime pseudo-column) or because it
+    compares the configured time columns; once one bound is found by its form, its two columns
+    count as the time columns for the others (``b.t >= a.t AND b.t < a.t + INTERVAL ...``)."""
+    found: list = []
+    configured, original = res.time_columns, groups
+    for attempt in range(2):
+        rest_groups = []
+        for conjuncts in groups:
+            rest = []
+            for conjunct in conjuncts:
+                bound = _time_bound(conjunct, res, scope)
+                if bound is None:
+                    rest.append(conjunct)
+                else:
+                    found.append((conjunct, bound))
+            rest_groups.append(rest)
+        if attempt or not found or found[0][1][0][2] is None:
+            break
+        groups, res.time_columns = rest_groups, (found[0][1][0][2], found[0][1][0][3])
+    res.time_columns = configured
+    order = {id(c): i for i, c in enumerate(c for conjuncts in original for c in conjuncts)}
+    found.sort(key=lambda f: order[id(f[0])])  # as written
+    return rest_groups, found
+
+
+def _interval(found: list) -> IntervalBounds:
+    lower, upper, left_times, right_times = [], [], set(), set()
+    for _, constraints in found:
+        for op, value, left_time, right_time in constraints:
+            left_times.add(left_time)
+            right_times.add(right_time)
+            if op in (">=", ">", "="):
+                lower.append(value + 1 if op == ">" else value)
+            if op in ("<=", "<", "="):
+                upper.append(value - 1 if op == "<" else value)
+    text = " AND ".join(_sql(c) for c, _ in found)
+    if len(left_times) > 1 or len(right_times) > 1:
+        _fail(f"the interval join's bounds ({text}) use more than one time column of an input; {_INTERVAL_USAGE}")
+    left_time, right_time = left_times.pop(), right_times.pop()
+    if (left_time is None) != (right_time is None):
+        _fail(
+            f"the interval join's bounds ({text}) compare a processing time (proctime) with an event-time "
+            f"column; both inputs must use the same time domain. {_INTERVAL_USAGE}"
+        )
+    if len(lower) != 1 or len(upper) != 1:
+        difference = f"left {left_time or 'proctime'} - right {right_time or 'proctime'}"
+        problem = (f"bound {difference} from above only" if not lower else f"bound {difference} from below only"
+                   if not upper else f"bound {difference} from below more than once" if len(lower) > 1
+                   else f"bound {difference} from above more than once")
+        _fail(f"the interval join's bounds ({text}) {problem}; give exactly one lower and one upper bound: "
+              f"{_INTERVAL_USAGE}")
+    return IntervalBounds(lower_ms=lower[0], upper_ms=upper[0], left_time_column=left_time,
+                          right_time_column=right_time, sql=text)
+
+
+def _regular_join(select: exp.Select, join: exp.Join, res: _Resolver, left_window: dict | None) -> JoinQuery:
     left, right = res.sides["L"], res.sides["R"]
     side = (join.side or "").upper()
     kind = (join.kind or "").upper()
@@ -649,7 +1036,16 @@ def _regular_join(select: exp.Select, join: exp.Join, res: _Resolver) -> JoinQue
         _fail(f"unsupported join type '{' '.join(x for x in (side, kind) if x)} JOIN'. {_SUPPORTED}")
     join_type = side or "INNER"
 
-    version = _bind_table(join.this, right, left, "JOIN", allow_version=True)
+    version = None
+    right_window = _window_source(join.this, right, left, "JOIN")
+    if right_window is None:
+        version = _bind_table(join.this, right, left, "JOIN", allow_version=True)
+    if (left_window is None) != (right_window is None):
+        _fail(
+            "a window join needs a window table function on both inputs, e.g. FROM TABLE(TUMBLE(TABLE "
+            f"{left.table}, DESCRIPTOR(<time>), INTERVAL '5' MINUTE)) a JOIN TABLE(TUMBLE(TABLE {right.table}, "
+            f"DESCRIPTOR(<time>), INTERVAL '5' MINUTE)) b ON ... {_SUPPORTED}"
+        )
     _check_distinct_qualifiers(left, right)
     scope = [["L", "R"]]
 
@@ -660,21 +1056,33 @@ def _regular_join(select: exp.Select, join: exp.Join, res: _Resolver) -> JoinQue
     on = join.args.get("on")
     if on is None or isinstance(on, exp.Boolean):  # sqlglot's Spark parser reads a missing ON as ON TRUE
         _fail(f"the JOIN has no ON condition; add ON a.k = b.k. {_SUPPORTED}")
-    keys, null_safe, residual = res.split(_conjuncts(on), scope, "the ON condition")
-
     where = select.args.get("where")
+    if where is not None and join_type != "INNER":
+        _fail(
+            f"WHERE is not supported with a {join_type} join (it would filter the joined rows, "
+            "which this service does not do); WHERE is only allowed for INNER joins, where it is "
+            "merged into the join condition. Put join conditions into ON"
+        )
+    on_conjuncts = _conjuncts(on)
+    where_conjuncts = _conjuncts(where.this) if where is not None else []
+    # An interval join's time bounds are not part of the extra condition: take them out first.
+    bounds: list = []
+    if version is None and left_window is None:
+        (on_conjuncts, where_conjuncts), bounds = _take_bounds([on_conjuncts, where_conjuncts], res, scope)
+    keys, null_safe, residual = res.split(on_conjuncts, scope, "the ON condition")
     if where is not None:
-        if join_type != "INNER":
-            _fail(
-                f"WHERE is not supported with a {join_type} join (it would filter the joined rows, "
-                "which this service does not do); WHERE is only allowed for INNER joins, where it is "
-                "merged into the join condition. Put join conditions into ON"
-            )
-        more_keys, more_null_safe, more_residual = res.split(_conjuncts(where.this), scope, "the WHERE clause")
+        more_keys, more_null_safe, more_residual = res.split(where_conjuncts, scope, "the WHERE clause")
         keys += more_keys
         null_safe += more_null_safe
         residual += more_residual
-    _require_keys(keys, "the temporal join" if temporal else "the join")
+    window = None
+    if left_window is not None:
+        keys, null_safe = _window_keys(keys, null_safe, "the window join")
+        window = _window(left_window, right_window)
+    interval = _interval(bounds) if bounds else None
+    what = ("the temporal join" if temporal else "the window join" if window
+            else "the interval join" if interval else "the join")
+    _require_keys(keys, what)
 
     return JoinQuery(
         join_type=JoinType(join_type),
@@ -688,6 +1096,8 @@ def _regular_join(select: exp.Select, join: exp.Join, res: _Resolver) -> JoinQue
         condition_sql=_condition_sql(residual),
         left_time_column=time_column,
         projection=_projection(select, res, scope, semi=False),
+        interval=interval,
+        window=window,
     )
 
 
@@ -730,7 +1140,7 @@ def _is_subquery_predicate(node: exp.Expression) -> bool:
     return isinstance(node, exp.Exists) or (isinstance(node, exp.In) and node.args.get("query") is not None)
 
 
-def _semi_anti_join(select: exp.Select, res: _Resolver) -> JoinQuery:
+def _semi_anti_join(select: exp.Select, res: _Resolver, left_window: dict | None) -> JoinQuery:
     left, right = res.sides["L"], res.sides["R"]
     where = select.args.get("where")
     form = (
@@ -772,7 +1182,17 @@ def _semi_anti_join(select: exp.Select, res: _Resolver) -> JoinQuery:
             f"the subquery joins more tables; exactly two tables are supported (the left table "
             f"'{left.table}' and the right table '{right.table}' in the subquery)"
         )
-    _bind_table(_from_table(inner, "the subquery"), right, left, "the subquery's FROM")
+    inner_source = _from_table(inner, "the subquery")
+    right_window = _window_source(inner_source, right, left, "the subquery's FROM")
+    if right_window is None:
+        _bind_table(inner_source, right, left, "the subquery's FROM")
+    if (left_window is None) != (right_window is None):
+        _fail(
+            "a window semi/anti join needs a window table function on both inputs, e.g. FROM TABLE(TUMBLE(TABLE "
+            f"{left.table}, DESCRIPTOR(<time>), INTERVAL '5' MINUTE)) a WHERE a.k IN (SELECT b.k FROM "
+            f"TABLE(TUMBLE(TABLE {right.table}, DESCRIPTOR(<time>), INTERVAL '5' MINUTE)) b WHERE "
+            f"a.window_start = b.window_start AND a.window_end = b.window_end). {_SUPPORTED}"
+        )
     _check_distinct_qualifiers(left, right)
     outer_scope = [["L"]]
     inner_scope = [["R"], ["L"]]  # SQL: the subquery's own table first, then the outer one
@@ -821,7 +1241,11 @@ def _semi_anti_join(select: exp.Select, res: _Resolver) -> JoinQuery:
         null_safe += more_null_safe
     for conjunct in others:  # SEMI only: filters on the left input = extra match conditions
         residual.append(res.render(conjunct, outer_scope, "the WHERE clause"))
-    _require_keys(keys, f"the {join_type.lower()} join")
+    window = None
+    if left_window is not None:
+        keys, null_safe = _window_keys(keys, null_safe, f"the window {join_type.lower()} join")
+        window = _window(left_window, right_window)
+    _require_keys(keys, f"the {'window ' if window else ''}{join_type.lower()} join")
 
     return JoinQuery(
         join_type=JoinType(join_type),
@@ -836,6 +1260,7 @@ def _semi_anti_join(select: exp.Select, res: _Resolver) -> JoinQuery:
         left_time_column=None,
         # the right table is not in scope of the outer SELECT; it is searched only to explain errors
         projection=_projection(select, res, [["L"], ["R"]], semi=True),
+        window=window,
     )
 
 
@@ -856,6 +1281,13 @@ def describe(q: JoinQuery) -> str:
         label = f"event-time temporal {label} (FOR SYSTEM_TIME AS OF l.{q.left_time_column})"
     elif q.temporal is TemporalKind.PROCESSING_TIME:
         label = f"processing-time temporal {label} (FOR SYSTEM_TIME AS OF PROCTIME())"
+    elif q.interval is not None:
+        domain = "processing-time" if q.interval.processing_time else "event-time"
+        label = f"{domain} interval {label} ({q.interval.sql})"
+    elif q.window is not None:
+        w = q.window
+        label = (f"window {label} ({w.sql(q.left_table, w.left_time_column)} with "
+                 f"{w.sql(q.right_table, w.right_time_column)})")
     keys = " AND ".join(
         f"l.{lk} {'IS NOT DISTINCT FROM' if ns else '='} r.{rk}"
         for (lk, rk), ns in zip(q.equi_keys, q.null_safe_keys)

@@ -429,7 +429,7 @@ def _warnings(env):
      ["LEFT_WATERMARK_DELAY", "RIGHT_WATERMARK_DELAY", "IDLE_TIMEOUT"]),
     ({"LEFT_KEY_FORMAT": "raw"}, ["LEFT_KEY_FORMAT"]),  # not an upsert input
     ({"LEFT_CHANGELOG_MODE": "upsert", "LEFT_KEY_FORMAT": "avro",  # joined directly: keys are read
-      "JOIN_SQL": "SELECT o.order_id, p.price FROM orders o LEFT JOIN prices p ON o.order_id = p.product"}, []),
+      "JOIN_SQL": "SELECT o.order_id, p.price FROM orders o LEFT JOIN prices p ON o.order_id = p.price"}, []),
     ({"STATE_TTL": "1h", "LEFT_STATE_TTL": "1m", "MINI_BATCH_SIZE": "10"}, []),
     ({**EVENT_TIME, "LEFT_WATERMARK_DELAY": "5s", "IDLE_TIMEOUT": "1m", "STATE_TTL": "1d"}, []),
     ({**EVENT_TIME, "LEFT_STATE_TTL": "1d"}, ["LEFT_STATE_TTL"]),

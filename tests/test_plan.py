@@ -130,3 +130,111 @@ def test_numbers_of_different_types_meet_under_one_join_key(tmp_path):
     _, same = plan_for(JOIN_SQL=sql, LEFT_TABLE="a", RIGHT_TABLE="b", LEFT_PRIMARY_KEY="", RIGHT_PRIMARY_KEY="",
                        LEFT_SCHEMA_FILE=schemas["left"], RIGHT_SCHEMA_FILE=schemas["left"])
     assert same.join_key_of(0)((5,)) == (5,)
+
+
+# -- interval and window joins ------------------------------------------------------------------
+DATA = __import__("pathlib").Path(__file__).parent / "data"
+TIMED = dict(
+    LEFT_SCHEMA_FILE=str(DATA / "orders_timed.avsc"), RIGHT_SCHEMA_FILE=str(DATA / "shipments.avsc"),
+    RIGHT_TABLE="shipments", LEFT_PRIMARY_KEY="order_id", RIGHT_PRIMARY_KEY="ship_id",
+    LEFT_CHANGELOG_MODE="append", RIGHT_CHANGELOG_MODE="append",
+    LEFT_EVENT_TIME_COLUMN="order_time", RIGHT_EVENT_TIME_COLUMN="ship_time",
+)
+INTERVAL_SQL = ("SELECT o.order_id, s.ship_id, s.carrier FROM orders o LEFT JOIN shipments s ON o.order_id = s.order_id "
+                "AND s.ship_time BETWEEN o.order_time - INTERVAL '10' MINUTE AND o.order_time + INTERVAL '1' HOUR")
+PROCTIME_SQL = ("SELECT o.order_id, s.ship_id FROM orders o JOIN shipments s ON o.order_id = s.order_id "
+                "AND s.proctime BETWEEN o.proctime AND o.proctime + INTERVAL '5' SECOND")
+WINDOW_SQL = ("SELECT o.order_id, o.window_start, o.window_end, s.ship_id FROM "
+              "TABLE(TUMBLE(TABLE orders, DESCRIPTOR(order_time), INTERVAL '10' SECOND)) o FULL JOIN "
+              "TABLE(TUMBLE(TABLE shipments, DESCRIPTOR(ship_time), INTERVAL '10' SECOND)) s "
+              "ON o.order_id = s.order_id AND o.window_start = s.window_start AND o.window_end = s.window_end")
+
+
+def timed_plan(sql, **env):
+    return plan_for(**{**TIMED, "JOIN_SQL": sql, **env})[1]
+
+
+def test_an_event_time_interval_join_runs_on_the_watermark_of_both_inputs():
+    plan = timed_plan(INTERVAL_SQL)
+    assert plan.kind == "interval_event_time" and plan.time_mode == "EventTime" and plan.is_event_time
+    assert plan.interval_ms == (-3_600_000, 600_000)
+    assert (plan.left.time_column, plan.right.time_column) == (3, 3)
+    assert plan.late_sides == ()  # an interval join drops no row as late
+    assert plan.operator.time_domain == "event" and plan.operator.output_watermark_delay_ms == 3_600_000
+    assert JoinPlan.from_json(plan.to_json()) == plan
+    explained = plan.explain()
+    assert "kind: interval_event_time" in explained
+    assert "r.ship_time - 3600000 ms <= l.order_time <= r.ship_time + 600000 ms" in explained
+    assert "a left row until the operator time passes its time + 3600000 ms" in explained
+    assert "unmatched left rows are null-padded then" in explained and "state layout" not in explained
+
+
+def test_a_processing_time_interval_join_has_no_time_columns_and_processing_time_timers():
+    plan = timed_plan(PROCTIME_SQL, LEFT_EVENT_TIME_COLUMN="", RIGHT_EVENT_TIME_COLUMN="")
+    assert plan.kind == "interval_processing_time" and plan.time_mode == "ProcessingTime"
+    assert (plan.left.time_column, plan.right.time_column) == (None, None) and not plan.is_event_time
+    assert plan.operator.time_domain == "proc"
+    assert "processing time: a row's time is the clock" in plan.explain()
+
+
+def test_a_window_join_adds_the_window_columns_and_dead_letters_late_rows_of_both_inputs():
+    from operators import Context, InMemoryState, Output
+
+    plan = timed_plan(WINDOW_SQL)
+    assert plan.kind == "window" and plan.time_mode == "EventTime" and plan.late_sides == (0, 1)
+    assert plan.window == {"kind": "TUMBLE", "size_ms": 10_000, "slide_ms": None, "step_ms": None, "offset_ms": 0}
+    assert JoinPlan.from_json(plan.to_json()) == plan
+    types = {f["name"]: f["type"] for f in plan.output_schema["fields"]}
+    assert types["window_start"] == ["null", {"type": "long", "logicalType": "timestamp-millis"}]
+    assert "window: TUMBLE (size INTERVAL '10' SECOND) on l.order_time and r.ship_time" in plan.explain()
+    assert "dead-letter topic (reason late)" in plan.explain()
+    state, out = InMemoryState(), Output()
+    key = state.for_key((1,))
+    plan.operator.process(key, [(0, 0, (1, "EUR", 5.0, 12_000)), (1, 0, (7, 1, "ups", 15_000))], Context(), out)
+    plan.operator.on_timer(key, "event", 19_999, Context(watermark=19_999), out)
+    assert out.rows == [(0, (1, 10_000, 20_000, 7))]
+    plan.operator.process(key, [(1, 0, (8, 1, "dhl", 19_000))], Context(watermark=19_999), out)
+    assert out.late == [(0, (8, 1, "dhl", 19_000))] and key.get() is None  # fired windows leave no state
+
+
+@pytest.mark.parametrize(
+    "sql, change, variable, fragment",
+    [
+        (INTERVAL_SQL, {"LEFT_CHANGELOG_MODE": "retract"}, "LEFT_CHANGELOG_MODE", "must be append-only"),
+        (WINDOW_SQL, {"RIGHT_CHANGELOG_MODE": "upsert"}, "RIGHT_CHANGELOG_MODE", "must be append-only"),
+        (INTERVAL_SQL, {"LEFT_EVENT_TIME_COLUMN": ""}, "LEFT_EVENT_TIME_COLUMN", "required"),
+        (WINDOW_SQL, {"RIGHT_EVENT_TIME_COLUMN": ""}, "RIGHT_EVENT_TIME_COLUMN", "set RIGHT_EVENT_TIME_COLUMN=ship_time"),
+        (WINDOW_SQL, {"LEFT_EVENT_TIME_COLUMN": "amount"}, "LEFT_EVENT_TIME_COLUMN", "one time attribute"),
+        (WINDOW_SQL, {"LEFT_EVENT_TIME_COLUMN": "nope"}, "LEFT_EVENT_TIME_COLUMN", "no column 'nope'"),
+        (PROCTIME_SQL, {}, "LEFT_EVENT_TIME_COLUMN", "processing time"),
+        (INTERVAL_SQL, {"STATE_TTL": "1h"}, "STATE_TTL", "does not apply"),
+        (WINDOW_SQL, {"RIGHT_STATE_TTL": "1h"}, "RIGHT_STATE_TTL", "does not apply"),
+        (WINDOW_SQL, {"MINI_BATCH_SIZE": "10"}, "MINI_BATCH_SIZE", "regular joins only"),
+    ],
+)
+def test_interval_and_window_joins_refuse_what_they_cannot_run(sql, change, variable, fragment):
+    with pytest.raises(PlanError) as info:
+        timed_plan(sql, **change)
+    assert str(info.value).startswith(variable) and fragment in str(info.value)
+
+
+def test_an_event_time_temporal_join_refuses_another_left_time_column():
+    with pytest.raises(PlanError, match="LEFT_EVENT_TIME_COLUMN: is amount"):
+        plan_for(LEFT_SCHEMA_FILE=str(DATA / "orders_timed.avsc"), RIGHT_SCHEMA_FILE=str(DATA / "rates.avsc"),
+                 RIGHT_TABLE="rates", RIGHT_PRIMARY_KEY="currency", RIGHT_EVENT_TIME_COLUMN="rate_time",
+                 LEFT_EVENT_TIME_COLUMN="amount",
+                 JOIN_SQL="SELECT o.order_id, r.rate FROM orders o JOIN rates FOR SYSTEM_TIME AS OF o.order_time AS r "
+                          "ON o.currency = r.currency")
+
+
+def test_check_config_explains_a_window_join_its_window_and_its_state():
+    from test_config import VALID as BASE
+    from test_config import changejoin
+
+    proc = changejoin("check-config", env={**BASE, **TIMED, "JOIN_SQL": WINDOW_SQL})
+    assert proc.returncode == 0, proc.stderr
+    assert "kind: window" in proc.stdout
+    assert "window: TUMBLE (size INTERVAL '10' SECOND) on l.order_time and r.ship_time" in proc.stdout
+    assert "state per join key and window" in proc.stdout and "reason late" in proc.stdout
+    refused = changejoin("check-config", env={**BASE, **TIMED, "JOIN_SQL": WINDOW_SQL, "LEFT_CHANGELOG_MODE": "retract"})
+    assert refused.returncode == 2 and "LEFT_CHANGELOG_MODE: is retract" in refused.stderr

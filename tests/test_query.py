@@ -603,3 +603,215 @@ def test_describe():
     assert describe(q).startswith("event-time temporal INNER JOIN (FOR SYSTEM_TIME AS OF l.order_time)")
     q = parse("SELECT o.a FROM order_log o WHERE NOT EXISTS (SELECT 1 FROM price_log p WHERE p.b = o.a)")
     assert describe(q).startswith("LEFT ANTI JOIN")
+
+
+# ---------------------------------------------------------------------- interval joins
+
+SHIP_COLS = ["ship_id", "order_id", "carrier", "ship_time"]
+TIMED_COLS = ["order_id", "currency", "amount", "order_time"]
+
+
+def parse_ship(sql: str, time_columns=(None, None)) -> JoinQuery:
+    return parse_join_sql(sql, "orders", TIMED_COLS, "shipments", SHIP_COLS, time_columns)
+
+
+def rejects_ship(sql: str, *fragments: str, time_columns=(None, None)) -> str:
+    with pytest.raises(QueryError) as info:
+        parse_ship(sql, time_columns)
+    message = str(info.value)
+    for fragment in fragments:
+        assert fragment in message, message
+    return message
+
+
+INTERVAL_SELECT = "SELECT o.order_id, s.ship_id FROM orders o {join} shipments s ON o.order_id = s.order_id AND "
+
+
+@pytest.mark.parametrize(
+    "bound, lower_ms, upper_ms",
+    [
+        # r.t + lower <= l.t <= r.t + upper; a strict bound is the inclusive one 1 ms inside
+        ("s.ship_time BETWEEN o.order_time - INTERVAL '10' MINUTE AND o.order_time + INTERVAL '1' HOUR",
+         -3_600_000, 600_000),
+        ("s.ship_time >= o.order_time - INTERVAL '10' MINUTE AND s.ship_time <= o.order_time + INTERVAL '1' HOUR",
+         -3_600_000, 600_000),
+        ("s.ship_time > o.order_time - INTERVAL '10' MINUTE AND s.ship_time < o.order_time + INTERVAL '1' HOUR",
+         -3_599_999, 599_999),
+        ("o.order_time BETWEEN s.ship_time - INTERVAL '5' SECOND AND s.ship_time + INTERVAL '2' SECONDS", -5000, 2000),
+        ("o.order_time >= s.ship_time AND o.order_time < s.ship_time + INTERVAL '1.5' SECOND", 0, 1499),
+        ("s.ship_time - INTERVAL '1' DAY <= o.order_time AND INTERVAL '250' MILLISECOND + s.ship_time >= o.order_time",
+         -86_400_000, 250),
+    ],
+)
+def test_interval_join_bounds(bound, lower_ms, upper_ms):
+    q = parse_ship(INTERVAL_SELECT.format(join="LEFT JOIN") + bound)
+    assert q.join_type == "LEFT" and q.temporal is None and q.window is None
+    assert (q.interval.lower_ms, q.interval.upper_ms) == (lower_ms, upper_ms)
+    assert (q.interval.left_time_column, q.interval.right_time_column) == ("order_time", "ship_time")
+    assert q.equi_keys == (("order_id", "order_id"),) and q.condition_sql is None
+    assert q.interval.sql == bound
+
+
+@pytest.mark.parametrize("join, expected", [("JOIN", "INNER"), ("LEFT JOIN", "LEFT"), ("RIGHT OUTER JOIN", "RIGHT"),
+                                            ("FULL JOIN", "FULL")])
+def test_interval_join_types_and_extra_condition(join, expected):
+    q = parse_ship(INTERVAL_SELECT.format(join=join)
+                   + "s.ship_time BETWEEN o.order_time AND o.order_time + INTERVAL '1' HOUR AND s.carrier <> 'none'")
+    assert q.join_type == expected and q.interval is not None
+    assert q.condition_sql == "r.carrier <> 'none'"
+
+
+def test_interval_bounds_without_interval_need_the_configured_time_columns():
+    sql = INTERVAL_SELECT.format(join="JOIN") + "s.ship_time >= o.order_time AND s.ship_time <= o.order_time"
+    # Unconfigured, a plain comparison of two columns is part of the extra condition (a regular join).
+    assert parse_ship(sql).interval is None
+    q = parse_ship(sql, ("order_time", "ship_time"))
+    assert (q.interval.lower_ms, q.interval.upper_ms) == (0, 0)
+    # One bound with an INTERVAL makes its two columns the time columns of the other bounds.
+    q = parse_ship(INTERVAL_SELECT.format(join="JOIN")
+                   + "s.ship_time >= o.order_time AND s.ship_time < o.order_time + INTERVAL '4' HOUR")
+    assert (q.interval.lower_ms, q.interval.upper_ms) == (-14_399_999, 0)
+
+
+def test_processing_time_interval_join_uses_the_proctime_pseudo_column():
+    q = parse_ship(INTERVAL_SELECT.format(join="FULL JOIN")
+                   + "s.proctime BETWEEN o.proctime - INTERVAL '10' SECOND AND o.proctime + INTERVAL '5' SECOND")
+    assert q.interval.processing_time
+    assert (q.interval.lower_ms, q.interval.upper_ms) == (-5000, 10_000)
+    assert describe(q).startswith("processing-time interval FULL OUTER JOIN (s.proctime BETWEEN")
+
+
+@pytest.mark.parametrize(
+    "bound, fragments",
+    [
+        ("s.ship_time >= o.order_time - INTERVAL '1' MINUTE",
+         ("bound left order_time - right ship_time from above only", "one lower and one upper bound", "BETWEEN")),
+        ("s.ship_time >= o.order_time - INTERVAL '1' MINUTE AND s.ship_time >= o.order_time - INTERVAL '2' MINUTE "
+         "AND s.ship_time <= o.order_time", ("from above more than once",)),
+        ("s.ship_time BETWEEN PROCTIME() - INTERVAL '1' SECOND AND PROCTIME()", ("PROCTIME()", "a.proctime")),
+        ("s.proctime BETWEEN o.order_time AND o.order_time + INTERVAL '1' SECOND", ("same time domain",)),
+        ("s.ship_time BETWEEN o.order_time AND o.order_time + INTERVAL '1' WEEK", ("unsupported interval", "DAY")),
+        ("s.ship_time BETWEEN o.order_time AND o.order_time + INTERVAL '0.5' MILLISECOND", ("whole number",)),
+        ("s.ship_time BETWEEN o.order_time AND o.order_time + INTERVAL '1' SECOND "
+         "AND s.ship_id BETWEEN o.amount AND o.amount + INTERVAL '1' SECOND", ("more than one time column",)),
+    ],
+)
+def test_interval_bound_rejections(bound, fragments):
+    rejects_ship(INTERVAL_SELECT.format(join="JOIN") + bound, *fragments)
+
+
+def test_interval_join_needs_an_equi_key():
+    rejects_ship("SELECT o.order_id FROM orders o JOIN shipments s ON s.ship_time BETWEEN o.order_time "
+                 "AND o.order_time + INTERVAL '1' HOUR", "the interval join has no equi-join condition")
+
+
+# ---------------------------------------------------------------------- window joins
+
+def tvf(function: str, table: str, column: str, *sizes: str) -> str:
+    args = ", ".join(f"INTERVAL {s}" for s in sizes)
+    return f"TABLE({function}(TABLE {table}, DESCRIPTOR({column}), {args}))"
+
+
+WINDOW_ON = "ON o.order_id = s.order_id AND o.window_start = s.window_start AND o.window_end = s.window_end"
+
+
+@pytest.mark.parametrize(
+    "function, sizes, expected",
+    [
+        ("TUMBLE", ("'5' MINUTE",), dict(size_ms=300_000, slide_ms=None, step_ms=None, offset_ms=0)),
+        ("TUMBLE", ("'5' MINUTES", "'1' MINUTE"), dict(size_ms=300_000, slide_ms=None, step_ms=None, offset_ms=60_000)),
+        ("HOP", ("'5' MINUTE", "'10' MINUTE"), dict(size_ms=600_000, slide_ms=300_000, step_ms=None, offset_ms=0)),
+        ("CUMULATE", ("'1' MINUTE", "'5' MINUTE", "'30' SECOND"),
+         dict(size_ms=300_000, slide_ms=None, step_ms=60_000, offset_ms=30_000)),
+    ],
+)
+def test_window_join_forms(function, sizes, expected):
+    q = parse_ship(f"SELECT o.order_id, o.window_start, s.window_end AS ship_window_end, s.ship_id "
+                   f"FROM {tvf(function, 'orders', 'order_time', *sizes)} o "
+                   f"FULL JOIN {tvf(function, 'shipments', 'ship_time', *sizes)} AS s {WINDOW_ON}")
+    assert q.join_type == "FULL" and q.interval is None and q.temporal is None
+    w = q.window
+    assert w.kind == function and (w.left_time_column, w.right_time_column) == ("order_time", "ship_time")
+    assert dict(size_ms=w.size_ms, slide_ms=w.slide_ms, step_ms=w.step_ms, offset_ms=w.offset_ms) == expected
+    assert q.equi_keys == (("order_id", "order_id"),)  # the window equalities are not join keys
+    assert q.projection == (OutputColumn("order_id", "L", "order_id"), OutputColumn("window_start", "L", "window_start"),
+                            OutputColumn("ship_window_end", "R", "window_end"), OutputColumn("ship_id", "R", "ship_id"))
+
+
+def test_window_join_sides_may_be_wrapped_in_select_star_and_star_has_the_window_columns():
+    q = parse_ship(f"SELECT L.* FROM (SELECT * FROM {tvf('TUMBLE', 'orders', 'order_time', chr(39) + '5' + chr(39) + ' SECOND')}) L "
+                   f"JOIN (SELECT * FROM {tvf('TUMBLE', 'shipments', 'ship_time', chr(39) + '5' + chr(39) + ' SECOND')}) R "
+                   "ON L.order_id = R.order_id AND L.window_end = R.window_end AND L.window_start = R.window_start "
+                   "AND R.window_time >= L.window_start")
+    assert names(q) == TIMED_COLS + ["window_start", "window_end", "window_time"]
+    assert q.condition_sql == "r.window_time >= l.window_start"
+
+
+@pytest.mark.parametrize(
+    "predicate, join_type",
+    [
+        ("o.order_id IN (SELECT s.order_id FROM {right} s WHERE o.window_start = s.window_start "
+         "AND o.window_end = s.window_end)", "SEMI"),
+        ("NOT EXISTS (SELECT * FROM {right} s WHERE o.order_id = s.order_id AND o.window_start = s.window_start "
+         "AND o.window_end = s.window_end)", "ANTI"),
+        ("(o.order_id, o.window_start, o.window_end) IN (SELECT s.order_id, s.window_start, s.window_end "
+         "FROM {right} s)", "SEMI"),
+    ],
+)
+def test_window_semi_and_anti_joins(predicate, join_type):
+    right = tvf("HOP", "shipments", "ship_time", "'5' MINUTE", "'10' MINUTE")
+    q = parse_ship(f"SELECT o.order_id, o.window_start FROM {tvf('HOP', 'orders', 'order_time', chr(39) + '5' + chr(39) + ' MINUTE', chr(39) + '10' + chr(39) + ' MINUTE')} o "
+                   "WHERE " + predicate.format(right=right))
+    assert q.join_type == join_type and q.window.kind == "HOP"
+    assert q.equi_keys == (("order_id", "order_id"),)
+    assert describe(q).startswith(f"window LEFT {join_type} JOIN (HOP(TABLE orders, DESCRIPTOR(order_time), "
+                                  "INTERVAL '5' MINUTE, INTERVAL '10' MINUTE)")
+
+
+@pytest.mark.parametrize(
+    "sql, fragments",
+    [
+        # the window equalities are required
+        ("SELECT o.order_id FROM {tl} o JOIN {tr} s ON o.order_id = s.order_id AND o.window_start = s.window_start",
+         ("missing: window_end", "Supported queries")),
+        ("SELECT o.order_id FROM {tl} o JOIN {tr} s ON o.order_id = s.order_id AND o.window_start = s.window_end "
+         "AND o.window_end = s.window_end", ("window columns can only be equal to the same window column",)),
+        # both sides windowed, with the same window
+        ("SELECT o.order_id FROM {tl} o JOIN shipments s ON o.order_id = s.order_id",
+         ("window table function on both inputs", "Supported queries")),
+        ("SELECT o.order_id FROM {tl} o JOIN " + tvf("TUMBLE", "shipments", "ship_time", "'6' MINUTE")
+         + " s ON o.order_id = s.order_id AND o.window_start = s.window_start AND o.window_end = s.window_end",
+         ("same window",)),
+        ("SELECT o.order_id FROM {tl} o WHERE o.order_id IN (SELECT s.order_id FROM shipments s)",
+         ("window table function on both inputs",)),
+        # forms that are not window table functions as supported
+        ("SELECT o.order_id FROM TABLE(SESSION(TABLE orders, DESCRIPTOR(order_time), INTERVAL '5' MINUTE)) o "
+         "JOIN {tr} s ON o.order_id = s.order_id", ("Supported queries", "TUMBLE")),
+        ("SELECT o.order_id FROM TABLE(TUMBLE(DATA => TABLE orders, TIMECOL => DESCRIPTOR(order_time), "
+         "SIZE => INTERVAL '5' MINUTE)) o JOIN {tr} s ON o.order_id = s.order_id", ("Supported queries", "CUMULATE")),
+        ("SELECT o.order_id FROM TABLE(TUMBLE(TABLE orders, DESCRIPTOR(order_time))) o JOIN {tr} s "
+         "ON o.order_id = s.order_id", ("TUMBLE takes 3 or 4 arguments",)),
+        ("SELECT o.order_id FROM TABLE(TUMBLE(TABLE orders, order_time, INTERVAL '5' MINUTE)) o JOIN {tr} s "
+         "ON o.order_id = s.order_id", ("DESCRIPTOR(<time column>)",)),
+        ("SELECT o.order_id FROM TABLE(TUMBLE(TABLE orders, DESCRIPTOR(nope), INTERVAL '5' MINUTE)) o JOIN {tr} s "
+         "ON o.order_id = s.order_id", ("unknown column 'nope'",)),
+        ("SELECT o.order_id FROM TABLE(CUMULATE(TABLE orders, DESCRIPTOR(order_time), INTERVAL '2' MINUTE, "
+         "INTERVAL '5' MINUTE)) o JOIN TABLE(CUMULATE(TABLE shipments, DESCRIPTOR(ship_time), INTERVAL '2' MINUTE, "
+         "INTERVAL '5' MINUTE)) s " + WINDOW_ON, ("integral multiple",)),
+        ("SELECT o.order_id FROM (SELECT order_id FROM {tl}) o JOIN {tr} s ON o.order_id = s.order_id",
+         ("(SELECT * FROM TABLE(...)) <alias>",)),
+        ("SELECT * FROM {tl} o JOIN {tr} s " + WINDOW_ON, ("duplicate output column name",)),
+    ],
+)
+def test_window_join_rejections(sql, fragments):
+    tl = tvf("TUMBLE", "orders", "order_time", "'5' MINUTE")
+    tr = tvf("TUMBLE", "shipments", "ship_time", "'5' MINUTE")
+    rejects_ship(sql.format(tl=tl, tr=tr), *fragments)
+
+
+def test_a_table_with_a_window_column_cannot_be_windowed():
+    with pytest.raises(QueryError, match="has a column named window_end"):
+        parse_join_sql(f"SELECT o.k FROM {tvf('TUMBLE', 'a', 't', chr(39) + '1' + chr(39) + ' SECOND')} o "
+                       f"JOIN {tvf('TUMBLE', 'b', 't', chr(39) + '1' + chr(39) + ' SECOND')} s "
+                       "ON o.k = s.k AND o.window_start = s.window_start AND o.window_end = s.window_end",
+                       "a", ["k", "t", "window_end"], "b", ["k", "t"])
