@@ -81,6 +81,18 @@ def read_changelog(bootstrap: str, topic: str, output_schema: dict, wire: bool =
     return out
 
 
+def dead_letters(bootstrap: str, topic: str) -> List[Change]:
+    """The records of a dead-letter topic, as changes whose ``kind`` is their ``reason`` header and
+    whose ``row`` is their value (so that drop_replays drops their replays too)."""
+    out = []
+    for record in consume_all(bootstrap, topic):
+        headers = dict(record.headers)
+        out.append(Change(headers["reason"].decode(), record.value, record.key, headers,
+                          int(headers["changejoin.batch"]), headers["changejoin.seq"].decode(), record.partition,
+                          record.offset))
+    return out
+
+
 def drop_replays(changes: Iterable[Change]):
     """(first writes, replays): a record whose (batch, seq) was seen already is a replay. A replay
     must be the very record written the first time."""
