@@ -155,6 +155,7 @@ class JoinHarness:
             **env,
         }
         self.service = None
+        self._schemas: Dict[str, dict] = {}
 
     def send(self, topic: str, schema: dict, changes, partition=None):
         """changes: (kind, row dict[, partition]); kind None sends no RowKind header."""
@@ -166,12 +167,20 @@ class JoinHarness:
             records.append((None, avro(schema, row) if isinstance(row, dict) else row, headers, part))
         produce(self.bootstrap, topic, records)
 
+    def _schema(self, variable: str) -> dict:
+        """The Avro schema in the file ``variable`` names (read once: a test may delete the file
+        once the service has read it)."""
+        path = self.env[variable]
+        if path not in self._schemas:
+            self._schemas[path] = json.loads(Path(path).read_text())
+        return self._schemas[path]
+
     def send_left(self, changes, partition=None):
         """Rows written in the left input's configured schema."""
-        self.send(self.orders, json.loads(Path(self.env["LEFT_SCHEMA_FILE"]).read_text()), changes, partition)
+        self.send(self.orders, self._schema("LEFT_SCHEMA_FILE"), changes, partition)
 
     def send_right(self, changes, partition=None):
-        self.send(self.prices, json.loads(Path(self.env["RIGHT_SCHEMA_FILE"]).read_text()), changes, partition)
+        self.send(self.prices, self._schema("RIGHT_SCHEMA_FILE"), changes, partition)
 
     send_orders = send_left
     send_prices = send_rates = send_right

@@ -11,9 +11,8 @@ pytestmark = pytest.mark.integration
 @pytest.fixture
 def temporal(kafka_bootstrap, spark, tmp_path, new_topic):
     def make(sql, **env):
-        settings = {**TEMPORAL, "JOIN_SQL": sql, **env}
-        settings.pop("RIGHT_EVENT_TIME_COLUMN")
-        return JoinHarness(kafka_bootstrap, spark, tmp_path, new_topic, **settings)
+        settings = {k: v for k, v in TEMPORAL.items() if k != "RIGHT_EVENT_TIME_COLUMN"}  # each test says
+        return JoinHarness(kafka_bootstrap, spark, tmp_path, new_topic, **{**settings, "JOIN_SQL": sql, **env})
 
     return make
 
