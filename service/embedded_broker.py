@@ -20,17 +20,15 @@ invisible to whoever asks for it: producers must send one record per request
 
 from __future__ import annotations
 
-import atexit
 import os
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
-import weakref
-from typing import IO, List, Optional
+from typing import List, Optional
+
+from .broker_process import BrokerProcess, free_port, serve
+
+__all__ = ["EmbeddedBroker", "EmbeddedBrokerError", "find_tansu_binary", "free_port"]
 
 ENV_BINARY = "CHANGEJOIN_TANSU_BIN"
 
@@ -73,42 +71,15 @@ def find_tansu_binary() -> str:
     return str(binary)
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
-
-
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child
-    """Linux: have the kernel kill the broker if the process that started it dies."""
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        PR_SET_PDEATHSIG = 1
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    except Exception:
-        pass
-
-
-_RUNNING: "weakref.WeakSet[EmbeddedBroker]" = weakref.WeakSet()
-
-
-@atexit.register
-def _stop_all() -> None:
-    for broker in list(_RUNNING):
-        try:
-            broker.stop()
-        except Exception:
-            pass
-
-
-class EmbeddedBroker:
+class EmbeddedBroker(BrokerProcess):
     """Start/stop a Tansu broker on ``host:port`` (a free port is picked on first start and kept
     for restarts). Usable as a context manager, which yields the bootstrap string.
 
     A broker still running when the Python process exits is stopped (atexit; on Linux the kernel
     also stops it if the thread that started it dies)."""
+
+    Error = EmbeddedBrokerError
+    label = "Tansu broker"
 
     def __init__(
         self,
@@ -118,26 +89,16 @@ class EmbeddedBroker:
         log_path: Optional[str] = None,
         startup_timeout: float = 30.0,
     ):
-        self.host = host
-        self.port = port
+        super().__init__(port, host, startup_timeout)
         self._binary = binary
-        self.startup_timeout = startup_timeout
         self._log_path = log_path
-        self._log_file: Optional[IO[bytes]] = None
-        self._proc: Optional[subprocess.Popen] = None
 
     @property
-    def bootstrap(self) -> str:
-        if self.port is None:
-            raise EmbeddedBrokerError("the broker has not been started yet")
-        return f"{self.host}:{self.port}"
-
-    @property
-    def log_path(self) -> Optional[str]:
-        return self._log_path
-
-    def is_running(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None
+    def log_path(self) -> Optional[Path]:
+        if self._log_path is None:
+            fd, self._log_path = tempfile.mkstemp(prefix="tansu-", suffix=".log")
+            os.close(fd)
+        return Path(self._log_path)
 
     def command(self) -> List[str]:
         url = f"tcp://{self.host}:{self.port}"
@@ -164,104 +125,25 @@ class EmbeddedBroker:
             if pick_port:
                 self.port = free_port(self.host)
             try:
-                self._spawn()
-                self._wait_ready()
+                self._spawn(self.command(), env={**os.environ, "RUST_LOG": os.environ.get("RUST_LOG", "warn")})
+                self._wait_ready(lambda admin: admin.list_topics(timeout=1.0) is not None)
                 return self.bootstrap
             except EmbeddedBrokerError as exc:
                 last_error = exc
                 self._terminate()
         raise EmbeddedBrokerError(str(last_error))
 
-    def _spawn(self) -> None:
-        cmd = self.command()
-        if self._log_path is None:
-            fd, self._log_path = tempfile.mkstemp(prefix="tansu-", suffix=".log")
-            os.close(fd)
-        self._log_file = open(self._log_path, "ab")
-        env = dict(os.environ)
-        env.setdefault("RUST_LOG", "warn")
-        self._proc = subprocess.Popen(
-            cmd,
-            stdin=subprocess.DEVNULL,
-            stdout=self._log_file,
-            stderr=subprocess.STDOUT,
-            env=env,
-            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
-        )
-        _RUNNING.add(self)
-
-    def _log_tail(self, lines: int = 20) -> str:
-        if not self._log_path:
-            return ""
-        try:
-            with open(self._log_path, "rb") as f:
-                text = f.read().decode("utf-8", "replace")
-        except OSError:
-            return ""
-        return "\n".join(text.splitlines()[-lines:])
-
-    def _wait_ready(self) -> None:
-        from confluent_kafka.admin import AdminClient
-
-        deadline = time.monotonic() + self.startup_timeout
-        admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0})
-        while True:
-            assert self._proc is not None
-            if self._proc.poll() is not None:
-                raise EmbeddedBrokerError(
-                    f"the Tansu broker exited with code {self._proc.returncode} while starting "
-                    f"on {self.bootstrap}:\n{self._log_tail()}"
-                )
-            try:
-                admin.list_topics(timeout=1.0)
-                return
-            except Exception:
-                if time.monotonic() > deadline:
-                    raise EmbeddedBrokerError(
-                        f"the Tansu broker did not answer on {self.bootstrap} within "
-                        f"{self.startup_timeout:.0f}s:\n{self._log_tail()}"
-                    ) from None
-                time.sleep(0.1)
-
-    def _terminate(self) -> None:
-        _RUNNING.discard(self)
-        proc, self._proc = self._proc, None
-        if proc is not None and proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10)
-        if self._log_file is not None:
-            self._log_file.close()
-            self._log_file = None
-
     def stop(self) -> None:
         """Stop the broker (its data is lost); ``start()`` brings it back on the same port."""
-        self._terminate()
+        self._terminate(timeout=10)
 
-    def __enter__(self) -> str:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
+    close = stop
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     """``python -m service.embedded_broker [PORT]``: run a broker until interrupted."""
     args = list(sys.argv[1:] if argv is None else argv)
-    broker = EmbeddedBroker(port=int(args[0]) if args else None)
-    print(broker.start(), flush=True)
-    try:
-        while broker.is_running():
-            time.sleep(0.5)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        broker.stop()
-    return 0
+    return serve(EmbeddedBroker(port=int(args[0]) if args else None))
 
 
 if __name__ == "__main__":

@@ -21,20 +21,19 @@ kernel also kills it if the thread that started it dies). Needs ``java`` (17+) o
 """
 from __future__ import annotations
 
-import atexit
 import base64
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 import uuid
-import weakref
 from pathlib import Path
-from typing import IO, Dict, List, Optional
+from typing import Dict, List, Optional
+
+from .broker_process import BrokerProcess, free_port, serve
+
+__all__ = ["KafkaBroker", "KafkaBrokerError", "free_port"]
 
 BROKER_JARS = "kafka-broker"  # the jar group (jars/kafka-broker/pom.xml)
 NODE_ID = 1
@@ -42,12 +41,6 @@ NODE_ID = 1
 
 class KafkaBrokerError(RuntimeError):
     """The broker cannot be started."""
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 def java_executable() -> str:
@@ -68,29 +61,6 @@ def new_cluster_id() -> str:
             return text
 
 
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child
-    """Linux: have the kernel stop the broker if the thread that started it dies."""
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except Exception:
-        pass
-
-
-_RUNNING: "weakref.WeakSet[KafkaBroker]" = weakref.WeakSet()
-
-
-@atexit.register
-def _stop_all() -> None:
-    for broker in list(_RUNNING):
-        try:
-            broker.close()
-        except Exception:
-            pass
-
-
 LOG4J2 = """\
 # Written by service/kafka_broker.py: warnings and errors only, on stdout (the broker's log file).
 status = warn
@@ -105,12 +75,15 @@ logger.started.level = info
 """
 
 
-class KafkaBroker:
+class KafkaBroker(BrokerProcess):
     """Start, stop and restart one KRaft broker+controller on loopback.
 
     ``advertised`` (``host:port``) is the address the broker gives clients in its metadata, when
     they must reach it some other way (through a proxy); by default its own listener.
     ``properties`` add to or override the generated ``server.properties``."""
+
+    Error = KafkaBrokerError
+    label = "Kafka broker"
 
     def __init__(
         self,
@@ -123,35 +96,22 @@ class KafkaBroker:
         properties: Optional[Dict[str, str]] = None,
         startup_timeout: float = 180.0,
     ):
-        self.host = host
-        self.port = port
+        super().__init__(port, host, startup_timeout)
         self._port_given = port is not None
         self.controller_port: Optional[int] = None
         self.advertised = advertised
         self.heap = heap
         self.auto_create_topics = auto_create_topics
         self.extra_properties = dict(properties or {})
-        self.startup_timeout = startup_timeout
         self._own_dir = data_dir is None
         self.data_dir = Path(data_dir) if data_dir else None
-        self._proc: Optional[subprocess.Popen] = None
-        self._log: Optional[IO[bytes]] = None
         self._classpath: Optional[str] = None
 
     # ---- addresses and files ----------------------------------------------------------------
 
     @property
-    def bootstrap(self) -> str:
-        if self.port is None:
-            raise KafkaBrokerError("the broker has not been started yet")
-        return f"{self.host}:{self.port}"
-
-    @property
     def log_path(self) -> Optional[Path]:
         return self.data_dir / "broker.log" if self.data_dir else None
-
-    def is_running(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None
 
     def server_properties(self) -> Dict[str, str]:
         assert self.data_dir is not None and self.port is not None and self.controller_port is not None
@@ -240,9 +200,9 @@ class KafkaBroker:
                 self.controller_port = free_port(self.host)
             config = self._write_config()
             self._format(config)
-            self._spawn(config)
+            self._spawn(self._java("kafka.Kafka", str(config)))
             try:
-                self._wait_ready()
+                self._wait_ready(lambda admin: NODE_ID in admin.list_topics(timeout=1.0).brokers)
                 return self.bootstrap
             except KafkaBrokerError as exc:
                 self._terminate(kill=True)
@@ -250,64 +210,6 @@ class KafkaBroker:
                 if not first or "Address already in use" not in str(exc) or attempt == 2:
                     raise
         raise AssertionError("unreachable")
-
-    def _spawn(self, config: Path) -> None:
-        assert self.log_path is not None
-        self._log = open(self.log_path, "ab")
-        self._log.write(f"---- starting {time.strftime('%H:%M:%S')} ----\n".encode())
-        self._log.flush()
-        self._proc = subprocess.Popen(
-            self._java("kafka.Kafka", str(config)),
-            stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
-            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
-        )
-        _RUNNING.add(self)
-
-    def log_tail(self, lines: int = 30) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace") if self.log_path else ""
-        except OSError:
-            return ""
-        return "\n".join(text.splitlines()[-lines:])
-
-    def _wait_ready(self) -> None:
-        from confluent_kafka.admin import AdminClient
-
-        admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0})
-        deadline = time.monotonic() + self.startup_timeout
-        while True:
-            assert self._proc is not None
-            if self._proc.poll() is not None:
-                raise KafkaBrokerError(
-                    f"the Kafka broker exited with code {self._proc.returncode} while starting on "
-                    f"{self.bootstrap}:\n{self.log_tail()}")
-            try:
-                if NODE_ID in admin.list_topics(timeout=1.0).brokers:
-                    return
-            except Exception:
-                pass
-            if time.monotonic() > deadline:
-                raise KafkaBrokerError(
-                    f"the Kafka broker did not answer on {self.bootstrap} within "
-                    f"{self.startup_timeout:.0f} s:\n{self.log_tail()}")
-            time.sleep(0.2)
-
-    def _terminate(self, kill: bool = False) -> None:
-        _RUNNING.discard(self)
-        proc, self._proc = self._proc, None
-        if proc is not None and proc.poll() is None:
-            if kill:
-                proc.kill()
-            else:
-                proc.terminate()  # a clean shutdown: the next start needs no log recovery
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=30)
-        if self._log is not None:
-            self._log.close()
-            self._log = None
 
     def stop(self, kill: bool = False) -> None:
         """Stop the broker, keeping its data; ``kill`` skips the clean shutdown (SIGKILL)."""
@@ -320,26 +222,11 @@ class KafkaBroker:
             shutil.rmtree(self.data_dir, ignore_errors=True)
             self.data_dir = None
 
-    def __enter__(self) -> str:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
 
 def main(argv: Optional[List[str]] = None) -> int:
     """``python -m service.kafka_broker [PORT]``: run a broker until interrupted."""
     args = list(sys.argv[1:] if argv is None else argv)
-    broker = KafkaBroker(port=int(args[0]) if args else None)
-    print(broker.start(), flush=True)
-    try:
-        while broker.is_running():
-            time.sleep(0.5)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        broker.close()
-    return 0
+    return serve(KafkaBroker(port=int(args[0]) if args else None))
 
 
 if __name__ == "__main__":

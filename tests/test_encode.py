@@ -14,45 +14,11 @@ from service.envelope import pack as pack_changes
 from service.envelope import unpack as unpack_changes
 from service.processor import JoinProcessor
 from service.source import KafkaRecord
+from spark_fakes import FakeHandle, FakeTimerValues
 from service_harness import ORDERS, PRICES, avro, order, price
 from test_config import VALID
 
 LEFT_JOIN = "SELECT o.order_id, o.product, o.quantity, p.price FROM orders o LEFT JOIN prices p ON o.product = p.product"
-
-
-class _ValueState:
-    def __init__(self):
-        self.value = None
-
-    def exists(self):
-        return self.value is not None
-
-    def get(self):
-        return self.value
-
-    def update(self, value):
-        self.value = value
-
-    def clear(self):
-        self.value = None
-
-
-class _Handle:
-    """One grouping key's state, as Spark's handle gives it to the processor."""
-
-    def __init__(self):
-        self.states = {}
-
-    def getValueState(self, name, schema):
-        return self.states.setdefault(name, _ValueState())
-
-
-class _Timers:
-    def getCurrentProcessingTimeInMs(self):
-        return 5_000
-
-    def getCurrentWatermarkInMs(self):
-        return -1
 
 
 def plan_for(**env):
@@ -89,10 +55,10 @@ CALLS = [
 
 def join_rows(pack: bool) -> list:
     join = JoinProcessor(plan_for().to_json(), pack=pack)
-    join.init(_Handle())
+    join.init(FakeHandle())
     rows = []
     for call in CALLS:
-        rows += join.handleInputRows((b"book",), iter(call), _Timers())
+        rows += join.handleInputRows((b"book",), iter(call), FakeTimerValues())
     return rows
 
 
@@ -222,14 +188,14 @@ class _FailsOn:
 
 def test_a_key_whose_join_fails_goes_to_the_dead_letter_topic_and_keeps_its_state():
     join = JoinProcessor(plan_for().to_json())
-    handle = _Handle()
+    handle = FakeHandle()
     join.init(handle)
     join.operator = _FailsOn(join.operator, "pen")
-    list(join.handleInputRows((b"book",), iter(CALLS[0]), _Timers()))
+    list(join.handleInputRows((b"book",), iter(CALLS[0]), FakeTimerValues()))
     before = handle.states["join"].value
 
     pens = envelopes(0, [("+I", order(7, "pen", 1)), ("+I", order(8, "pen", 2))], 40)
-    rows = list(join.handleInputRows((b"pen",), iter(pens), _Timers()))
+    rows = list(join.handleInputRows((b"pen",), iter(pens), FakeTimerValues()))
     assert handle.states["join"].value == before  # the failed call wrote nothing
     letters = [pickle.loads(r.payload) for r in rows]
     assert [r.target for r in rows] == [Target.DEAD_LETTER] * 2
@@ -246,7 +212,7 @@ def test_a_key_whose_join_fails_goes_to_the_dead_letter_topic_and_keeps_its_stat
     assert counts == {("dead_letter", "join_error"): 2}
 
     # The next records of the key are joined as if the failed ones had never come.
-    books = list(join.handleInputRows((b"book",), iter(CALLS[1]), _Timers()))
+    books = list(join.handleInputRows((b"book",), iter(CALLS[1]), FakeTimerValues()))
     assert any(r.target == Target.PACKED for r in books)
 
 

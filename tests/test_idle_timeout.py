@@ -11,6 +11,7 @@ from service.config import load_settings
 from service.decode import InputDecoder
 from service.envelope import HEARTBEAT_GROUP, Tag
 from service.plan import build_plan
+from spark_fakes import FakeTimerValues
 from service_harness import TEMPORAL, JoinHarness, rate, timed_order
 
 def now_ms() -> int:
@@ -39,11 +40,7 @@ class _Untouchable:
         raise AssertionError(f"state used: {name}")
 
 
-class _Timers:
-    def getCurrentProcessingTimeInMs(self):
-        return 5_000
-
-    def getCurrentWatermarkInMs(self):
+def getCurrentWatermarkInMs(self):
         return 1_000
 
 
@@ -63,11 +60,11 @@ def test_a_heartbeat_is_one_envelope_that_the_join_and_normalize_stages_pass_by(
     both = beats + list(InputDecoder(plan, 0, "rowkind", None).heartbeat(1_700_000_000_456))
     join = JoinProcessor(plan.to_json())
     join.init(_Untouchable())
-    assert list(join.handleInputRows((HEARTBEAT_GROUP,), iter(both), _Timers())) == []
+    assert list(join.handleInputRows((HEARTBEAT_GROUP,), iter(both), FakeTimerValues(5_000, 1_000))) == []
     # An upsert input's normalize stage hands it on unchanged (the watermark is taken after it).
     normalize = NormalizeProcessor(plan_for(RIGHT_CHANGELOG_MODE="upsert").to_json(), 1)
     normalize.init(_Untouchable())
-    assert list(normalize.handleInputRows((HEARTBEAT_GROUP,), iter(beats), _Timers())) == beats
+    assert list(normalize.handleInputRows((HEARTBEAT_GROUP,), iter(beats), FakeTimerValues(5_000, 1_000))) == beats
 
 
 # --------------------------------------------------------------------------------------------

@@ -136,6 +136,6 @@ def test_the_service_does_not_load_the_test_broker():
 
     code = ("import sys, service.cli, service.app, service.pipeline, service.source, service.sink; "
             "print(sorted(m for m in sys.modules if m in ('service.kafka_broker', 'service.jars', "
-            "'service.embedded_broker')))")
+            "'service.embedded_broker', 'service.broker_process')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

@@ -14,6 +14,7 @@ from service.plan import build_plan
 from service.processor import JoinProcessor
 from service.source import KafkaRecord
 from service_harness import avro
+from spark_fakes import FakeHandle, FakeTimerValues
 from test_config import VALID
 from test_plan import TIMED
 
@@ -29,48 +30,6 @@ def window_plan(function="TUMBLE(TABLE {t}, DESCRIPTOR({c}), INTERVAL '10' SECON
     return build_plan(load_settings({**VALID, **TIMED, "JOIN_SQL": sql}))
 
 
-class _ValueState:
-    def __init__(self):
-        self.value = None
-
-    def get(self):
-        return self.value
-
-    def update(self, value):
-        self.value = value
-
-    def clear(self):
-        self.value = None
-
-
-class _Handle:
-    """One join key's state and event-time timers, as Spark's handle gives them to the processor."""
-
-    def __init__(self):
-        self.state = _ValueState()
-        self.timers = set()
-
-    def getValueState(self, name, schema):
-        return self.state
-
-    def registerTimer(self, ts):
-        self.timers.add(ts)
-
-    def deleteTimer(self, ts):
-        self.timers.discard(ts)
-
-
-class _Time:
-    def __init__(self, watermark):
-        self.watermark = watermark
-
-    def getCurrentProcessingTimeInMs(self):
-        return 1_000_000
-
-    def getCurrentWatermarkInMs(self):
-        return self.watermark
-
-
 class _Expired:
     def __init__(self, ts):
         self.ts = ts
@@ -82,7 +41,7 @@ class _Expired:
 def expire(join, handle, ts, watermark):
     """Spark's expiry of an event-time timer: it is removed, then handed to the processor."""
     handle.timers.discard(ts)
-    return join.handleExpiredTimer((b"1",), _Time(watermark), _Expired(ts))
+    return join.handleExpiredTimer((b"1",), FakeTimerValues(1_000_000, watermark), _Expired(ts))
 
 
 def envelopes(plan, side, rows, first_offset):
@@ -125,18 +84,18 @@ def test_both_inputs_carry_their_original_record_and_an_event_time():
 def test_a_window_join_fires_on_the_watermark_and_dead_letters_rows_of_either_side_for_fired_windows():
     plan = window_plan()
     join = JoinProcessor(plan.to_json())
-    handle = _Handle()
+    handle = FakeHandle()
     join.init(handle)
     first = envelopes(plan, 0, [order(1, 12_000)], 0) + envelopes(plan, 1, [shipment(7, 1, 15_000)], 0)
-    assert output_of(join.handleInputRows((b"1",), iter(first), _Time(-1))) == ([], [])
+    assert output_of(join.handleInputRows((b"1",), iter(first), FakeTimerValues(1_000_000, -1))) == ([], [])
     assert handle.timers == {19_999}  # the window [10 s, 20 s) fires when the watermark reaches 19 999
     changes, _ = output_of(expire(join, handle, 19_999, 25_000))
     assert changes == [(0, (1, 10_000, 7))]
-    assert handle.state.value is None  # a fired window leaves no state
+    assert handle.states["join"].value is None  # a fired window leaves no state
     # Now rows for that window are late, on either side; a row for a later window is not.
     late = envelopes(plan, 0, [order(2, 18_000)], 1) + envelopes(plan, 1, [shipment(8, 1, 11_000)], 1) \
         + envelopes(plan, 0, [order(3, 26_000)], 2)
-    changes, letters = output_of(join.handleInputRows((b"1",), iter(late), _Time(25_000)))
+    changes, letters = output_of(join.handleInputRows((b"1",), iter(late), FakeTimerValues(1_000_000, 25_000)))
     assert changes == []
     assert [(letter["reason"], letter["original"]["topic"], letter["original"]["offset"]) for letter in letters] == [
         ("late", "orders", 1), ("late", "shipments", 1)]
@@ -153,16 +112,16 @@ def test_a_hop_row_late_for_several_windows_is_one_dead_letter():
     plan = window_plan("HOP(TABLE {t}, DESCRIPTOR({c}), INTERVAL '5' SECOND, INTERVAL '15' SECOND)",
                        join="JOIN")
     join = JoinProcessor(plan.to_json())
-    handle = _Handle()
+    handle = FakeHandle()
     join.init(handle)
     # At watermark 20 000 the windows ending at 15 s and 20 s have fired; a row at 12 s belongs to
     # [0, 15), [5, 20) and [10, 25): late for two of them, still joined in the third.
     rows = envelopes(plan, 0, [order(1, 12_000)], 0)
-    changes, letters = output_of(join.handleInputRows((b"1",), iter(rows), _Time(20_000)))
+    changes, letters = output_of(join.handleInputRows((b"1",), iter(rows), FakeTimerValues(1_000_000, 20_000)))
     assert changes == [] and len(letters) == 1
     assert "2 window(s)" in letters[0]["detail"] and letters[0]["original"]["offset"] == 0
     rows = envelopes(plan, 1, [shipment(7, 1, 14_000)], 0)
-    changes, letters = output_of(join.handleInputRows((b"1",), iter(rows), _Time(20_000)))
+    changes, letters = output_of(join.handleInputRows((b"1",), iter(rows), FakeTimerValues(1_000_000, 20_000)))
     assert len(letters) == 1
     assert handle.timers == {24_999}
     changes, _ = output_of(expire(join, handle, 24_999, 30_000))
