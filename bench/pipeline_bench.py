@@ -119,20 +119,25 @@ def load(bootstrap: str, scenario: str, rows: int, keys: int, changes=None) -> f
     return time.perf_counter() - t0
 
 
+def service_settings(bootstrap: str, scenario: str, max_per_trigger: int, shuffle_partitions: int,
+                     checkpoint: str, out: str | None = None):
+    orders_topic, prices_topic, default_out = topics(scenario)
+    sql, pks = scenario_sql(scenario)
+    return load_settings({
+        "KAFKA_BOOTSTRAP_SERVERS": bootstrap, "LEFT_TOPIC": orders_topic, "RIGHT_TOPIC": prices_topic,
+        "OUTPUT_TOPIC": out or default_out, "LEFT_TABLE": "orders", "RIGHT_TABLE": "prices",
+        "LEFT_SCHEMA_FILE": str(ROOT / "schemas" / "orders.avsc"),
+        "RIGHT_SCHEMA_FILE": str(ROOT / "schemas" / "prices.avsc"), "JOIN_SQL": sql,
+        "CHECKPOINT_LOCATION": checkpoint, "SPARK_MASTER": "local[2]", "SHUFFLE_PARTITIONS": str(shuffle_partitions),
+        "TRIGGER_INTERVAL": "0", "MAX_RECORDS_PER_TRIGGER": str(max_per_trigger), "METRICS_PORT": "0", **pks,
+    })
+
+
 def run_changejoin(bootstrap: str, scenario: str, rows: int, max_per_trigger: int, shuffle_partitions: int,
                    out: str | None = None, on_start=None, on_end=None) -> dict:
     """The service on the preloaded topics until every input row is processed; its figures."""
-    orders_topic, prices_topic, default_out = topics(scenario)
-    sql, pks = scenario_sql(scenario)
     with tempfile.TemporaryDirectory() as work:
-        settings = load_settings({
-            "KAFKA_BOOTSTRAP_SERVERS": bootstrap, "LEFT_TOPIC": orders_topic, "RIGHT_TOPIC": prices_topic,
-            "OUTPUT_TOPIC": out or default_out, "LEFT_TABLE": "orders", "RIGHT_TABLE": "prices",
-            "LEFT_SCHEMA_FILE": str(ROOT / "schemas" / "orders.avsc"),
-            "RIGHT_SCHEMA_FILE": str(ROOT / "schemas" / "prices.avsc"), "JOIN_SQL": sql,
-            "CHECKPOINT_LOCATION": f"{work}/cp", "SPARK_MASTER": "local[2]", "SHUFFLE_PARTITIONS": str(shuffle_partitions),
-            "TRIGGER_INTERVAL": "0", "MAX_RECORDS_PER_TRIGGER": str(max_per_trigger), "METRICS_PORT": "0", **pks,
-        })
+        settings = service_settings(bootstrap, scenario, max_per_trigger, shuffle_partitions, f"{work}/cp", out)
         first_output = []
         service = Service(settings, on_batch=lambda c: first_output.append(time.perf_counter()) if c.output else None)
         service.spark  # noqa: B018 - start Spark before the clock starts
