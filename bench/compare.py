@@ -454,7 +454,7 @@ def render(args, runs, expected, started) -> str:
     lines = [f"## {started:%Y-%m-%d %H:%M} UTC compare: changejoin vs Flink {FLINK_VERSION} vs Spark native",
              "",
              f"`python bench/compare.py --rows {args.rows} --keys {args.keys} --scenarios {args.scenarios} "
-             f"--rounds {args.rounds}` ({os.cpu_count()} cores, shared machine: compare ratios; systems run one "
+             f"--rounds {args.rounds}{' --record' if args.record else ''}` ({os.cpu_count()} cores, shared machine: compare ratios; systems run one "
              "after the other in every round)",
              "",
              "| scenario | system | runs | in rows/s min | in rows/s median | out records | out rec/s median "
