@@ -1,0 +1,64 @@
+"""Spark's own stream-stream join, the JVM-only peer of bench/compare.py (insert-only scenario).
+
+Spark 4.3's Kafka connector is not on Maven Central, so this reads the same generated rows from
+Parquet files that compare.py writes once (one file per micro-batch and side,
+``maxFilesPerTrigger`` 1), joins them with Spark's native inner equi-join (no watermark: all state
+is kept, like the changejoin and Flink jobs without TTL) on RocksDB state, and writes to the
+``noop`` sink, with the availableNow trigger: the query stops when every file is processed.
+
+    python bench/spark_native_job.py --orders DIR --prices DIR [--shuffle-partitions 2]
+
+Prints one JSON line per event (``start``, ``end`` with elapsed seconds and output rows).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+
+
+def emit(event: str, **fields) -> None:
+    print(json.dumps({"event": event, **fields}), flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--orders", required=True)
+    parser.add_argument("--prices", required=True)
+    parser.add_argument("--shuffle-partitions", type=int, default=2)
+    args = parser.parse_args()
+
+    from pyspark.sql import SparkSession
+
+    spark = (SparkSession.builder.master("local[2]").appName("spark-native-join")
+             .config("spark.sql.shuffle.partitions", str(args.shuffle_partitions))
+             .config("spark.sql.streaming.stateStore.providerClass",
+                     "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
+             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+             .config("spark.sql.streaming.numRecentProgressUpdates", "10000")
+             .getOrCreate())
+    spark.sparkContext.setLogLevel("WARN")
+    orders = (spark.readStream.schema("order_id LONG, product STRING, quantity INT")
+              .option("maxFilesPerTrigger", 1).parquet(args.orders))
+    prices = (spark.readStream.schema("product STRING, price DOUBLE, currency STRING")
+              .option("maxFilesPerTrigger", 1).parquet(args.prices))
+    joined = orders.alias("o").join(prices.alias("p"), "product").select("o.order_id", "p.price")
+    with tempfile.TemporaryDirectory() as work:
+        emit("start")
+        start = time.perf_counter()
+        query = (joined.writeStream.format("noop").option("checkpointLocation", f"{work}/cp")
+                 .trigger(availableNow=True).start())
+        query.awaitTermination()
+        elapsed = time.perf_counter() - start
+        progress = list(query.recentProgress)
+    emit("end", elapsed=elapsed,
+         output=sum(max(0, p["sink"].get("numOutputRows", -1)) for p in progress),
+         state_output=sum(sum(op.get("numRowsUpdated", 0) for op in p.get("stateOperators", [])) for p in progress),
+         batches=sum(1 for p in progress if p["numInputRows"]),
+         input=sum(p["numInputRows"] for p in progress))
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main()
