@@ -150,6 +150,7 @@ class JoinProcessor(StatefulProcessor):
         self.value = handle.getValueState("join", _STATE_SCHEMA)
         self.time_mode = self.plan.time_mode
         domain = {TimeMode.PROCESSING_TIME: PROC, TimeMode.EVENT_TIME: EVENT}.get(self.time_mode)
+        self._row_maps: dict = {}
         self.state = SparkKeyState(self.value, handle, domain, self.plan.state_generation, self._upgrade)
         # Rows the join may drop as late carry their original record (decode.py): (row, original).
         self.original_sides = self.plan.late_sides
@@ -160,8 +161,10 @@ class JoinProcessor(StatefulProcessor):
 
     def _upgrade(self, value, generation: int):
         """A stored value of an older state generation, its rows in today's input columns."""
-        plan = self.plan
-        return self.operator.map_rows(value, plan.row_upgrade(generation, 0), plan.row_upgrade(generation, 1))
+        maps = self._row_maps.get(generation)
+        if maps is None:  # built once per generation: the defaults are decoded from the schema
+            maps = self._row_maps[generation] = (self.plan.row_upgrade(generation, 0), self.plan.row_upgrade(generation, 1))
+        return self.operator.map_rows(value, *maps)
 
     def _context(self, timer_values) -> Context:
         now = timer_values.getCurrentProcessingTimeInMs()
@@ -330,8 +333,12 @@ class NormalizeProcessor(StatefulProcessor):
         self.join_key = lambda row: join_key_group(join_key_of(row))
         self.operator = ChangelogNormalize()
 
+        row_maps: dict = {}
+
         def upgrade(value, generation):
-            return self.operator.map_rows(value, plan.row_upgrade(generation, self.side), None)
+            if generation not in row_maps:
+                row_maps[generation] = plan.row_upgrade(generation, self.side)
+            return self.operator.map_rows(value, row_maps[generation], None)
 
         self.state = SparkKeyState(handle.getValueState("last", _STATE_SCHEMA), handle, None,
                                    plan.state_generation, upgrade)
