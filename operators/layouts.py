@@ -14,6 +14,7 @@ does not. The join algorithms never ask which layout they have.
 """
 from __future__ import annotations
 
+from operator import itemgetter
 from typing import Iterator
 
 from .rows import identity
@@ -81,9 +82,12 @@ class InputSideHasUniqueKey(SideView):
     def __init__(self, spec: InputSpec):
         super().__init__(spec)
         self._uk = spec.unique_key
-
-    def entry_key(self, row):
-        return identity(tuple(row[i] for i in self._uk))
+        if len(self._uk) == 1:  # the usual case, on the hot path: no generator, no call unless NaN
+            (i,) = self._uk
+            self.entry_key = lambda row: (row[i],) if row[i] == row[i] else identity((row[i],))
+        else:
+            values = itemgetter(*self._uk)
+            self.entry_key = lambda row: identity(values(row))
 
 
 class InputSideHasNoUniqueKey(SideView):
