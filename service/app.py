@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import signal
 import threading
 import time
@@ -268,24 +269,57 @@ class Service:
 
 
 def log_fatal(error: BaseException) -> None:
-    """The one log line of a service that stops on a failure: its cause (for a failed Spark query,
-    the first line of the error, without the JVM's stack trace) in ``message`` and ``cause``; the
-    full text goes to ``detail``. JSON with ``LOG_FORMAT=json``, like every line."""
+    """The one log line of a service that stops on a failure: its cause in ``message`` and
+    ``cause``; the full text goes to ``detail``. JSON with ``LOG_FORMAT=json``, like every line.
+
+    The cause is what an operator can act on: when the error carries a Python traceback (an
+    exception raised by changejoin's code in a Spark Python process, wrapped by Spark in its own
+    error), the exception that traceback ends with (``KafkaSourceError: topic 'orders' partition
+    0: ...``), whose type is then ``error_type``; otherwise the error's first line, without the
+    JVM's stack trace."""
     text = str(error).strip() or type(error).__name__
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     cause = lines[0] if lines else type(error).__name__
+    error_type = type(error).__name__
+    raised = python_exception_in(text)
+    if raised is not None:
+        error_type, message = raised
+        cause = f"{error_type}: {message}" if message else error_type
     log.critical("changejoin stopped: %s", cause, extra={"event": "fatal", "cause": cause,
-                                                        "error_type": type(error).__name__, "exit_code": 1,
+                                                        "error_type": error_type, "exit_code": 1,
                                                         "detail": text[:20_000]})
 
 
-def _offsets(value) -> object:
-    """A source offset from query progress (a JSON string or already parsed) as a comparable value."""
-    import json
+_TRACEBACK = "Traceback (most recent call last):"
+_EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_][\w]*\.)*([A-Za-z_]\w*)(?::\s?(.*))?$")
 
+
+def python_exception_in(text: str) -> tuple[str, str] | None:
+    """(type name without its module, message) of the exception the last Python traceback in
+    ``text`` ends with, or None when ``text`` holds no traceback. A traceback's frames are indented;
+    the first line after them that is not is the exception."""
+    start = text.rfind(_TRACEBACK)
+    if start < 0:
+        return None
+    for line in text[start + len(_TRACEBACK):].splitlines()[1:]:
+        if not line.strip() or line[0].isspace():
+            continue
+        match = _EXCEPTION_LINE.match(line.strip())
+        if match is None:
+            return None
+        return match.group(1), (match.group(2) or "").strip()
+    return None
+
+
+def _offsets(value) -> object:
+    """A source offset from query progress (a JSON string or already parsed) as a comparable value:
+    its partitions' offsets only (an end offset also carries the topic's id, the count of lost
+    records and the idle heartbeat, which the latest offset does not)."""
     if isinstance(value, str):
         try:
-            return json.loads(value)
+            value = json.loads(value)
         except ValueError:
             return value
+    if isinstance(value, dict):
+        return {k: v for k, v in value.items() if str(k).isdigit()}
     return value

@@ -44,6 +44,20 @@ def test_a_failed_query_is_one_json_line_with_its_first_line_as_cause(json_log):
     assert line["error_type"] == "RuntimeError" and "org.apache.spark" in line["detail"]
 
 
+def test_the_cause_of_a_python_error_wrapped_by_spark_is_the_exception_its_traceback_ends_with(json_log):
+    error = RuntimeError(
+        "[STREAM_FAILED] Query [id = 1, runId = 2] terminated with exception: [PYTHON_STREAMING_DATA_SOURCE_"
+        "RUNTIME_ERROR] Failed when Python streaming data source perform latestOffset: Traceback (most recent "
+        "call last):\n  File \"/x/source.py\", line 733, in latestOffset\n    lost += self._records_lost(p)\n"
+        "            ^^^^^^^^^^^^^^^^^^^\nservice.source.KafkaSourceError: topic 'orders' partition 0: offsets 3 "
+        "to 4 (2 records) were deleted: set FAIL_ON_DATA_LOSS=false\n SQLSTATE: 38000\n\tat org.apache.spark.X(Y.scala:1)")
+    log_fatal(error)
+    (line,) = [json.loads(x) for x in json_log.getvalue().splitlines()]
+    assert line["cause"] == ("KafkaSourceError: topic 'orders' partition 0: offsets 3 to 4 (2 records) were "
+                             "deleted: set FAIL_ON_DATA_LOSS=false")
+    assert line["error_type"] == "KafkaSourceError" and line["detail"] == str(error)
+
+
 def test_a_service_that_cannot_start_exits_1_with_the_cause(json_log, monkeypatch):
     settings = load_settings(VALID)
     service = Service(settings, build_plan(settings), spark=object())
