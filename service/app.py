@@ -53,7 +53,7 @@ class _QueryListener(StreamingQueryListener):
         self._service._on_idle(str(event.runId))
 
     def onQueryTerminated(self, event) -> None:
-        pass
+        self._service._on_terminated(str(event.runId))
 
 
 class Service:
@@ -75,6 +75,7 @@ class Service:
         self._query_listener: _QueryListener | None = None
         self._run_id: str | None = None
         self._query_known = threading.Event()
+        self._terminated = threading.Event()  # the listener heard of the query's end
         self._pending: dict[int, BatchCounts] = {}  # counts waiting for their batch's progress
         self._lock = threading.Lock()
 
@@ -116,6 +117,10 @@ class Service:
                 self.metrics.mark_progress()
         except Exception:  # noqa: BLE001
             log.exception("could not record the query idle event")
+
+    def _on_terminated(self, run_id: str) -> None:
+        if self._ours(run_id):
+            self._terminated.set()
 
     def _log_batch(self, progress: dict) -> None:
         batch_id = progress.get("batchId")
@@ -161,6 +166,7 @@ class Service:
                 checkpoint.CheckpointFile(self.settings.checkpoint_location, lambda: self.spark))
             output_partitions = self.ensure_topics()
             self._query_known.clear()
+            self._terminated.clear()
             self._query_listener = _QueryListener(self)
             self.spark.streams.addListener(self._query_listener)
             try:
@@ -236,6 +242,11 @@ class Service:
                 while time.monotonic() < deadline and self.query.status.get("isTriggerActive"):
                     time.sleep(0.05)
                 self.query.stop()
+            if self.query is not None and self._query_listener is not None:
+                # Spark tells listeners of the query's end asynchronously: let that call reach this
+                # process before the listener goes (and the process, maybe, with it), or the JVM
+                # logs the call it could not make with a stack trace.
+                self._terminated.wait(timeout=10)
         finally:
             self._stop_observability()
 

@@ -78,8 +78,11 @@ def assert_stops_with_one_line(env: Dict[str, str], checkpoint: Path, workdir: P
     fatal = json.loads(fatal[0])
     for part in expected:
         assert part in fatal["cause"], f"{part!r} not in the cause {fatal['cause']!r}"
-    # Nothing but that line tells of the failure: no traceback, no JVM stack, no other error.
+    # Nothing but that line tells of the failure: no traceback, no JVM stack, no other error; and
+    # nothing but JSON lines (no JVM notice, no print of a Spark Python process).
     rest = "\n".join(others)
+    not_json = [line for line in others if not line.startswith("{")]
+    assert not not_json, "\n".join(not_json)
     assert "Traceback" not in rest and "\tat " not in rest, rest[-5000:]
     errors = [line for line in others if '"level": "ERROR"' in line or " ERROR " in line]
     assert not errors, "\n".join(errors)

@@ -9,7 +9,7 @@ import pytest
 from service.app import Service, log_fatal
 from service.config import load_settings
 from service.logs import JsonFormatter
-from service.pipeline import TASK_ATTEMPTS, with_task_retries
+from service.pipeline import TASK_ATTEMPTS, _relay_jvm_stderr, with_task_retries
 from service.plan import build_plan
 from test_config import VALID
 
@@ -71,3 +71,27 @@ def test_a_service_that_cannot_start_exits_1_with_the_cause(json_log, monkeypatc
     lines = [json.loads(x) for x in json_log.getvalue().splitlines()]
     fatal = [x for x in lines if x.get("event") == "fatal"]
     assert len(fatal) == 1 and fatal[0]["cause"] == "broker kafka:9092 is unreachable"
+
+
+def test_the_jvm_stderr_relay_drops_only_the_lines_nobody_can_act_on():
+    jvm = io.BytesIO(
+        b"WARNING: Using incubator modules: jdk.incubator.vector\n"
+        b"26/11/25 00:06:23 ERROR MicroBatchExecution: a real error\n"
+        b"Starting Streaming TransformWithStateInPandas Python worker.\n"
+        b"\n"
+        b"Streaming TransformWithStateInPandas Python worker Completed execution of UDF: <bound method f>.\n"
+        b"\n"
+        b"\n"
+        b"WARNING: Using incubator modules: jdk.incubator.foreign, jdk.incubator.vector\n"
+        b"\tat org.apache.spark.X(X.scala:1)\n"
+        b"partial line without newline"
+    )
+    out = io.BytesIO()
+    _relay_jvm_stderr(jvm, out)
+    assert out.getvalue() == (
+        b"26/11/25 00:06:23 ERROR MicroBatchExecution: a real error\n"
+        b"\n"  # an empty line of its own stays: only the one after a dropped line goes with it
+        b"WARNING: Using incubator modules: jdk.incubator.foreign, jdk.incubator.vector\n"
+        b"\tat org.apache.spark.X(X.scala:1)\n"
+        b"partial line without newline"
+    )
