@@ -707,6 +707,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     @property
     def client(self) -> _OffsetsClient:
         if self._client is None:
+            from .logs import configure_spark_python_process
+
+            configure_spark_python_process()  # this runs in Spark's source runner process
             log.info("changejoin_kafka source: %s", self.opts.describe())
             self._client = _OffsetsClient(self.opts)
         return self._client
