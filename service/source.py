@@ -213,7 +213,10 @@ class SourceOptions:
         )
 
     def admin_config(self) -> Dict[str, Any]:
-        conf: Dict[str, Any] = {"bootstrap.servers": self.bootstrap}
+        # librdkafka's informational lines (level 6, e.g. "Purging 1 unserved events from background
+        # queue" when the planner's process ends) tell nobody anything: warnings and errors only,
+        # unless the kafka.log_level option says otherwise.
+        conf: Dict[str, Any] = {"bootstrap.servers": self.bootstrap, "log_level": 4}
         conf.update(_only_common_props(self.client_props))
         return conf
 

@@ -143,8 +143,7 @@ def harness(kafka_bootstrap, spark, tmp_path, new_topic):
     return h
 
 
-def test_records_deleted_before_they_were_read_stop_the_service_or_are_skipped_keeping_the_state(
-        harness, tmp_path, capfd):
+def test_records_deleted_before_they_were_read_stop_the_service_or_are_skipped_keeping_the_state(harness, tmp_path):
     h = harness
     checkpoint = Path(h.env["CHECKPOINT_LOCATION"])
     h.send_prices([("+I", price("book", 12.5)), ("+I", price("pen", 1.5)), ("+I", price("ink", 7.0))])
@@ -165,12 +164,8 @@ def test_records_deleted_before_they_were_read_stop_the_service_or_are_skipped_k
 
     # FAIL_ON_DATA_LOSS=false: on from offset 5 with the state of the first run (order 2's delete
     # retracts its joined row), the 2 lost records counted.
-    capfd.readouterr()
     service = run_observed(h, FAIL_ON_DATA_LOSS="false")
     assert lost_records(service) == 2
-    # The warning, in the service's format, from the source's planner (a Python process of Spark's).
-    warnings = [line for line in capfd.readouterr().err.splitlines() if " WARNING service.source: " in line]
-    assert len(warnings) == 1 and "offsets 3 to 4 (2 records) were deleted" in warnings[0], warnings
     assert h.retract_table() == Counter({(1, "book", 2, 12.5): 1, (3, "ink", 1, 7.0): 1, (6, "ink", 4, 7.0): 1})
 
 
