@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import signal
 import threading
 import time
@@ -52,7 +53,7 @@ class _QueryListener(StreamingQueryListener):
         self._service._on_idle(str(event.runId))
 
     def onQueryTerminated(self, event) -> None:
-        pass
+        self._service._on_terminated(str(event.runId))
 
 
 class Service:
@@ -74,6 +75,7 @@ class Service:
         self._query_listener: _QueryListener | None = None
         self._run_id: str | None = None
         self._query_known = threading.Event()
+        self._terminated = threading.Event()  # the listener heard of the query's end
         self._pending: dict[int, BatchCounts] = {}  # counts waiting for their batch's progress
         self._lock = threading.Lock()
 
@@ -115,6 +117,10 @@ class Service:
                 self.metrics.mark_progress()
         except Exception:  # noqa: BLE001
             log.exception("could not record the query idle event")
+
+    def _on_terminated(self, run_id: str) -> None:
+        if self._ours(run_id):
+            self._terminated.set()
 
     def _log_batch(self, progress: dict) -> None:
         batch_id = progress.get("batchId")
@@ -160,6 +166,7 @@ class Service:
                 checkpoint.CheckpointFile(self.settings.checkpoint_location, lambda: self.spark))
             output_partitions = self.ensure_topics()
             self._query_known.clear()
+            self._terminated.clear()
             self._query_listener = _QueryListener(self)
             self.spark.streams.addListener(self._query_listener)
             try:
@@ -235,6 +242,11 @@ class Service:
                 while time.monotonic() < deadline and self.query.status.get("isTriggerActive"):
                     time.sleep(0.05)
                 self.query.stop()
+            if self.query is not None and self._query_listener is not None:
+                # Spark tells listeners of the query's end asynchronously: let that call reach this
+                # process before the listener goes (and the process, maybe, with it), or the JVM
+                # logs the call it could not make with a stack trace.
+                self._terminated.wait(timeout=10)
         finally:
             self._stop_observability()
 
@@ -268,24 +280,57 @@ class Service:
 
 
 def log_fatal(error: BaseException) -> None:
-    """The one log line of a service that stops on a failure: its cause (for a failed Spark query,
-    the first line of the error, without the JVM's stack trace) in ``message`` and ``cause``; the
-    full text goes to ``detail``. JSON with ``LOG_FORMAT=json``, like every line."""
+    """The one log line of a service that stops on a failure: its cause in ``message`` and
+    ``cause``; the full text goes to ``detail``. JSON with ``LOG_FORMAT=json``, like every line.
+
+    The cause is what an operator can act on: when the error carries a Python traceback (an
+    exception raised by changejoin's code in a Spark Python process, wrapped by Spark in its own
+    error), the exception that traceback ends with (``KafkaSourceError: topic 'orders' partition
+    0: ...``), whose type is then ``error_type``; otherwise the error's first line, without the
+    JVM's stack trace."""
     text = str(error).strip() or type(error).__name__
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     cause = lines[0] if lines else type(error).__name__
+    error_type = type(error).__name__
+    raised = python_exception_in(text)
+    if raised is not None:
+        error_type, message = raised
+        cause = f"{error_type}: {message}" if message else error_type
     log.critical("changejoin stopped: %s", cause, extra={"event": "fatal", "cause": cause,
-                                                        "error_type": type(error).__name__, "exit_code": 1,
+                                                        "error_type": error_type, "exit_code": 1,
                                                         "detail": text[:20_000]})
 
 
-def _offsets(value) -> object:
-    """A source offset from query progress (a JSON string or already parsed) as a comparable value."""
-    import json
+_TRACEBACK = "Traceback (most recent call last):"
+_EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_][\w]*\.)*([A-Za-z_]\w*)(?::\s?(.*))?$")
 
+
+def python_exception_in(text: str) -> tuple[str, str] | None:
+    """(type name without its module, message) of the exception the last Python traceback in
+    ``text`` ends with, or None when ``text`` holds no traceback. A traceback's frames are indented;
+    the first line after them that is not is the exception."""
+    start = text.rfind(_TRACEBACK)
+    if start < 0:
+        return None
+    for line in text[start + len(_TRACEBACK):].splitlines()[1:]:
+        if not line.strip() or line[0].isspace():
+            continue
+        match = _EXCEPTION_LINE.match(line.strip())
+        if match is None:
+            return None
+        return match.group(1), (match.group(2) or "").strip()
+    return None
+
+
+def _offsets(value) -> object:
+    """A source offset from query progress (a JSON string or already parsed) as a comparable value:
+    its partitions' offsets only (an end offset also carries the topic's id, the count of lost
+    records and the idle heartbeat, which the latest offset does not)."""
     if isinstance(value, str):
         try:
-            return json.loads(value)
+            value = json.loads(value)
         except ValueError:
             return value
+    if isinstance(value, dict):
+        return {k: v for k, v in value.items() if str(k).isdigit()}
     return value

@@ -14,11 +14,10 @@ log = logging.getLogger("service.cli")
 def _configure_logging(level: str = "INFO", fmt: str = "text", secrets=()) -> None:
     """Logging to stderr; every line goes through :class:`logs.RedactingFormatter`, which hides URL
     user info and the given secret values wherever they appear."""
-    from .logs import JsonFormatter, RedactingFormatter
+    from .logs import formatter
 
-    inner = JsonFormatter() if fmt == "json" else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
     handler = logging.StreamHandler()
-    handler.setFormatter(RedactingFormatter(inner, secrets))
+    handler.setFormatter(formatter(fmt, secrets))
     logging.basicConfig(level=level, handlers=[handler], force=True)
     logging.getLogger("py4j").setLevel(logging.WARNING)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import logging
+import os
 
 # The attributes every LogRecord has: anything else on a record came from ``extra``.
 _STANDARD = frozenset(vars(logging.LogRecord("", logging.INFO, "", 0, "", (), None))) | {"message", "asctime"}
@@ -51,3 +52,25 @@ class RedactingFormatter(logging.Formatter):
         from .config import redact_text
 
         return redact_text(self.inner.format(record), self.secrets)
+
+
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def formatter(fmt: str = "text", secrets=()) -> logging.Formatter:
+    """The service's line format (``LOG_FORMAT``: ``text`` or ``json``), redacted."""
+    return RedactingFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(TEXT_FORMAT), secrets)
+
+
+def configure_spark_python_process() -> None:
+    """In a Python process Spark started (the streaming source's driver-side runner, a task's worker),
+    where nothing configured logging: log warnings and errors as the service does, in the format its
+    environment says (``LOG_FORMAT``, inherited through the JVM), instead of Python's bare
+    last-resort lines. Does nothing where the root logger has handlers (the service's own process)."""
+    root = logging.getLogger()
+    if root.handlers:
+        return
+    handler = logging.StreamHandler()
+    handler.setFormatter(formatter("json" if os.environ.get("LOG_FORMAT", "").strip().lower() == "json" else "text"))
+    root.addHandler(handler)
+    root.setLevel(logging.WARNING)

@@ -35,8 +35,10 @@ Options (all strings, names are case-insensitive):
                            Their values are never logged.
 
 Offsets are a JSON dict ``{"<partition>": next_offset}`` kept by Spark in the query checkpoint,
-so a restarted query resumes exactly where it stopped (with ``idleTimeoutMs`` it may also hold
-``"heartbeat"``, see below). Partitions that appear later are read from their beginning. Each
+so a restarted query resumes exactly where it stopped. They also hold ``"topic_id"``, Kafka's id of
+the topic they are offsets of, so that a topic deleted and re-created under the same name is
+noticed whatever its offsets (data loss, as above); ``"lost"``, the records skipped as lost since
+the checkpoint began, when any were; and with ``idleTimeoutMs``, ``"heartbeat"`` (see below). Partitions that appear later are read from their beginning. Each
 micro-batch has one Spark input partition per Kafka partition that has records in the batch's
 range; a task assigns itself the partition, seeks to the range start and reads up to the range
 end (exclusive). It never subscribes, never commits offsets and does not depend on
@@ -114,7 +116,10 @@ HEARTBEAT = "heartbeat"
 #: The offset component counting the records lost since the checkpoint began: gone (retention, a
 #: re-created topic) before they were read, skipped with failOnDataLoss=false. Absent while 0.
 LOST = "lost"
-_NOT_PARTITIONS = (HEARTBEAT, LOST)
+#: The offset component naming the topic the offsets are of (Kafka's topic id): a topic deleted and
+#: re-created under the same name has another id, and its offsets start again at 0.
+TOPIC_ID = "topic_id"
+_NOT_PARTITIONS = (HEARTBEAT, LOST, TOPIC_ID)
 
 
 class KafkaSourceError(RuntimeError):
@@ -208,7 +213,10 @@ class SourceOptions:
         )
 
     def admin_config(self) -> Dict[str, Any]:
-        conf: Dict[str, Any] = {"bootstrap.servers": self.bootstrap}
+        # librdkafka's informational lines (level 6, e.g. "Purging 1 unserved events from background
+        # queue" when the planner's process ends) tell nobody anything: warnings and errors only,
+        # unless the kafka.log_level option says otherwise.
+        conf: Dict[str, Any] = {"bootstrap.servers": self.bootstrap, "log_level": 4}
         conf.update(_only_common_props(self.client_props))
         return conf
 
@@ -306,15 +314,19 @@ def load_mapper(spec: str, config_json: str, secret_json: str | None = None) -> 
 # --------------------------------------------------------------------------------------------
 
 
-def _offsets_dict(offsets: Mapping[int, int], heartbeat: Optional[int] = None, lost: int = 0) -> Dict[str, int]:
+def _offsets_dict(
+    offsets: Mapping[int, int], heartbeat: Optional[int] = None, lost: int = 0, topic_id: Optional[str] = None
+) -> Dict[str, Any]:
     """The JSON form Spark stores: string partition keys, in partition order (Spark compares
-    offsets by their JSON text, so the order must be stable), then the heartbeat and the count of
-    lost records if any."""
-    out = {str(p): int(offsets[p]) for p in sorted(offsets)}
+    offsets by their JSON text, so the order must be stable), then the heartbeat, the count of
+    lost records and the topic's id if any."""
+    out: Dict[str, Any] = {str(p): int(offsets[p]) for p in sorted(offsets)}
     if heartbeat is not None:
         out[HEARTBEAT] = int(heartbeat)
     if lost:
         out[LOST] = int(lost)
+    if topic_id:
+        out[TOPIC_ID] = str(topic_id)
     return out
 
 
@@ -324,6 +336,11 @@ def _parse_offsets(offsets: Optional[Mapping[str, Any]]) -> Dict[int, int]:
 
 def _lost_of(offsets: Optional[Mapping[str, Any]]) -> int:
     return int((offsets or {}).get(LOST, 0))
+
+
+def _topic_id_of(offsets: Optional[Mapping[str, Any]]) -> Optional[str]:
+    value = (offsets or {}).get(TOPIC_ID)
+    return None if value is None else str(value)
 
 
 def _heartbeat_of(offsets: Optional[Mapping[str, Any]]) -> Optional[int]:
@@ -394,6 +411,8 @@ class _OffsetsClient:
         self._opts = opts
         self._admin = self._new_admin()
         self._warned_missing = False
+        #: The topic's id as of the latest look-up of its partitions (None while it does not exist).
+        self.topic_id: Optional[str] = None
 
     def _new_admin(self) -> Any:
         from confluent_kafka.admin import AdminClient
@@ -420,10 +439,11 @@ class _OffsetsClient:
                 self._admin = self._new_admin()
 
     def partitions(self) -> List[int]:
-        """The topic's partitions; empty if the topic does not exist (yet)."""
+        """The topic's partitions; empty if the topic does not exist (yet). Also updates
+        :attr:`topic_id`."""
         from confluent_kafka import KafkaError, KafkaException, TopicCollection
 
-        def describe() -> List[int]:
+        def describe() -> tuple:
             futures = self._admin.describe_topics(
                 TopicCollection([self._opts.topic]), request_timeout=30
             )
@@ -432,11 +452,12 @@ class _OffsetsClient:
             except KafkaException as exc:
                 err = exc.args[0] if exc.args else None
                 if getattr(err, "code", lambda: None)() == KafkaError.UNKNOWN_TOPIC_OR_PART:
-                    return []
+                    return None, []
                 raise
-            return sorted(p.id for p in desc.partitions)
+            topic_id = str(desc.topic_id) if getattr(desc, "topic_id", None) is not None else None
+            return topic_id, sorted(p.id for p in desc.partitions)
 
-        found = self._retrying("describing partitions", describe)
+        self.topic_id, found = self._retrying("describing partitions", describe)
         if not found and not self._warned_missing:
             log.warning("topic %s does not exist (yet); reading nothing from it", self._opts.topic)
             self._warned_missing = True
@@ -689,13 +710,18 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     @property
     def client(self) -> _OffsetsClient:
         if self._client is None:
+            from .logs import configure_spark_python_process
+
+            configure_spark_python_process()  # this runs in Spark's source runner process
             log.info("changejoin_kafka source: %s", self.opts.describe())
             self._client = _OffsetsClient(self.opts)
         return self._client
 
     def initialOffset(self) -> dict:
         partitions = self.client.partitions()
-        return _offsets_dict(self.client.offsets(partitions, self.opts.starting))
+        return _offsets_dict(
+            self.client.offsets(partitions, self.opts.starting), topic_id=getattr(self.client, "topic_id", None)
+        )
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.opts.max_records is not None:
@@ -709,6 +735,13 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         begin = _parse_offsets(start)
         latest = self.client.latest()
         self._last_latest = latest
+        topic_id = getattr(self.client, "topic_id", None) or _topic_id_of(start)
+        if begin and latest and _topic_id_of(start) not in (None, topic_id):
+            # Deleted and re-created: the offsets of the checkpoint are of another log.
+            self._topic_recreated(_topic_id_of(start), topic_id)  # raises unless failOnDataLoss=false
+            return _offsets_dict(
+                self.client.offsets(sorted(latest), "earliest"), _heartbeat_of(start), _lost_of(start), topic_id
+            )
         if self._target is not None:
             # Trigger.AvailableNow: never go past what existed when the query started.
             latest = {p: min(o, self._target[p]) for p, o in latest.items() if p in self._target}
@@ -749,7 +782,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         heartbeat = _heartbeat_of(start)  # carried along unchanged unless a new one is due
         if self.opts.idle_timeout_ms is not None and self._target is None:
             heartbeat = self._plan_heartbeat(begin, result, self._last_latest, heartbeat)
-        return _offsets_dict(result, heartbeat, lost)
+        return _offsets_dict(result, heartbeat, lost, topic_id)
 
     def _plan_heartbeat(
         self,
@@ -790,8 +823,23 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             "re-created, or the broker lost its data)"
         )
         if self.opts.fail_on_data_loss:
-            raise KafkaSourceError(msg + "; set failOnDataLoss=false to read the partition again")
+            raise KafkaSourceError(
+                msg + "; set failOnDataLoss=false (FAIL_ON_DATA_LOSS=false) to read the partition again from "
+                "its beginning, keeping the join state"
+            )
         log.warning("%s; reading the partition again from its beginning", msg)
+
+    def _topic_recreated(self, before: Optional[str], now: Optional[str]) -> None:
+        msg = (
+            f"topic {self.opts.topic!r} was deleted and re-created (topic id {before}, now {now}): the "
+            "records it had after the checkpointed offsets were lost, however many there were"
+        )
+        if self.opts.fail_on_data_loss:
+            raise KafkaSourceError(
+                msg + "; set failOnDataLoss=false (FAIL_ON_DATA_LOSS=false) to read the new topic from its "
+                "beginning, keeping the join state"
+            )
+        log.warning("%s; reading the new topic from its beginning", msg)
 
     def _records_lost(self, partition: int, start: int, log_start: int) -> int:
         """Records ``start`` .. ``log_start`` - 1 of a partition are gone (deleted by retention) before
@@ -816,6 +864,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         begin = _parse_offsets(start)
         finish = _parse_offsets(end)
+        if _topic_id_of(start) not in (None, _topic_id_of(end)):
+            return []  # the batch that moves to the beginning of a re-created topic reads nothing
         missing = [p for p in finish if p not in begin]
         if missing:
             begin.update(self.client.offsets(missing, "earliest"))

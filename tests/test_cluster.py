@@ -8,11 +8,15 @@ its driver is a separate JVM too, and the join runs only on the executors. One r
    everything is joined, the output materializes to the expected table (computed without Spark,
    by ``Changelogs``), with no replay at all.
 2. More input arrives; while a micro-batch is running (its offsets are in the checkpoint, its
-   commit is not) and an executor is running tasks (the driver's REST API says so), that
-   executor's JVM is killed with SIGKILL. The driver loses it, its tasks run again elsewhere (``spark.task.maxFailures``), the
-   master starts a replacement, state comes back from the checkpoint, and the output, replays
-   dropped by their ``changejoin.batch``/``changejoin.seq`` headers, still materializes to the
-   expected table.
+   commit is not) and an executor is running a task (the driver's REST API says so), that
+   executor's JVM is killed with SIGKILL. The kill must land mid-task: the driver must report a
+   task lost with the executor (``ExecutorLostFailure``). The REST API's view is a moment old, so
+   a kill can land just after the task ended; such a kill is done again, on the next busy
+   executor once the master has replaced the killed one, until one lands mid-task (at most 5).
+   The lost task runs again elsewhere (``spark.task.maxFailures``: a completed stage has a
+   failed task), the master starts a replacement, state comes back from the checkpoint, and the
+   output, replays dropped by their ``changejoin.batch``/``changejoin.seq`` headers, still
+   materializes to the expected table.
 
 Also shown: the reader schemas travel in the plan. The ``.avsc`` files the service is configured
 with are deleted as soon as the driver has built its plan, before any task runs, so an executor
@@ -37,6 +41,7 @@ import pytest
 from kafka_fixture import consume_all, create_topic
 from service.config import load_settings
 from service.broker_process import free_port
+from service.pipeline import QUIET_JVM_LINES
 from service_harness import SCHEMAS, JoinHarness, drop_replays, read_changelog, retract_table
 from spark_cluster import SparkCluster
 from test_recovery import PARTITIONS, Changelogs, ServiceProcess, caught_up, drive, send, service_env
@@ -121,17 +126,45 @@ def test_left_join_on_a_standalone_cluster_survives_a_killed_executor(
         for _ in range(2):
             send(h, log.chunk(order_ops=60, price_ops=15))
         killed = {}
+        misses = []  # kills that landed between two tasks of the executor: tried again
+        aim = {"state": "aim"}
 
-        def running_batch_with_busy_executor(s: ClusterService, batches):
-            """A micro-batch of phase 2 has started (its offsets are logged) and is not committed,
-            and an executor runs tasks: that executor is killed. Should the input run out first
-            (the tasks' moments are short), more of it is sent."""
+        def lost_tasks_of(executor: str, text: str):
+            """The micro-batches of tasks the driver lost with ``executor``."""
+            return [int(b) for b in re.findall(
+                r"\[batchId = (\d+)\] Lost task \S+ in stage \S+ \(TID \d+\) \(\S+ executor "
+                + re.escape(executor) + r"\): ExecutorLostFailure", text)]
+
+        def kill_mid_task(s: ClusterService, batches):
+            """Kill an executor while it runs a task of a phase 2 micro-batch, and make sure the
+            kill landed mid-task: the driver must report a task lost with the executor. A kill that
+            landed between two tasks (the driver's view of running tasks is a moment old) is done
+            again, on another busy executor, once the master has replaced the killed one."""
+            text = s.log_path.read_text(errors="replace")
+            if aim["state"] == "confirm":
+                eid = aim["executor"]
+                if not re.search(rf"Lost executor {eid}\b", text):
+                    return None  # the driver has not noticed yet
+                if lost_tasks_of(eid, text):
+                    return eid
+                # The driver logs the tasks it lost right after the executor: give it a moment.
+                aim.setdefault("noticed", time.monotonic())
+                if time.monotonic() - aim["noticed"] < 5:
+                    return None
+                del aim["noticed"]
+                misses.append(eid)
+                assert len(misses) < 5, f"5 kills, none mid-task: {misses}\n{s.log_tail()}"
+                aim["state"] = "replace"
+            if aim["state"] == "replace":
+                if len(cluster.executors()) < 2:
+                    return None
+                aim["state"] = "aim"
             started = [int(n) for n in os.listdir(s.checkpoint / "offsets") if n.isdigit()]
             running = max(started, default=-1)
             committed = set(s.commits())
             if running < first_new_batch or running in committed:
                 if caught_up(log.sent)(s, batches):
-                    send(h, log.chunk(order_ops=30, price_ops=8))
+                    send(h, log.chunk(order_ops=30, price_ops=8))  # more input, more tasks to aim at
                 return None
             busy = s.busy_executors()
             live = {eid: pid for pid, eid in cluster.executors().items()}
@@ -142,10 +175,10 @@ def test_left_join_on_a_standalone_cluster_survives_a_killed_executor(
             os.kill(live[eid], signal.SIGKILL)
             killed.update(executor=eid, pid=live[eid], batch=running, active_tasks=busy[eid],
                           committed_then=max(committed, default=-1))
-            return eid
+            aim.update(state="confirm", executor=eid)
+            return None
 
-        drive({svc: running_batch_with_busy_executor}, "a running micro-batch while an executor runs tasks",
-              CATCH_UP_TIMEOUT_S)
+        drive({svc: kill_mid_task}, "an executor killed while it runs a task", CATCH_UP_TIMEOUT_S)
         drive({svc: caught_up(log.sent)}, "all input to be joined after the executor was killed",
               CATCH_UP_TIMEOUT_S)
         # The master replaced the killed executor: two executors again, one of them new.
@@ -167,16 +200,16 @@ def test_left_join_on_a_standalone_cluster_survives_a_killed_executor(
 
     lost_executor = re.findall(rf"Lost executor {killed['executor']}\b", driver_log)
     # "[batchId = B] Lost task 1.0 in stage 21.0 (TID 53) (127.0.0.1 executor 1): ExecutorLostFailure ..."
-    lost_tasks = [int(b) for b in re.findall(
-        r"\[batchId = (\d+)\] Lost task \S+ in stage \S+ \(TID \d+\) \(\S+ executor "
-        + re.escape(killed["executor"]) + r"\): ExecutorLostFailure", driver_log)]
+    lost_tasks = lost_tasks_of(killed["executor"], driver_log)
+    missed_tasks = [b for eid in misses for b in lost_tasks_of(eid, driver_log)]
     # Completed stages in which some task failed (and was run again, or the stage would not be complete).
     retried = {f"{s['stageId']}.{s['attemptId']}": (s["numFailedTasks"], s["numCompleteTasks"])
                for s in stages if s["numFailedTasks"] > 0 or s["attemptId"] > 0}
     changes = read_changelog(kafka_bootstrap, h.output, svc.plan.output_schema)
     kept, replays = drop_replays(changes)
     summary = (f"killed executor {killed['executor']} (pid {killed['pid']}, {killed['active_tasks']} tasks running) "
-               f"while batch {killed['batch']} was running (last commit then: {killed['committed_then']}); "
+               f"while batch {killed['batch']} was running (last commit then: {killed['committed_then']}), after "
+               f"{len(misses)} kills between tasks (executors {misses}); "
                f"executors before {sorted(executors_before.values())}, after {sorted(executors_after.values())}; "
                f"driver log: {len(lost_executor)} 'Lost executor', tasks lost with it in batches {lost_tasks}; "
                f"completed stages with failed tasks (stage.attempt: failed, complete) {retried}; "
@@ -184,14 +217,19 @@ def test_left_join_on_a_standalone_cluster_survives_a_killed_executor(
                f"{dict(Counter(c.batch for c in replays))}")
     print(summary)
     assert lost_executor, f"the driver never reported executor {killed['executor']} lost; {summary}"
-    # The kill is aimed at an executor the driver reported busy, but on a fast machine its task
-    # can finish between that report and the signal: then no task is lost. When one is, it must
-    # have been run again (a completed stage with a failed task).
-    if lost_tasks:
-        assert retried, f"a task was lost but no completed stage had a failed task; {summary}"
+    assert lost_tasks, f"no task was lost with the killed executor; {summary}"
+    assert not missed_tasks, f"a kill counted as between tasks lost tasks; {summary}"
+    # The lost task was run again: a completed stage had a failed task.
+    assert retried, f"a task was lost but no completed stage had a failed task; {summary}"
     # A task lost in the middle of producing its output produces it again: replays, of that batch only.
     assert set(c.batch for c in replays) <= set(lost_tasks), f"replays of batches that lost no task; {summary}"
     assert all(phase1_commit < b <= final_commit for b in lost_tasks), (
         f"the lost tasks were not in phase 2's batches ({phase1_commit + 1}..{final_commit}); {summary}")
+    # What the service printed, start to graceful stop: nothing a user cannot act on (the JDK's
+    # incubator notice, PySpark's transformWithState prints), no error but the lost executor's.
+    noise = [line for line in driver_log.splitlines()
+             if any(p.match(line.encode()) for p in QUIET_JVM_LINES)
+             or (" ERROR " in line and "Lost executor" not in line) or "Traceback" in line]
+    assert not noise, "\n".join(noise)
     assert not consume_all(kafka_bootstrap, svc.settings_dlq), "dead letters"
     assert retract_table(kept) == log.retract_table(), f"phase 2: not the expected table; {summary}"

@@ -179,6 +179,29 @@ def test_offsets_that_went_back_are_data_loss():
     assert ranges(lenient, moved_back, {"0": 3}) == [(0, 0, 3)]
 
 
+def test_a_topic_re_created_under_the_same_name_is_data_loss_whatever_its_offsets():
+    fake = FakeOffsets(earliest={0: 0, 1: 0}, latest={0: 5, 1: 2})
+    fake.topic_id = "id-1"
+    start = planning_reader(fake).initialOffset()
+    assert start == {"0": 0, "1": 0, "topic_id": "id-1"}
+    end = planning_reader(fake).latestOffset(start, ReadAllAvailable())
+    assert end == {"0": 5, "1": 2, "topic_id": "id-1"}
+    # Deleted and re-created, and written to again: its offsets are past the checkpointed ones,
+    # yet the records before them were never read.
+    fake.topic_id, fake.latest_ = "id-2", {0: 9, 1: 7}
+    with pytest.raises(KafkaSourceError, match=r"re-created \(topic id id-1, now id-2\).*FAIL_ON_DATA_LOSS=false"):
+        planning_reader(fake).latestOffset(end, ReadAllAvailable())
+    lenient = planning_reader(fake, failOnDataLoss="false")
+    moved = lenient.latestOffset(end, ReadAllAvailable())
+    assert moved == {"0": 0, "1": 0, "topic_id": "id-2"}  # to the new topic's beginning, reading nothing
+    assert ranges(lenient, end, moved) == []
+    again = lenient.latestOffset(moved, ReadAllAvailable())
+    assert again == {"0": 9, "1": 7, "topic_id": "id-2"}
+    assert ranges(lenient, moved, again) == [(0, 0, 9), (1, 0, 7)]
+    # A checkpoint written before offsets named their topic takes the topic's id as it is.
+    assert planning_reader(fake).latestOffset({"0": 9, "1": 7}, ReadAllAvailable()) == again
+
+
 def test_records_deleted_before_they_were_read_are_data_loss_counted_in_the_offset():
     fake = FakeOffsets(earliest={0: 0, 1: 0}, latest={0: 12, 1: 4})
     fake.earliest[0] = 8  # retention deleted offsets 5..7 of partition 0 before they were read
