@@ -183,6 +183,33 @@ def table(results: dict) -> str:
     return "\n".join(lines)
 
 
+def plot(costs, results, png: Path) -> None:
+    """Left: the operators' ms per update by key size (log-log); right: end-to-end medians."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ops, e2e) = plt.subplots(1, 2, figsize=(11, 4))
+    sizes = [c[0] for c in costs]
+    ops.loglog(sizes, [c[1] for c in costs], "o-", label="side in one value")
+    ops.loglog(sizes, [c[2] for c in costs], "s-", label="split side")
+    ops.set_xlabel("rows in the join key")
+    ops.set_ylabel("ms per update (operators, min)")
+    ops.legend()
+    names = list(results)
+    width = 0.35
+    for i, kind in enumerate(("hot", "small")):
+        e2e.bar([n + (i - 0.5) * width for n in range(len(names))],
+                [statistics.median(results[name]["durations"][kind]) for name in names], width,
+                label=f"{kind} key")
+    e2e.set_xticks(range(len(names)), names)
+    e2e.set_ylabel("micro-batch of one update, ms (median)")
+    e2e.legend()
+    fig.tight_layout()
+    fig.savefig(png, dpi=90)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--hot-rows", type=int, default=1_000_000)
@@ -218,11 +245,15 @@ def main() -> None:
     print(table(results))
     if args.record:
         command = "python bench/hotkey_bench.py " + " ".join(sys.argv[1:])
-        when = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+        now = _dt.datetime.now(_dt.timezone.utc)
+        when = now.strftime("%Y-%m-%d %H:%M UTC")
+        png = ROOT / "bench" / f"hotkey-{now.strftime('%Y-%m-%d-%H%M')}.png"
+        plot(costs, results, png)
         with open(ROOT / "bench" / "RESULTS.md", "a") as f:
             f.write(f"\n## {when} hot key: one update to a key of {args.hot_rows:,} rows vs one of "
                     f"{args.small_rows}\n\n`{command}`\n\nThe operators alone, state pickled as in Spark:\n\n"
-                    f"{operator_table(costs)}\n\nEnd to end, micro-batch of one update:\n\n{table(results)}\n")
+                    f"{operator_table(costs)}\n\nEnd to end, micro-batch of one update:\n\n{table(results)}\n\n"
+                    f"![hot key]({png.name})\n")
 
 
 if __name__ == "__main__":
