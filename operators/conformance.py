@@ -184,8 +184,8 @@ def _build_time_bounded(case, kind, join_type, filter_nulls, condition, projecti
     return make_window_join(spec)
 
 
-def run_case(case: dict) -> dict:
-    """Replay one case; returns its OBSERVED entry."""
+def run_case(case: dict, state: InMemoryState | None = None) -> dict:
+    """Replay one case (on ``state``, a fresh in-memory state by default); returns its OBSERVED entry."""
     try:
         operator = build_operator(case)
     except ConfigurationError as err:
@@ -194,7 +194,7 @@ def run_case(case: dict) -> dict:
         return {"segments": []}  # a join that should have been refused was accepted
 
     keys = (tuple(case["left_join_key"]), tuple(case["right_join_key"]))
-    state = InMemoryState()
+    state = InMemoryState() if state is None else state
     out = Output()
     segments: list[list] = [[]]
     # Event-time joins report each advance of the combined watermark, held back by the join's delay.

@@ -1,6 +1,7 @@
 """The three ways an input's rows are kept per join key, behind one interface.
 
-Every layout stores, per join key, a dict of *entries*. An entry is a list
+Every layout stores, per join key, a dict of *entries* (or, for a side too large for one value,
+a :class:`~operators.splitside.SplitSide` that behaves as one). An entry is a list
 ``[row, copies, associations, written_at]``:
 
 - ``copies``: how many identical rows it stands for (always 1 when the input has a unique key);
@@ -60,12 +61,17 @@ class SideView:
     def purge(self, side: dict, now: int) -> None:
         """Drop entries whose TTL has passed (they are already invisible)."""
         if self.ttl is not None:
+            if not isinstance(side, dict):  # a split side (splitside.py) reads no more than it must
+                side.purge(self.ttl, now)
+                return
             for key in [k for k, e in side.items() if e[WRITTEN] + self.ttl <= now]:
                 del side[key]
 
     def latest_expiry(self, side: dict) -> int | None:
         if self.ttl is None or not side:
             return None
+        if not isinstance(side, dict):
+            return side.latest_written() + self.ttl
         return max(e[WRITTEN] for e in side.values()) + self.ttl
 
 

@@ -21,13 +21,20 @@ from .normalize import upsert_changes
 from .rowkind import ACCUMULATE, DELETE, INSERT
 from .rows import nulls, row_builder
 from .spec import JoinSpec, null_key_filter
+from .splitside import SplitSide
 from .state import PROC, Context, KeyState, Output, Record
+
+MAPS = ("left", "right")
+"""The maps a key's state may have (``KeyState.map``): a side too large for the key's value."""
 
 
 class _KeyedJoin:
     """What regular and semi/anti joins share: key checks, state load/store and TTL timers."""
 
     folds_pairs = False
+    split_at = 512
+    """Entries of one side beyond which it leaves the key's value for a map of its own
+    (``splitside.py``): below it, one read and one write of everything is cheapest."""
 
     def __init__(self, spec: JoinSpec):
         self.spec = spec
@@ -52,7 +59,12 @@ class _KeyedJoin:
         value = state.get()
         if value is None:
             return [{}, {}], None
-        return [value[0], value[1]], value[2]
+        sides = [value[0], value[1]]
+        for i, side in enumerate(sides):
+            if not isinstance(side, dict):  # a split side's marker: [count, latest written(, row map)]
+                row_map = side[2] if len(side) > 2 else None
+                sides[i] = SplitSide(state.map(MAPS[i]), side[0], side[1], row_map, self.views[i].entry_key)
+        return sides, value[2]
 
     def _store(self, state: KeyState, sides: list, timer, now: int) -> None:
         if self._ttl:
@@ -66,8 +78,21 @@ class _KeyedJoin:
                 if wanted is not None:
                     state.register_timer(PROC, wanted)
                 timer = wanted
-        if sides[0] or sides[1]:
-            state.put((sides[0], sides[1], timer))
+        stored = []
+        for i, side in enumerate(sides):
+            if isinstance(side, dict) and len(side) > self.split_at:
+                store = state.map(MAPS[i])
+                if store is not None:
+                    side = SplitSide.moved(store, side)
+            if isinstance(side, SplitSide):
+                if side:
+                    side = side.flush()
+                else:  # back in the value, the map gone
+                    side.clear()
+                    side = {}
+            stored.append(side)
+        if stored[0] or stored[1]:
+            state.put((stored[0], stored[1], timer))
         else:
             state.clear()
 
@@ -76,6 +101,9 @@ class _KeyedJoin:
             return None
         sides = []
         for view, rows, row_map in zip(self.views, value[:2], (left, right)):
+            if not isinstance(rows, dict):  # split: its entries are mapped as they are read (_load)
+                sides.append([rows[0], rows[1], row_map])
+                continue
             entries = {}
             for entry in rows.values():
                 row = row_map(entry[ROW])

@@ -12,7 +12,9 @@ materializer) and calls
 
 The operator reads the key's state (:class:`KeyState`) at most once and writes it at most once
 per call: in Spark every state access crosses a process boundary, so the cost per key per batch is
-one read and one write, whatever the number of records. It appends what it emits to
+one read and one write, whatever the number of records. A key that holds many rows may keep some
+of them in maps of its own (``KeyState.map``, entries read and written one at a time), so that
+what a call costs follows what it touches rather than the key's size (``splitside.py``). It appends what it emits to
 :class:`Output`: :class:`Change` rows of the output changelog, and probe rows it dropped as late.
 The host never looks inside the state, never slices records into bundles (mini-batch folding is
 an operator of its own, see ``minibatch.py``) and never calls anything but these two methods.
@@ -25,6 +27,7 @@ operator asks for them through its :class:`KeyState`.
 """
 from __future__ import annotations
 
+import pickle
 from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable, Iterable, Iterator, NamedTuple, Protocol
 
@@ -50,6 +53,22 @@ class Change(NamedTuple):
     row: tuple  # the output row
 
 
+class KeyMap(Protocol):
+    """A map of one key's state: entries under hashable builtins keys, values plain builtins.
+
+    Keys are compared by value (two equal keys of one column type are the same entry)."""
+
+    def get(self, key: Hashable) -> Any | None: ...
+
+    def put(self, key: Hashable, value: Any) -> None: ...
+
+    def remove(self, key: Hashable) -> None: ...
+
+    def items(self) -> Iterable[tuple[Hashable, Any]]: ...
+
+    def clear(self) -> None: ...
+
+
 class KeyState(Protocol):
     """State of one join key, as seen by an operator."""
 
@@ -57,7 +76,14 @@ class KeyState(Protocol):
 
     def put(self, value: Any) -> None: ...
 
-    def clear(self) -> None: ...
+    def clear(self) -> None:
+        """Clear the value (the key's maps are cleared by the operator, see :meth:`map`)."""
+        ...
+
+    def map(self, name: str) -> KeyMap | None:
+        """The key's map ``name`` (a name the operator declares in ``MAPS``), or None where the
+        host keeps no maps: the operator then keeps everything in its one value."""
+        ...
 
     def register_timer(self, domain: str, ts: int) -> None: ...
 
@@ -102,12 +128,42 @@ class KeyedOperator(Protocol):
 class _Slot:
     value: Any = None
     timers: set = field(default_factory=set)
+    maps: dict = field(default_factory=dict)
+
+
+class InMemoryMap(dict):
+    """A :class:`KeyMap` in a dict."""
+
+    def put(self, key, value):
+        self[key] = value
+
+    def remove(self, key):
+        self.pop(key, None)
+
+
+class PickledMap(InMemoryMap):
+    """A :class:`KeyMap` that keeps its values pickled, as a real store does: an operator that
+    changes an entry in place and forgets to ``put`` it loses the change, as it would in Spark."""
+
+    def get(self, key, default=None):
+        data = super().get(key)
+        return default if data is None else pickle.loads(data)
+
+    def put(self, key, value):
+        self[key] = pickle.dumps(value)
+
+    def items(self):
+        return [(k, pickle.loads(v)) for k, v in super().items()]
 
 
 class InMemoryState:
-    """State for all keys in a dict: the backend of unit tests, the conformance runner and benchmarks."""
+    """State for all keys in a dict: the backend of unit tests, the conformance runner and benchmarks.
 
-    def __init__(self):
+    With ``pickled``, values and map entries are kept pickled, as Spark keeps them: what an
+    operator reads is a copy, and only what it writes back is kept."""
+
+    def __init__(self, pickled: bool = False):
+        self.pickled = pickled
         self._slots: dict[Hashable, _Slot] = {}
         self.reads = 0
         self.writes = 0
@@ -116,7 +172,7 @@ class InMemoryState:
         return _InMemoryKeyState(self, key)
 
     def keys(self) -> list[Hashable]:
-        return [k for k, s in self._slots.items() if s.value is not None or s.timers]
+        return [k for k, s in self._slots.items() if s.value is not None or s.timers or any(s.maps.values())]
 
     def due_timers(self, domain: str, upto: Any) -> Iterator[tuple[Any, Hashable]]:
         """Registered timers of ``domain`` with time <= ``upto``, in time order (key order on ties)."""
@@ -155,15 +211,24 @@ class _InMemoryKeyState:
     def get(self):
         self._backend.reads += 1
         slot = self._backend._slots.get(self._key)
-        return None if slot is None else slot.value
+        if slot is None or slot.value is None:
+            return None
+        return pickle.loads(slot.value) if self._backend.pickled else slot.value
 
     def put(self, value):
         self._backend.writes += 1
-        self._slot().value = value
+        self._slot().value = pickle.dumps(value) if self._backend.pickled else value
 
     def clear(self):
         self._backend.writes += 1
         self._slot().value = None
+
+    def map(self, name):
+        slot = self._slot()
+        found = slot.maps.get(name)
+        if found is None:
+            found = slot.maps[name] = PickledMap() if self._backend.pickled else InMemoryMap()
+        return found
 
     def register_timer(self, domain, ts):
         self._slot().timers.add((domain, ts))

@@ -15,12 +15,18 @@ Rows are tuples in the input's schema order. An *entry* (``layouts.py``) is a li
 
 Regular and semi/anti joins (``regular.py``, also under mini-batch folding), per join key::
 
-    (left: dict, right: dict, ttl_timer: int | None)
+    (left: dict | [count, latest_written], right: dict | [count, latest_written], ttl_timer: int | None)
 
   each side a dict of entries keyed by the side's layout: ``0`` (the join key contains the unique
   key: at most one row), the tuple of unique-key values, or the row itself (no unique key: a
   multiset, ``copies`` counts identical rows). ``ttl_timer`` is the registered processing-time
   cleanup timer, or None. A key with no rows and no timer is cleared.
+
+  A side of more than ``split_at`` entries is *split* (``splitside.py``): its entries are in the
+  key's map ``"left"`` or ``"right"`` (``KeyState.map``), one map entry per entry, under the same
+  entry key, and the value holds ``[count, latest_written]`` in its place (the number of entries
+  and the latest written time among them). A split side that empties returns to the value as
+  ``{}``. Map keys are stored as :func:`map_key` bytes.
 
 Event-time temporal join (``temporal.py``), per join key::
 
@@ -55,4 +61,19 @@ Upsert materializer (``upsert.py``), per upsert key: the rows present for the ke
 """
 from __future__ import annotations
 
+import io
+import pickle
+
 STATE_FORMAT_VERSION = 1
+"""Version 1 with split sides reads every value version 1 wrote before them unchanged."""
+
+
+def map_key(key) -> bytes:
+    """A map entry's key as stored: its pickle without memoization, so that equal keys are equal
+    bytes (a plain pickle writes a back-reference where one object occurs twice in a tuple, and a
+    copy where two equal objects do)."""
+    buffer = io.BytesIO()
+    pickler = pickle.Pickler(buffer, 5)
+    pickler.fast = True
+    pickler.dump(key)
+    return buffer.getvalue()

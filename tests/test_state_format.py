@@ -42,16 +42,24 @@ from operators import (  # noqa: E402
     make_window_join,
 )
 
+from operators.stateformat import map_key  # noqa: E402
+
 GOLDEN = Path(__file__).resolve().parent / "data" / "state" / f"v{STATE_FORMAT_VERSION}"
 I, UB, UA, D = (int(k) for k in RowKind)
 ORDERS = ("order_id", "product", "quantity")
 PRICES = ("product", "price")
 
 
-def _regular(join_type, left_pk, right_pk, ttl=None, mini_batch=None):
+def _regular(join_type, left_pk, right_pk, ttl=None, mini_batch=None, split_at=None):
     left = InputSpec(ORDERS, (1,), left_pk, ttl)
     right = InputSpec(PRICES, (0,), right_pk, ttl)
-    return lambda: make_join(JoinSpec(join_type, left, right, mini_batch_size=mini_batch))
+
+    def make():
+        join = make_join(JoinSpec(join_type, left, right, mini_batch_size=mini_batch))
+        if split_at is not None:
+            join.split_at = split_at
+        return join
+    return make
 
 
 def _temporal(kind):
@@ -89,6 +97,13 @@ SCENARIOS = {
         _regular(JoinType.FULL, (0,), None, ttl=10_000), lambda r: r[2][1] if r[0] == 0 else r[2][0],
         [(0, I, (1, "ink", 2)), (1, I, ("ink", 3.5)), (1, I, ("ink", 3.5)), (0, I, (2, "pen", 1))],
         [(1, D, ("ink", 3.5)), (1, D, ("ink", 3.5)), (1, I, ("pen", 9.0))],
+    ),
+    "left_join_split_sides": (  # sides of more than one entry in maps of their own (splitside.py)
+        _regular(JoinType.LEFT, (0,), None, split_at=1), lambda r: r[2][1] if r[0] == 0 else r[2][0],
+        [(0, I, (1, "ink", 2)), (0, I, (2, "ink", 1)), (1, I, ("ink", 3.5)), (1, I, ("ink", 3.5)),
+         (1, I, ("ink", 4.0)), (0, I, (3, "pen", 1))],
+        [(0, UB, (2, "ink", 1)), (0, UA, (2, "ink", 5)), (1, D, ("ink", 3.5)), (1, D, ("ink", 4.0)),
+         (0, D, (1, "ink", 2)), (0, D, (2, "ink", 5))],
     ),
     "left_semi_join_mini_batch": (
         _regular(JoinType.SEMI, (0,), (0,), mini_batch=2), lambda r: r[2][1] if r[0] == 0 else r[2][0],
@@ -143,7 +158,24 @@ def _run(name, state, changelog, now, watermark):
 
 
 def _stored(state: InMemoryState) -> dict:
-    return {key: state.for_key(key).get() for key in state.keys()}
+    """Each key's value; for a key with maps, ``{"value": value, "maps": {name: {map key bytes: entry}}}``
+    (map keys as the service stores them)."""
+    stored = {}
+    for key in state.keys():
+        value = state.for_key(key).get()
+        maps = {name: {map_key(k): v for k, v in m.items()} for name, m in state._slots[key].maps.items() if m}
+        stored[key] = {"value": value, "maps": maps} if maps else value
+    return stored
+
+
+def _restore(state: InMemoryState, stored: dict) -> None:
+    for key, value in stored.items():
+        if isinstance(value, dict) and "maps" in value:
+            for name, entries in value["maps"].items():
+                for k, entry in entries.items():
+                    state.for_key(key).map(name).put(pickle.loads(k), entry)
+            value = value["value"]
+        state.for_key(key).put(value)
 
 
 def _first_half(name):
@@ -168,8 +200,7 @@ def test_the_operators_write_the_golden_state_of_this_format_version(name):
 def test_state_read_back_from_golden_bytes_carries_on_like_an_uninterrupted_run(name):
     uninterrupted = _first_half(name)
     restored = InMemoryState()
-    for key, value in pickle.loads((GOLDEN / f"{name}.pickle").read_bytes()).items():
-        restored.for_key(key).put(value)
+    _restore(restored, pickle.loads((GOLDEN / f"{name}.pickle").read_bytes()))
     for key in uninterrupted.keys():  # timers live in Spark's own timer state, not in the value
         for domain, ts in uninterrupted._slots[key].timers:
             restored.for_key(key).register_timer(domain, ts)
@@ -222,7 +253,7 @@ def _tuples_in(value):
     return found
 
 
-@pytest.mark.parametrize("name", sorted(set(SCENARIOS) - {"upsert_materializer"}))
+@pytest.mark.parametrize("name", sorted(set(SCENARIOS) - {"upsert_materializer", "left_join_split_sides"}))
 def test_map_rows_reaches_every_stored_input_row(name):
     operator = SCENARIOS[name][0]()
     rows = {record[2] for record in SCENARIOS[name][2] if record[2] is not None}
