@@ -132,7 +132,7 @@ def main() -> None:
             reader = None if args.no_check else compare.changejoin_reader(scenario)
             for round_ in range(args.rounds):
                 for name, extra in variants:
-                    out = f"ab-{scenario}-{name}-{round_}-{time.time_ns()}"
+                    out = f"ab-{scenario}-{round_}-{time.time_ns()}"
                     r = run_one(args, scenario, extra, out, broker)
                     if reader is not None and round_ == 0:  # reading 3-4 M records back takes a while
                         count, kinds, digest = compare.output_counts(bootstrap, out, reader)
