@@ -32,12 +32,6 @@ LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
 COUNTS_SCHEMA = "target string, label string, n long"
 
 
-#: JIT of the driver JVM (which is also the executor in local mode): C1 only. Profiled (bench/RESULTS.md,
-#: 2026-11-25), C2 compilation was 55-59 % of the JVM's CPU in a 200k-row run, while the JVM's own
-#: work per row is small (the join runs in Python); C1 only halved the JVM's CPU with the same output.
-#: SPARK_CONF_spark_driver_extraJavaOptions replaces the driver's options, this one included.
-DRIVER_JIT_OPTIONS = "-XX:TieredStopAtLevel=1"
-
 #: Attempts of a failed task (a lost executor, a broker hiccup) before its micro-batch fails the query.
 TASK_ATTEMPTS = 4
 _LOCAL = re.compile(r"^local\[\s*(\*|[0-9]+)\s*\]$|^local$")
@@ -69,7 +63,7 @@ def spark_session(settings: Settings):
         .appName("changejoin")
         .config("spark.sql.streaming.stateStore.providerClass", ROCKSDB_PROVIDER)
         .config("spark.sql.shuffle.partitions", str(settings.shuffle_partitions))
-        .config("spark.driver.extraJavaOptions", f"{java_opts} {DRIVER_JIT_OPTIONS}")
+        .config("spark.driver.extraJavaOptions", java_opts)
         .config("spark.executor.extraJavaOptions", java_opts)
         .config("spark.executorEnv.PYTHONPATH", project_root)
         .config("spark.ui.showConsoleProgress", "false")
