@@ -120,7 +120,7 @@ def load(bootstrap: str, scenario: str, rows: int, keys: int, changes=None) -> f
 
 
 def service_settings(bootstrap: str, scenario: str, max_per_trigger: int, shuffle_partitions: int,
-                     checkpoint: str, out: str | None = None):
+                     checkpoint: str, out: str | None = None, extra: dict | None = None):
     orders_topic, prices_topic, default_out = topics(scenario)
     sql, pks = scenario_sql(scenario)
     return load_settings({
@@ -130,14 +130,15 @@ def service_settings(bootstrap: str, scenario: str, max_per_trigger: int, shuffl
         "RIGHT_SCHEMA_FILE": str(ROOT / "schemas" / "prices.avsc"), "JOIN_SQL": sql,
         "CHECKPOINT_LOCATION": checkpoint, "SPARK_MASTER": "local[2]", "SHUFFLE_PARTITIONS": str(shuffle_partitions),
         "TRIGGER_INTERVAL": "0", "MAX_RECORDS_PER_TRIGGER": str(max_per_trigger), "METRICS_PORT": "0", **pks,
+        **(extra or {}),
     })
 
 
 def run_changejoin(bootstrap: str, scenario: str, rows: int, max_per_trigger: int, shuffle_partitions: int,
-                   out: str | None = None, on_start=None, on_end=None) -> dict:
+                   out: str | None = None, on_start=None, on_end=None, extra: dict | None = None) -> dict:
     """The service on the preloaded topics until every input row is processed; its figures."""
     with tempfile.TemporaryDirectory() as work:
-        settings = service_settings(bootstrap, scenario, max_per_trigger, shuffle_partitions, f"{work}/cp", out)
+        settings = service_settings(bootstrap, scenario, max_per_trigger, shuffle_partitions, f"{work}/cp", out, extra)
         first_output = []
         service = Service(settings, on_batch=lambda c: first_output.append(time.perf_counter()) if c.output else None)
         service.spark  # noqa: B018 - start Spark before the clock starts

@@ -1,0 +1,165 @@
+"""Side-by-side runs of the service under configuration variants, alternating, on the same topics.
+
+    python bench/ab_bench.py --variant base: --variant c1:SPARK_CONF_spark_driver_extraJavaOptions=... \
+        [--scenario left-pk] [--rows 200000] [--keys 10000] [--rounds 3] [--no-check]
+
+Each ``--variant NAME:VAR=VALUE,VAR=VALUE`` is a set of service variables added to
+pipeline_bench's (empty for the defaults). Every round runs each variant once, in turn, as a
+fresh child process (a fresh Spark JVM, as ``compare.py`` does), on the scenario's topics preloaded
+once. Printed per scenario and variant: input rows/s min and median, CPU seconds by process kind
+(median) and the ratio of medians to the first variant; and, unless ``--no-check``, the output's
+count by kind and the digest of the final table it materializes to (first round), which must be
+the same for every variant.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import contextlib
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+import pipeline_bench  # noqa: E402
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def tree_cpu(root: int, broker: int | None) -> dict[str, float]:
+    stats = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                text = Path(f"/proc/{name}/stat").read_text()
+            except OSError:
+                continue
+            comm = text[text.index("(") + 1:text.rindex(")")]
+            fields = text[text.rindex(")") + 2:].split()
+            stats[int(name)] = (int(fields[1]), comm, (int(fields[11]) + int(fields[12])) / TICK)
+    tree, frontier = set(), {root}
+    while frontier:
+        tree |= frontier
+        frontier = {pid for pid, s in stats.items() if s[0] in frontier and pid not in tree}
+    out: collections.Counter = collections.Counter()
+    for pid in tree:
+        _, comm, cpu = stats[pid]
+        out["jvm" if comm == "java" else "python"] += cpu
+    if broker in stats:
+        out["broker"] = stats[broker][2]
+    return dict(out)
+
+
+def child(args) -> None:
+    """One run in this process: JSON lines at the start and the end with CPU of this tree."""
+    extra = json.loads(args.extra)
+    state = {}
+
+    def on_start():
+        state["cpu"] = tree_cpu(os.getpid(), args.broker_pid)
+
+    def on_end():
+        after = tree_cpu(os.getpid(), args.broker_pid)
+        state["cpu"] = {k: round(after.get(k, 0) - state["cpu"].get(k, 0), 1) for k in after}
+
+    result = pipeline_bench.run_changejoin(args.bootstrap, args.scenario[0], args.rows, args.max_per_trigger,
+                                           args.shuffle_partitions, out=args.out, on_start=on_start,
+                                           on_end=on_end, extra=extra)
+    print(json.dumps({"event": "end", "elapsed": result["elapsed"], "cpu": state["cpu"],
+                      "batches": len(result["durations"])}), flush=True)
+
+
+def run_one(args, scenario: str, extra: dict, out: str, broker_pid: int | None) -> dict:
+    cmd = [sys.executable, __file__, "--child", "--bootstrap", args.bootstrap, "--scenario", scenario,
+           "--rows", str(args.rows), "--max-per-trigger", str(args.max_per_trigger),
+           "--shuffle-partitions", str(args.shuffle_partitions), "--out", out, "--extra", json.dumps(extra),
+           "--broker-pid", str(broker_pid or 0)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    for line in proc.stdout.splitlines():
+        if line.startswith('{"event": "end"'):
+            return json.loads(line)
+    raise RuntimeError(f"run failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
+
+
+def parse_variant(text: str) -> tuple[str, dict]:
+    name, _, assignments = text.partition(":")
+    extra = {}
+    for item in filter(None, assignments.split(",,")):
+        key, _, value = item.partition("=")
+        extra[key.strip()] = value
+    return name, extra
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--variant", action="append", default=[],
+                        help="NAME:VAR=VALUE,,VAR=VALUE (',,' separates variables; values may hold commas)")
+    parser.add_argument("--scenario", action="append", choices=["left-pk", "inner-nopk"])
+    parser.add_argument("--rows", type=int, default=200_000)
+    parser.add_argument("--keys", type=int, default=10_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--max-per-trigger", type=int, default=100_000)
+    parser.add_argument("--shuffle-partitions", type=int, default=2)
+    parser.add_argument("--no-check", action="store_true")
+    parser.add_argument("--child", action="store_true")
+    parser.add_argument("--bootstrap")
+    parser.add_argument("--out")
+    parser.add_argument("--extra")
+    parser.add_argument("--broker-pid", type=int)
+    args = parser.parse_args()
+    if args.child:
+        child(args)
+        return
+    variants = [parse_variant(v) for v in args.variant] or [("base", {})]
+    from service.kafka_broker import KafkaBroker
+
+    import compare
+
+    external = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
+    results: dict = collections.defaultdict(list)
+    with contextlib.nullcontext(external) if external else KafkaBroker(heap="1g") as bootstrap:
+        args.bootstrap = bootstrap
+        broker = None if external else compare.broker_pid()
+        for scenario in args.scenario or ["left-pk", "inner-nopk"]:
+            pipeline_bench.load(bootstrap, scenario, args.rows, args.keys)
+            reader = None if args.no_check else compare.changejoin_reader(scenario)
+            for round_ in range(args.rounds):
+                for name, extra in variants:
+                    out = f"ab-{scenario}-{round_}-{time.time_ns()}"
+                    r = run_one(args, scenario, extra, out, broker)
+                    if reader is not None and round_ == 0:  # reading 3-4 M records back takes a while
+                        count, kinds, digest = compare.output_counts(bootstrap, out, reader)
+                        r["output"] = {"records": count, **kinds, "digest": digest}
+                    r["rows_s"] = 2 * args.rows / r["elapsed"]
+                    results[(scenario, name)].append(r)
+                    print(json.dumps({"scenario": scenario, "variant": name, "round": round_, **r}), flush=True)
+    print(render(args, variants, results))
+
+
+def render(args, variants, results) -> str:
+    lines = ["| scenario | variant | runs | in rows/s min | in rows/s median | vs first (median) | CPU s median: jvm / python / broker | output (every run) |",
+             "|---|---|---|---|---|---|---|---|"]
+    for scenario in args.scenario or ["left-pk", "inner-nopk"]:
+        base = None
+        for name, _ in variants:
+            runs = results[(scenario, name)]
+            speeds = [r["rows_s"] for r in runs]
+            median = statistics.median(speeds)
+            base = base or median
+            cpu = {k: statistics.median(r["cpu"].get(k, 0) for r in runs) for k in ("jvm", "python", "broker")}
+            outputs = {json.dumps(r.get("output"), sort_keys=True) for r in runs}
+            output = "; ".join(outputs) if len(outputs) == 1 else "DIFFERENT: " + " | ".join(sorted(outputs))
+            lines.append(f"| {scenario} | {name} | {len(runs)} | {min(speeds):,.0f} | {median:,.0f} | {median / base:.2f} | "
+                         f"{cpu['jvm']:.1f} / {cpu['python']:.1f} / {cpu['broker']:.1f} | {output} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
