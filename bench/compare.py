@@ -492,7 +492,8 @@ TIMED_ENV = {"LEFT_SCHEMA_FILE": str(pipeline_bench.TIMED_SCHEMAS / "orders_time
 
 def child_changejoin_latency(args) -> None:
     """The service on live topics with its default trigger (TRIGGER_INTERVAL, MAX_RECORDS_PER_TRIGGER
-    unset) until a line on stdin says stop; reports start/end as JSON lines."""
+    unset) until a line on stdin says stop (``drain``: answer ``drained`` once every record
+    available has been processed); reports start/end as JSON lines."""
     from service.app import Service
 
     emit = lambda event, **f: print(json.dumps({"event": event, **f}), flush=True)  # noqa: E731
@@ -505,7 +506,9 @@ def child_changejoin_latency(args) -> None:
         service.spark  # noqa: B018
         query = service.start()
         emit("start")
-        sys.stdin.readline()
+        while sys.stdin.readline().strip() == "drain":  # every record produced so far: joined and written
+            service.process_available()
+            emit("drained")
         progress = list(query.recentProgress)
         service.stop(graceful_timeout_s=30)
         service.spark.stop()
@@ -629,8 +632,9 @@ def end_offsets_total(bootstrap: str, topic: str) -> int:
 def latency_run(args, bootstrap: str, scenario: str, system: str, rate: float, fpython, fjars, logs: Path,
                 extra: dict) -> dict:
     """One latency run: ``system`` reads two fresh topics; ``rate`` input rows/s (both sides) are
-    produced for ``--latency-warmup`` + ``--latency-duration`` s; then the output is left to
-    settle and the latencies of the records caused after the warm-up are read back."""
+    produced for ``--latency-warmup`` + ``--latency-duration`` s, once a probe pair has come out
+    joined; then the output is left to settle and the latencies of the records caused after the
+    warm-up are read back."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
     tag = f"lat-{scenario}-{system}-{time.time_ns() % 10**8}"
@@ -664,24 +668,45 @@ def latency_run(args, bootstrap: str, scenario: str, system: str, rate: float, f
     events: list[dict] = []
     started = threading.Event()
 
+    drained = threading.Event()
+
     def read_events():
         for line in proc.stdout:
             if line.startswith('{"event"'):
                 events.append(json.loads(line))
                 if events[-1]["event"] == "start":
                     started.set()
+                if events[-1]["event"] == "drained":
+                    drained.set()
         started.set()
+        drained.set()
     reader_thread = threading.Thread(target=read_events, daemon=True)
     reader_thread.start()
     try:
         started.wait(300)
         if proc.poll() is not None:
             raise RuntimeError(f"{system} latency run failed to start; see {log}")
+        # ready: a probe order and price of a product of their own have come out joined (so the
+        # job runs, its sources are assigned and its workers are up) before the clock starts
+        probe = latency_units(scenario, system, [("+I", {"order_id": 10**12, "product": "p-probe", "quantity": 1})],
+                              [("+I", {"product": "p-probe", "price": 1.0, "currency": "EUR"})],
+                              orders_topic, prices_topic)
+        Paced(bootstrap).run(probe, 1000)
+        deadline = time.time() + 300
+        while end_offsets_total(bootstrap, out) == 0 and time.time() < deadline and proc.poll() is None:
+            time.sleep(0.5)
+        if end_offsets_total(bootstrap, out) == 0:
+            raise RuntimeError(f"{system}: no output for the probe rows within 300 s; see {log}")
         before = sampler.snapshot()
         t_start, t_end, produced = Paced(bootstrap).run(units, rate)
-        # settle: until the output has not grown for 10 s (at most 180 s)
-        last, still, deadline = -1, time.time(), time.time() + 180
-        while time.time() < deadline and time.time() - still < 10:
+        # settle: changejoin until its query has processed every record available; Flink (no such
+        # signal) until the output has not grown for 20 s; at most 600 s
+        if system == "changejoin":
+            proc.stdin.write("drain\n")
+            proc.stdin.flush()
+            drained.wait(600)
+        last, still, deadline = -1, time.time(), time.time() + 600
+        while time.time() < deadline and time.time() - still < (3 if system == "changejoin" else 20):
             n = end_offsets_total(bootstrap, out)
             if n != last:
                 last, still = n, time.time()
@@ -1002,7 +1027,7 @@ def render(args, scenarios, runs, lat_runs, expected, started) -> str:
                          f"{'/'.join(f'{o:,}' for o in outs) or '-'} | "
                          f"{_fmt(_med(r['out_rate'] for r in rs))} | {ratio('flink-p2')} | "
                          f"{ratio('spark-native')} | {batch} | {_fmt(_med(r['first_output'] for r in rs), 1)} | "
-                         f"{_fmt(_med(r['state_mb'] for r in rs))} | {cpu} | {max(r['peak_rss_mb'] for r in rs):,} |")
+                         f"{_fmt(_med(r['state_mb'] for r in rs), 1)} | {cpu} | {max(r['peak_rss_mb'] for r in rs):,} |")
     lines.append("")
     for scenario in scenarios:
         exp = expected.get(scenario, {})
@@ -1031,7 +1056,7 @@ def render(args, scenarios, runs, lat_runs, expected, started) -> str:
     lines.append(f"- {STATE_NOTE}; batch p50/p99: micro-batch durations (changejoin, spark-native; Flink has none); "
                  "first output: from the start to the first record in the output topic (Kafka sinks)")
     if lat_runs:
-        lines += ["", f"Latency: produce-to-output at half of changejoin's throughput, default trigger, "
+        lines += ["", f"Latency: produce-to-output at the rate shown (default half of changejoin's median throughput), default trigger, "
                       f"{args.latency_warmup:g} s warm-up then {args.latency_duration:g} s measured "
                       "(output record's log-append time minus the producer clock the input row carries; "
                       "+I/+U records)",
@@ -1079,7 +1104,6 @@ def plot(runs, lat_runs, png: Path, rows: int) -> None:
         ax.scatter(xs, mins, color="black", s=8, zorder=3)
     ax.set_xticks([j + width * (len(systems) - 1) / 2 for j in range(len(scenarios))], scenarios, fontsize=8)
     ax.set_ylabel("input rows/s (bar: median, dot: min)")
-    ax.set_yscale("log")
     ax.legend(fontsize=7)
     ax.set_title(f"changejoin vs Flink 2.3 vs Spark native join, {rows:,} rows per side")
     if lat:
@@ -1090,7 +1114,8 @@ def plot(runs, lat_runs, png: Path, rows: int) -> None:
         ax.bar([x + 0.2 for x in xs], [r["p99"] / 1000 for r in lat], 0.4, label="p99")
         ax.axhline(2.0, color="red", linestyle="--", linewidth=1, label="target p99 2 s")
         ax.set_xticks(list(xs), labels, fontsize=7)
-        ax.set_ylabel("produce-to-output latency, s")
+        ax.set_ylabel("produce-to-output latency, s (log)")
+        ax.set_yscale("log")
         ax.set_title("latency at half the max rate")
         ax.legend(fontsize=7)
     fig.tight_layout()

@@ -30,7 +30,7 @@ import sys
 import time
 from pathlib import Path
 
-WATERMARK_DELAY_S = 300  # pipeline_bench.WATERMARK_DELAY_S (this runs in Flink's venv: no import)
+WATERMARK_DELAY_S = 300  # pipeline_bench.WATERMARK_DELAY_S, whole minutes (this runs in Flink's venv: no import)
 
 
 def emit(event: str, **fields) -> None:
@@ -56,7 +56,7 @@ def tables(scenario: str, timed: bool) -> tuple[str, str, str, str, str]:
         orders += ", order_time BIGINT NOT NULL"
         prices += ", price_time BIGINT NOT NULL"
     if data == "temporal-left":
-        delay = f"INTERVAL '{WATERMARK_DELAY_S}' SECOND"
+        delay = f"INTERVAL '{WATERMARK_DELAY_S // 60}' MINUTE"  # Calcite: SECOND holds 2 digits
         orders += f", rt AS TO_TIMESTAMP_LTZ(order_time, 3), WATERMARK FOR rt AS rt - {delay}"
         prices += (f", rt AS TO_TIMESTAMP_LTZ(price_time, 3), WATERMARK FOR rt AS rt - {delay}"
                    ", PRIMARY KEY (product) NOT ENFORCED")
