@@ -59,6 +59,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -126,8 +127,9 @@ def debezium(changes) -> list[tuple[dict, int]]:
 def _producer(bootstrap: str, **extra):
     from confluent_kafka import Producer
 
+    # idempotent: retries never reorder a partition (pipeline_bench.preload)
     return Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "batch.size": 1_000_000,
-                     "queue.buffering.max.messages": 1_000_000, **extra})
+                     "queue.buffering.max.messages": 1_000_000, "enable.idempotence": True, **extra})
 
 
 def _produce(producer, topic, value, partition, headers=None) -> None:
@@ -804,6 +806,10 @@ def main() -> None:
     runs: list[dict] = []
     lat_runs: list[dict] = []
     expected: dict[str, dict] = {}
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)  # a background run (SIGINT ignored) stops like Ctrl-C
     try:
         measure(args, systems, scenarios, latency, fpython, fjars, logs, runs, lat_runs, expected)
     except KeyboardInterrupt:  # keep (and record) the runs done so far

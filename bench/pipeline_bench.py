@@ -129,8 +129,10 @@ def changelogs(rows: int, keys: int, scenario: str, seed: int = 3):
 def preload(bootstrap: str, topic: str, schema, changes, partition_of) -> None:
     from confluent_kafka import Producer
 
+    # idempotent: without it a retried produce request (a loaded broker times out) lands after the
+    # requests sent behind it, and a key's changes arrive out of order (seen: a -U before its +I)
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "batch.size": 1_000_000,
-                         "queue.buffering.max.messages": 1_000_000})
+                         "queue.buffering.max.messages": 1_000_000, "enable.idempotence": True})
     for kind, row in changes:
         while True:
             try:
