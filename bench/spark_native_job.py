@@ -8,14 +8,19 @@ is kept, like the changejoin and Flink jobs without TTL) on RocksDB state, and w
 
     python bench/spark_native_job.py --orders DIR --prices DIR [--shuffle-partitions 2]
 
-Prints one JSON line per event (``start``, ``end`` with elapsed seconds and output rows).
+Prints one JSON line per event (``start``, ``end`` with elapsed seconds, output rows, micro-batch
+duration p50/p99 in ms, the checkpoint's size at the end and the time to the end of the first
+micro-batch with output).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
 import tempfile
 import time
+from datetime import datetime
 
 
 def emit(event: str, **fields) -> None:
@@ -47,12 +52,20 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as work:
         emit("start")
         start = time.perf_counter()
+        wall_start = time.time()
         query = (joined.writeStream.format("noop").option("checkpointLocation", f"{work}/cp")
                  .trigger(availableNow=True).start())
         query.awaitTermination()
         elapsed = time.perf_counter() - start
         progress = list(query.recentProgress)
-    emit("end", elapsed=elapsed,
+        state_bytes = sum(os.lstat(os.path.join(d, f)).st_size for d, _, fs in os.walk(f"{work}/cp") for f in fs)
+    durations = sorted(p["durationMs"].get("triggerExecution", 0) for p in progress if p["numInputRows"])
+    pct = lambda q: durations[min(len(durations) - 1, max(0, math.ceil(q * len(durations)) - 1))] if durations else None  # noqa: E731
+    # the end of the first micro-batch that wrote output (its start plus its duration), from the start
+    first = next((datetime.fromisoformat(p["timestamp"].replace("Z", "+00:00")).timestamp() - wall_start
+                  + p["durationMs"].get("triggerExecution", 0) / 1000
+                  for p in progress if p["sink"].get("numOutputRows", 0) > 0), None)
+    emit("end", elapsed=elapsed, batch_p50=pct(0.5), batch_p99=pct(0.99), state_bytes=state_bytes, first_output=first,
          output=sum(max(0, p["sink"].get("numOutputRows", -1)) for p in progress),
          state_output=sum(sum(op.get("numRowsUpdated", 0) for op in p.get("stateOperators", [])) for p in progress),
          batches=sum(1 for p in progress if p["numInputRows"]),
