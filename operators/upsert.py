@@ -48,6 +48,7 @@ class UpsertMaterializer:
         """Never called: the stage registers no timers."""
 
     def map_rows(self, value, left, right):
-        """Output rows, not input rows: a service refuses an output change under a materializer
-        (``service/checkpoint.py``), so there is nothing to map."""
-        return value
+        """The stored value is output rows, not input rows: each is passed through ``left``, the
+        host's map from an older output to today's (``service/checkpoint.py`` says which output
+        changes it accepts)."""
+        return None if value is None else tuple(left(row) for row in value)

@@ -58,7 +58,8 @@ def facts(plan: JoinPlan) -> dict:
     materializer = None
     if plan.upsert_materializer:
         materializer = {"output_key": [plan.output_names[i] for i in plan.output_key],
-                        "output_schema": plan.output_schema}
+                        "output_schema": plan.output_schema,
+                        "sources": [list(source) for source in plan.output_sources]}
     return {
         "state_format": STATE_FORMAT_VERSION, "kind": plan.kind.value, "join_type": plan.join_type.value,
         "condition": plan.condition_sql, "filter_nulls": list(plan.filter_nulls), "sides": sides,
@@ -95,9 +96,38 @@ def differences(old: dict, new: dict, plan: JoinPlan) -> list[str]:
         if was["normalized"] != now["normalized"] and not problems:
             problems.append(f"the {label} input is now {'normalized' if now['normalized'] else 'joined directly'}")
         problems += _schema_changes(name, was["columns"], now["columns"], side_plan)
-    if old["materializer"] != new["materializer"]:
-        problems.append("OUTPUT_MODE / OUTPUT_KEY / JOIN_SQL: the upsert materializer's state holds rows of the "
-                        "previous output (or there was none), which no longer match the output")
+    problems += _materializer_changes(old["materializer"], new["materializer"], old["sides"], plan)
+    return problems
+
+
+def _materializer_changes(was: dict | None, now: dict | None, old_sides: list, plan: JoinPlan) -> list[str]:
+    """Why the upsert materializer's stored output rows cannot be upgraded to the new output.
+
+    They can when the output key is the same and every column the output gained is an input column
+    added with a default (checked with the input's schema changes), whose value in a stored row is
+    then known: the default where its side is in the row, NULL where the side was null-padded, which
+    needs a non-nullable column of that side in the previous output to tell (``JoinPlan.output_upgrade``)."""
+    refused = ["OUTPUT_MODE / OUTPUT_KEY / JOIN_SQL: the upsert materializer's state holds rows of the previous "
+               "output (or there was none), which no longer match the output"]
+    if was == now:
+        return []
+    if was is None or now is None or was["output_key"] != now["output_key"]:
+        return refused
+    if "sources" not in was:  # facts of an earlier changejoin: the same output, or nothing known
+        return [] if was["output_schema"] == now["output_schema"] else refused
+    problems = []
+    old = {(source[0], source[1]) for source in was["sources"]}
+    for side, column, _ in now["sources"]:
+        if (side, column) in old:
+            continue
+        label = ("left", "right")[side]
+        if column in old_sides[side]["columns"]:
+            problems.append(f"JOIN_SQL: the output gained {column!r}, a column the {label} input already had; the "
+                            "upsert materializer's stored output rows have no value for it")
+        elif side in plan.null_padded_sides and not any(s[0] == side and not s[2] for s in was["sources"]):
+            problems.append(f"JOIN_SQL: the output gained {column!r} of the {label} input, which the join pads with "
+                            f"NULLs, and no non-nullable {label} column in the previous output tells a stored padded "
+                            "row from a real one (the upsert materializer could not give it its default or NULL)")
     return problems
 
 
@@ -155,8 +185,10 @@ def reconcile(plan: JoinPlan, location: str, store=None) -> JoinPlan:
     store = store or CheckpointFile(location)
     stored = store.read()
     current = facts(plan)
+    sources = [list(source) for source in plan.output_sources] if plan.upsert_materializer else None
     if stored is None:
         generations = [_columns(plan)]
+        outputs = [sources] if sources else []
         if store.has_state():
             log.warning("CHECKPOINT_LOCATION=%s holds state but no %s (written by an earlier changejoin): "
                         "taking it to be state of this join", location, FILE_NAME)
@@ -174,8 +206,16 @@ def reconcile(plan: JoinPlan, location: str, store=None) -> JoinPlan:
             generations.append(_columns(plan))
             log.warning("CHECKPOINT_LOCATION=%s: the input schemas evolved (state generation %d); stored rows are "
                         "upgraded as they are read", location, len(generations) - 1)
-    store.write({"format": FORMAT, "facts": current, "generations": generations})
-    return dataclasses.replace(plan, state_generations=tuple(tuple(tuple(c) for c in g) for g in generations))
+        was = stored["facts"].get("materializer")
+        outputs = stored.get("output_generations") or ([was["sources"]] if was and "sources" in was else [])
+        if sources and (not outputs or outputs[-1] != sources):
+            outputs.append(sources)
+            if len(outputs) > 1:
+                log.warning("CHECKPOINT_LOCATION=%s: the output gained columns (output generation %d); the upsert "
+                            "materializer's stored rows are upgraded as they are read", location, len(outputs) - 1)
+    store.write({"format": FORMAT, "facts": current, "generations": generations, "output_generations": outputs})
+    return dataclasses.replace(plan, state_generations=tuple(tuple(tuple(c) for c in g) for g in generations),
+                               output_generations=tuple(tuple(tuple(source) for source in g) for g in outputs))
 
 
 def describe(plan: JoinPlan, location: str) -> str:

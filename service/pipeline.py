@@ -221,7 +221,7 @@ class JoinPipeline:
             JoinProcessor(self.plan.to_json()), OUTPUT_SCHEMA, "Append", self.plan.time_mode.value
         )
         if self.plan.upsert_materializer:
-            joined = joined.groupBy("okey").transformWithState(UpsertProcessor(), OUTPUT_SCHEMA, "Append", "None")
+            joined = joined.groupBy("okey").transformWithState(UpsertProcessor(self.plan.to_json()), OUTPUT_SCHEMA, "Append", "None")
         return joined
 
     def _write_batch(self, batch_df, batch_id: int) -> None:

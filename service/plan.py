@@ -157,6 +157,9 @@ class JoinPlan:
     # The input columns (left, right) of every schema the checkpoint's state has seen, oldest first
     # (service/checkpoint.py); stored rows of an older generation are upgraded as they are read.
     state_generations: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = ()
+    # The upsert materializer's output rows of every output the checkpoint's state has seen, oldest
+    # first: per output column [side, input column, nullable] (``output_sources``).
+    output_generations: tuple[tuple[tuple, ...], ...] = ()
     description: str = field(default="", compare=False)
 
     @property
@@ -221,6 +224,39 @@ class JoinPlan:
         if self.kind is PlanKind.WINDOW:
             return (0, 1)
         return ()
+
+    @property
+    def output_sources(self) -> tuple[tuple[int, str, bool], ...]:
+        """Per output column: (side, the joined column it is, whether that column is nullable)."""
+        return tuple((side, self.joined_columns(side)[i], bool(self.column_type(side, i)[1]))
+                     for side, i in self.projection)
+
+    @property
+    def output_generation(self) -> int:
+        """The output generation the upsert materializer stores rows in now."""
+        return max(0, len(self.output_generations) - 1)
+
+    def output_upgrade(self, generation: int):
+        """``row -> row``: an output row the upsert materializer stored in ``generation``, in this
+        plan's output. A column of the old output keeps its value; a column the output gained is an
+        input column added with a default (``service/checkpoint.py`` refuses any other change): it
+        takes the default where its side is in the row, NULL where the side was null-padded, which a
+        non-nullable column of that side in the old output tells (None only when padded)."""
+        old = [tuple(source[:2]) for source in self.output_generations[generation]]
+        picks = []
+        for side, column, _ in self.output_sources:
+            if (side, column) in old:
+                picks.append((old.index((side, column)), None, None))
+                continue
+            default = field_defaults(self.sides[side].reader_schema, [column])[column]
+            probe = None
+            if side in self.null_padded_sides:
+                probe = next(i for i, source in enumerate(self.output_generations[generation])
+                             if source[0] == side and not source[2])
+            picks.append((None, default, probe))
+        return lambda row: tuple(row[i] if i is not None else (None if probe is not None and row[probe] is None
+                                                              else default)
+                                 for i, default, probe in picks)
 
     def joined_columns(self, side: int) -> tuple[str, ...]:
         """The columns the condition and the projection see on ``side``: a window join adds
@@ -287,6 +323,8 @@ class JoinPlan:
         data["join_type"] = JoinType(data["join_type"])
         data["output_mode"] = OutputMode(data["output_mode"])
         data["state_generations"] = tuple(tuple(tuple(columns) for columns in g) for g in data["state_generations"])
+        data["output_generations"] = tuple(tuple(tuple(source) for source in g)
+                                           for g in data.get("output_generations", ()))
         sides = []
         for name in ("left", "right"):
             s = data.pop(name)

@@ -334,9 +334,22 @@ class UpsertProcessor(StatefulProcessor):
     the changes of one upsert key then come from several join tasks, in no particular order
     between tasks, and this stage turns them into the correct final upserts."""
 
+    def __init__(self, plan_json: str | None = None):
+        self.plan_json = plan_json
+
     def init(self, handle: StatefulProcessorHandle) -> None:
-        self.state = SparkKeyState(handle.getValueState("rows", _STATE_SCHEMA), handle, None)
         self.operator = UpsertMaterializer()
+        generation, upgrade = 0, None
+        if self.plan_json is not None:
+            plan = _plan(self.plan_json)
+            generation = plan.output_generation
+            row_maps: dict = {}
+
+            def upgrade(value, stored_generation):  # rows of an older output, in today's
+                if stored_generation not in row_maps:
+                    row_maps[stored_generation] = plan.output_upgrade(stored_generation)
+                return self.operator.map_rows(value, row_maps[stored_generation], None)
+        self.state = SparkKeyState(handle.getValueState("rows", _STATE_SCHEMA), handle, None, generation, upgrade)
         self.seq = _TaskSequence()
 
     def handleInputRows(self, key, rows, timerValues) -> Iterator[Row]:

@@ -152,3 +152,91 @@ def test_the_operators_state_upgrade_keeps_a_multiset_side_retractable(tmp_path,
     store.for_key("ink").put(value)
     new.operator.process(store.for_key("ink"), [(0, 3, (7, "ink", 2, None))], Context(), out)
     assert [kind for kind, _ in out.rows] == [0, 3] and store.keys() == []
+
+
+# -- the upsert materializer's stored output rows ------------------------------------------------
+
+UPSERT = {"OUTPUT_MODE": "upsert", "OUTPUT_KEY": "order_id"}  # not determined by the join key: a materializer
+NOTE = {"name": "note", "type": ["null", "string"], "default": None}
+PLACED = {"name": "placed", "type": "string", "default": "unknown"}
+
+
+@pytest.fixture
+def upsert_location(tmp_path):
+    where = str(tmp_path / "upsert-checkpoint")
+    first = reconcile(plan(tmp_path, JOIN_SQL="SELECT o.*, p.price FROM orders o LEFT JOIN prices p "
+                                             "ON o.product = p.product", **UPSERT), where)
+    assert first.upsert_materializer and first.output_generation == 0
+    return where
+
+
+def test_an_output_that_gains_an_added_input_column_upgrades_the_materializers_rows(tmp_path, upsert_location):
+    sql = "SELECT o.*, p.price FROM orders o LEFT JOIN prices p ON o.product = p.product"
+    new = reconcile(plan(tmp_path, with_fields(NOTE, PLACED), JOIN_SQL=sql, **UPSERT), upsert_location)
+    assert new.output_generation == 1
+    upgrade = new.output_upgrade(0)
+    # rows of (order_id, product, quantity, price): the left side is never padded in a LEFT join
+    assert upgrade((7, "ink", 2, None)) == (7, "ink", 2, None, "unknown", None)
+    assert [n for n in new.output_names] == ["order_id", "product", "quantity", "note", "placed", "price"]
+    assert upgrade((7, "ink", 2, 2.5)) == (7, "ink", 2, None, "unknown", 2.5)
+    assert "compatible" in checkpoint.describe(new, upsert_location)
+    # the processor reads a row stored in generation 0 as today's output row
+    from service.processor import UpsertProcessor
+    from spark_fakes import FakeHandle
+
+    handle = FakeHandle()
+    handle.states["rows"] = _stored_rows([(7, "ink", 2, 2.5)])
+    processor = UpsertProcessor(new.to_json())
+    processor.init(handle)
+    assert processor.state.get() == ((7, "ink", 2, None, "unknown", 2.5),)
+
+
+def _stored_rows(rows):
+    from spark_fakes import FakeValueState
+
+    state = FakeValueState()
+    state.value = (pickle.dumps(tuple(rows), protocol=5),)  # written in generation 0: no prefix
+    return state
+
+
+def test_a_padded_sides_added_column_is_null_in_padded_rows_and_its_default_in_real_ones(tmp_path):
+    where = str(tmp_path / "cp")
+    prices = json.loads((SCHEMAS / "prices.avsc").read_text())
+    sql = "SELECT o.order_id, p.* FROM orders o LEFT JOIN prices p ON o.product = p.product"
+    reconcile(plan(tmp_path, JOIN_SQL=sql, **UPSERT), where)
+    path = tmp_path / "prices-v2.avsc"
+    path.write_text(json.dumps({**prices, "fields": prices["fields"] + [PLACED]}))
+    new = reconcile(plan(tmp_path, JOIN_SQL=sql, RIGHT_SCHEMA_FILE=str(path), **UPSERT), where)
+    upgrade = new.output_upgrade(0)
+    # prices.product is not nullable: None there means the right side was padded
+    assert upgrade((7, "ink", 2.5, "EUR")) == (7, "ink", 2.5, "EUR", "unknown")
+    assert upgrade((8, None, None, None)) == (8, None, None, None, None)
+
+
+@pytest.mark.parametrize("before, after, names", [
+    # a column the input already had: stored rows have no value for it
+    ("SELECT o.order_id, o.product, p.price", "SELECT o.order_id, o.product, o.quantity, p.price",
+     "the output gained 'quantity', a column the left input already had"),
+    # the right side is padded, and the previous output holds no non-nullable right column to tell
+    ("SELECT o.order_id, o.product, p.currency", "SELECT o.order_id, o.product, p.currency, p.placed",
+     "the output gained 'placed' of the right input, which the join pads with NULLs"),
+])
+def test_an_output_change_the_materializer_cannot_follow_is_refused(tmp_path, before, after, names):
+    where = str(tmp_path / "cp")
+    tail = " FROM orders o LEFT JOIN prices p ON o.product = p.product"
+    reconcile(plan(tmp_path, JOIN_SQL=before + tail, **UPSERT), where)
+    prices = json.loads((SCHEMAS / "prices.avsc").read_text())
+    path = tmp_path / "prices-v2.avsc"
+    path.write_text(json.dumps({**prices, "fields": prices["fields"] + [PLACED]}))
+    with pytest.raises(CheckpointMismatch, match=names):
+        reconcile(plan(tmp_path, JOIN_SQL=after + tail, RIGHT_SCHEMA_FILE=str(path), **UPSERT), where)
+
+
+def test_a_materializer_checkpoint_of_an_earlier_changejoin_is_accepted_unchanged(tmp_path, upsert_location):
+    store = checkpoint.CheckpointFile(upsert_location)
+    stored = store.read()
+    del stored["facts"]["materializer"]["sources"], stored["output_generations"]  # as written before sources
+    store.write(stored)
+    sql = "SELECT o.*, p.price FROM orders o LEFT JOIN prices p ON o.product = p.product"
+    same = reconcile(plan(tmp_path, JOIN_SQL=sql, **UPSERT), upsert_location)
+    assert same.output_generation == 0
