@@ -30,27 +30,12 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import pipeline_bench  # noqa: E402
 
-TICK = os.sysconf("SC_CLK_TCK")
-
-
 def tree_cpu(root: int, broker: int | None) -> dict[str, float]:
-    stats = {}
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                text = Path(f"/proc/{name}/stat").read_text()
-            except OSError:
-                continue
-            comm = text[text.index("(") + 1:text.rindex(")")]
-            fields = text[text.rindex(")") + 2:].split()
-            stats[int(name)] = (int(fields[1]), comm, (int(fields[11]) + int(fields[12])) / TICK)
-    tree, frontier = set(), {root}
-    while frontier:
-        tree |= frontier
-        frontier = {pid for pid, s in stats.items() if s[0] in frontier and pid not in tree}
+    stats = pipeline_bench.processes()
+    tree = pipeline_bench.process_tree(stats, root)
     out: collections.Counter = collections.Counter()
     for pid in tree:
-        _, comm, cpu = stats[pid]
+        _, comm, cpu, _ = stats[pid]
         out["jvm" if comm == "java" else "python"] += cpu
     if broker in stats:
         out["broker"] = stats[broker][2]

@@ -78,8 +78,6 @@ import pipeline_bench  # noqa: E402
 
 FLINK_VERSION = "2.3.0"
 FLINK_VENV = ROOT / ".cache" / "flink-venv"
-TICK = os.sysconf("SC_CLK_TCK")
-PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
 # --- Flink's environment ---------------------------------------------------------------------
@@ -307,19 +305,6 @@ TEMPORAL_FLINK_FIELDS = [("order_id", "long"), ("product", "string"), ("quantity
 
 # --- measuring a process tree ---------------------------------------------------------------
 
-def _stat(pid: int) -> tuple[int, str, float, int] | None:
-    """(parent pid, command, CPU seconds, RSS bytes) of a live process."""
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            text = handle.read()
-    except OSError:
-        return None
-    comm = text[text.index("(") + 1:text.rindex(")")]
-    fields = text[text.rindex(")") + 2:].split()
-    ppid, utime, stime, rss = int(fields[1]), int(fields[11]), int(fields[12]), int(fields[21])
-    return ppid, comm, (utime + stime) / TICK, rss * PAGE
-
-
 class TreeSampler:
     """Samples every process under ``root`` (and ``extra`` pids, e.g. the broker) every 0.2 s, and
     the size of ``state_dir`` (if given) every second."""
@@ -336,16 +321,8 @@ class TreeSampler:
         self._thread.start()
 
     def sample(self) -> None:
-        stats = {}
-        for name in os.listdir("/proc"):
-            if name.isdigit():
-                s = _stat(int(name))
-                if s:
-                    stats[int(name)] = s
-        tree, frontier = set(), {self.root}
-        while frontier:
-            tree |= frontier
-            frontier = {pid for pid, s in stats.items() if s[0] in frontier and pid not in tree}
+        stats = pipeline_bench.processes()
+        tree = pipeline_bench.process_tree(stats, self.root)
         with self._lock:
             rss = 0
             for pid in tree:
@@ -745,11 +722,9 @@ def latency_run(args, bootstrap: str, scenario: str, system: str, rate: float, f
 # --- the round ------------------------------------------------------------------------------
 
 def broker_pid() -> int | None:
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            s = _stat(int(name))
-            if s and s[0] == os.getpid() and s[1] == "java":
-                return int(name)
+    for pid, (ppid, comm, _, _) in pipeline_bench.processes().items():
+        if ppid == os.getpid() and comm == "java":
+            return pid
     return None
 
 

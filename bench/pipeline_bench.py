@@ -211,6 +211,43 @@ def service_settings(bootstrap: str, scenario: str, max_per_trigger: int | None,
     })
 
 
+TICK = os.sysconf("SC_CLK_TCK")
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def proc_stat(path: str) -> tuple[int, str, float, int] | None:
+    """(parent pid, command, CPU seconds, RSS bytes) from a ``/proc/<pid>[/task/<tid>]/stat`` file;
+    None once the process is gone."""
+    try:
+        with open(path) as handle:
+            text = handle.read()
+    except OSError:
+        return None
+    comm = text[text.index("(") + 1:text.rindex(")")]
+    fields = text[text.rindex(")") + 2:].split()
+    return int(fields[1]), comm, (int(fields[11]) + int(fields[12])) / TICK, int(fields[21]) * PAGE
+
+
+def processes() -> dict[int, tuple[int, str, float, int]]:
+    """:func:`proc_stat` of every live process, by pid."""
+    stats = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            stat = proc_stat(f"/proc/{name}/stat")
+            if stat is not None:
+                stats[int(name)] = stat
+    return stats
+
+
+def process_tree(stats: dict, root: int) -> set[int]:
+    """``root`` and its descendants among ``stats`` (:func:`processes`)."""
+    tree, frontier = set(), {root}
+    while frontier:
+        tree |= frontier
+        frontier = {pid for pid, s in stats.items() if s[0] in frontier and pid not in tree}
+    return tree
+
+
 def directory_bytes(path: str) -> int:
     """Bytes of the files under ``path`` (0 if it is gone)."""
     total = 0

@@ -40,7 +40,6 @@ import pipeline_bench  # noqa: E402
 from service.kafka_broker import KafkaBroker  # noqa: E402
 from service.pipeline import LOG4J_CONFIG  # noqa: E402
 
-TICK = os.sysconf("SC_CLK_TCK")
 
 # -- JVM threads ---------------------------------------------------------------------------------
 THREAD_GROUPS = [  # (group, prefixes of /proc comm, which the kernel cuts to 15 characters)
@@ -57,14 +56,9 @@ THREAD_GROUPS = [  # (group, prefixes of /proc comm, which the kernel cuts to 15
 def jvm_threads(pid: int) -> dict[int, tuple[str, float]]:
     out = {}
     for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            with open(f"/proc/{pid}/task/{tid}/stat") as handle:
-                text = handle.read()
-        except OSError:
-            continue
-        comm = text[text.index("(") + 1:text.rindex(")")]
-        fields = text[text.rindex(")") + 2:].split()
-        out[int(tid)] = (comm, (int(fields[11]) + int(fields[12])) / TICK)
+        stat = pipeline_bench.proc_stat(f"/proc/{pid}/task/{tid}/stat")
+        if stat is not None:
+            out[int(tid)] = (stat[1], stat[2])
     return out
 
 
@@ -346,27 +340,22 @@ def main() -> None:
     print(f"\nrecordings and summary in {out}")
 
 
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
 def process_cpu() -> dict[str, float]:
     """CPU seconds of this process's tree by kind (jvm, python) plus the broker's."""
-    stats = {}
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                text = Path(f"/proc/{name}/stat").read_text()
-            except OSError:
-                continue
-            comm = text[text.index("(") + 1:text.rindex(")")]
-            fields = text[text.rindex(")") + 2:].split()
-            stats[int(name)] = (int(fields[1]), comm, (int(fields[11]) + int(fields[12])) / TICK,
-                                Path(f"/proc/{name}/cmdline").read_bytes() if comm == "java" else b"")
-    tree, frontier = set(), {os.getpid()}
-    while frontier:
-        tree |= frontier
-        frontier = {pid for pid, s in stats.items() if s[0] in frontier and pid not in tree}
+    stats = pipeline_bench.processes()
+    tree = pipeline_bench.process_tree(stats, os.getpid())
     out: collections.Counter = collections.Counter()
     for pid in tree:
-        _, comm, cpu, cmdline = stats[pid]
+        _, comm, cpu, _ = stats[pid]
         if comm == "java":
+            cmdline = _cmdline(pid)
             out["broker" if b"kafka" in cmdline.lower() and b"SparkSubmit" not in cmdline else "jvm"] += cpu
         elif comm.startswith("python") or pid == os.getpid():
             out["python"] += cpu
