@@ -213,38 +213,58 @@ def temporal_expected(orders, prices) -> tuple[int, str]:
     return len(rows), table_digest(rows)
 
 
+def end_offsets(consumer, topic: str, required: bool = False) -> dict[int, int] | None:
+    """Partition -> end offset of ``topic``; None when the topic does not exist (a KeyError when
+    it is ``required``)."""
+    from confluent_kafka import TopicPartition
+
+    meta = consumer.list_topics(topic, timeout=30).topics.get(topic)
+    if meta is None or meta.error is not None:
+        if required:
+            raise KeyError(topic)
+        return None
+    return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in meta.partitions}
+
+
+def records(consumer, topic: str, ends: dict[int, int]):
+    """Every record of ``topic`` from the beginning up to ``ends`` (``end_offsets``)."""
+    from confluent_kafka import TopicPartition
+
+    total, seen = sum(ends.values()), 0
+    consumer.assign([TopicPartition(topic, p, 0) for p in ends])
+    while seen < total:
+        for msg in consumer.consume(10_000, timeout=5):
+            if msg.error():
+                continue
+            seen += 1
+            yield msg
+
+
 def output_counts(bootstrap: str, topic: str, materialize=None, skip=None) -> tuple[int, dict, str | None]:
     """Records in ``topic`` (end offsets; no producer here is transactional). With
     ``materialize`` (message -> (kind, sign, row)), also the count by kind and a digest of the
     final table the changelog materializes to (a multiset: +I/+U add a row, -U/-D remove one);
     rows for which ``skip`` is true are left out of it."""
-    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka import Consumer
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"count-{time.time_ns()}",
                          "enable.auto.commit": False, "auto.offset.reset": "earliest"})
     try:
-        meta = consumer.list_topics(topic, timeout=30).topics.get(topic)
-        if meta is None or meta.error is not None:
+        ends = end_offsets(consumer, topic)
+        if ends is None:
             return 0, {}, None
-        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in meta.partitions}
         total = sum(ends.values())
         if materialize is None or not total:
             return total, {}, None
         kinds: Counter = Counter()
         table: Counter = Counter()
-        consumer.assign([TopicPartition(topic, p, 0) for p in ends])
-        seen = 0
-        while seen < total:
-            for msg in consumer.consume(10_000, timeout=5):
-                if msg.error():
-                    continue
-                seen += 1
-                label, sign, row = materialize(msg)
-                if skip and skip(row):
-                    kinds["skipped"] += 1
-                    continue
-                kinds[label] += 1
-                table[row] += sign
+        for msg in records(consumer, topic, ends):
+            label, sign, row = materialize(msg)
+            if skip and skip(row):
+                kinds["skipped"] += 1
+                continue
+            kinds[label] += 1
+            table[row] += sign
         negative = sum(1 for n in table.values() if n < 0)
         rows = [row for row, n in table.items() for _ in range(max(0, n))]
         kinds["final rows"] = len(rows)
@@ -572,38 +592,30 @@ def output_latencies(bootstrap: str, topic: str, reader, since_ms: int) -> list[
     """Produce-to-output latency (ms) of every +I/+U output record caused by an input produced at or
     after ``since_ms``: the record's log-append time minus the later of the two producer clocks it
     carries (the input that made it). Retractions carry the clocks of older rows: left out."""
-    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka import Consumer
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"lat-{time.time_ns()}",
                          "enable.auto.commit": False})
     try:
-        meta = consumer.list_topics(topic, timeout=30).topics[topic]
-        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in meta.partitions}
-        total, seen, out = sum(ends.values()), 0, []
-        consumer.assign([TopicPartition(topic, p, 0) for p in ends])
-        while seen < total:
-            for msg in consumer.consume(10_000, timeout=5):
-                if msg.error():
-                    continue
-                seen += 1
-                _, sign, row = reader(msg)
-                if sign < 0:
-                    continue
-                cause = max(t for t in row[-2:] if t is not None)
-                if cause >= since_ms:
-                    out.append(msg.timestamp()[1] - cause)
+        out = []
+        for msg in records(consumer, topic, end_offsets(consumer, topic, required=True)):
+            _, sign, row = reader(msg)
+            if sign < 0:
+                continue
+            cause = max(t for t in row[-2:] if t is not None)
+            if cause >= since_ms:
+                out.append(msg.timestamp()[1] - cause)
         return sorted(out)
     finally:
         consumer.close()
 
 
 def end_offsets_total(bootstrap: str, topic: str) -> int:
-    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka import Consumer
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"ends-{time.time_ns()}"})
     try:
-        meta = consumer.list_topics(topic, timeout=30).topics[topic]
-        return sum(consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in meta.partitions)
+        return sum(end_offsets(consumer, topic, required=True).values())
     finally:
         consumer.close()
 
