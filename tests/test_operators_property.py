@@ -134,11 +134,18 @@ def check(join_type, operations, layouts, cond_sql, null_safe, bundle_sizes=None
         expected = expected_join(join_type, +inputs[0], +inputs[1], null_safe, cond)
         assert table == expected, f"after {batch}"
 
+    for calls in host_calls(records, bundle_sizes):
+        for key, group in calls:
+            join.process(state.for_key(key), group, Context(), out)
+        settle([record for _, group in calls for record in group])
+
+
+def host_calls(records, bundle_sizes=None):
+    """The calls a host makes, bundle by bundle: each bundle's records grouped by join key, in
+    order. Without ``bundle_sizes``, one call per record; else bundles of those sizes (then 3)."""
     if bundle_sizes is None:
         for record in records:
-            side, _, row = record
-            join.process(state.for_key((row[K],)), [record], Context(), out)
-            settle([record])
+            yield [((record[2][K],), [record])]
         return
     sizes = iter(bundle_sizes)
     while records:
@@ -147,9 +154,7 @@ def check(join_type, operations, layouts, cond_sql, null_safe, bundle_sizes=None
         by_key = {}
         for record in batch:
             by_key.setdefault((record[2][K],), []).append(record)
-        for key, group in by_key.items():
-            join.process(state.for_key(key), group, Context(), out)
-        settle(batch)
+        yield list(by_key.items())
 
 
 settings_ = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -22,7 +22,7 @@ from operators.splitside import SplitSide
 from operators.state import PickledMap
 from operators.stateformat import map_key
 
-from test_operators_property import CONDITIONS, K, LAYOUTS, build, changelog, layouts_, ops, settings_
+from test_operators_property import CONDITIONS, build, changelog, host_calls, layouts_, ops, settings_
 
 CASES = Path(__file__).resolve().parent / "data" / "conformance_cases.json"
 REGULAR_KINDS = {"regular", "semi_anti", "mini_batch"}
@@ -46,23 +46,11 @@ def test_every_regular_case_passes_with_every_side_split(monkeypatch, case):
 def run(join, records, state, bundles=None):
     """Each call's output, as a multiset: the rows one record matches come in the order its key's
     state iterates them, insertion order in a dict, key order in Spark's map state (as in Flink's
-    RocksDB map state), and the changes of one call are all about different rows."""
+    RocksDB map state)."""
     out = Output()
     outputs = []
-    if bundles is None:
-        for record in records:
-            join.process(state.for_key((record[2][K],)), [record], Context(), out)
-            outputs.append(Counter(out.rows))
-            out.rows.clear()
-        return outputs
-    sizes = iter(bundles)
-    while records:
-        size = next(sizes, 3)
-        batch, records = records[:size], records[size:]
-        by_key = {}
-        for record in batch:
-            by_key.setdefault((record[2][K],), []).append(record)
-        for key, group in by_key.items():
+    for calls in host_calls(records, bundles):
+        for key, group in calls:
             join.process(state.for_key(key), group, Context(), out)
             outputs.append(Counter(out.rows))
             out.rows.clear()
@@ -253,7 +241,7 @@ def test_the_join_processor_keeps_a_hot_sides_rows_in_spark_map_state_and_a_fail
     from service.envelope import Target, unpack
     from service.processor import JoinProcessor
     from spark_fakes import FakeHandle, FakeTimerValues
-    from test_encode import _FailsOn, envelopes, plan_for
+    from test_encode import envelopes, plan_for
     from service_harness import order, price
 
     join = JoinProcessor(plan_for().to_json())
