@@ -16,7 +16,7 @@ in place. :meth:`SplitSide.flush` writes just those.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Hashable, Iterator
+from typing import Any, Callable, Hashable
 
 from .state import KeyMap
 
@@ -109,13 +109,6 @@ class SplitSide:
         self._load_all()
         return [e for e in self._cache.values() if e is not None]
 
-    def items(self) -> list:
-        self._load_all()
-        return [(k, e) for k, e in self._cache.items() if e is not None]
-
-    def __iter__(self) -> Iterator[Hashable]:
-        return iter([k for k, _ in self.items()])
-
     def __len__(self) -> int:
         return self._count
 
@@ -149,7 +142,7 @@ class SplitSide:
 
     def flush(self) -> list:
         """Write what changed to the store; returns the marker the join keeps in its value:
-        ``[count, latest written time]``."""
+        ``[count, latest written time]``. The side's last call: the join reads a new one per call."""
         store, seen = self._store, self._seen
         for key in self._dirty:
             entry = self._cache[key]
@@ -163,11 +156,7 @@ class SplitSide:
                 continue
             if entry[1] != copies or entry[2] != assoc or entry[3] != written:
                 store.put(key, entry)
-        marker = [self._count, self.latest_written()]
-        self._latest = marker[1]
-        self._seen = {k: (e, e[1], e[2], e[3]) for k, e in self._cache.items() if e is not None}
-        self._dirty.clear()
-        return marker
+        return [self._count, self.latest_written()]
 
     def clear(self) -> None:
         self._store.clear()
