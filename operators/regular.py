@@ -59,12 +59,15 @@ class _KeyedJoin:
         value = state.get()
         if value is None:
             return [{}, {}], None
-        sides = [value[0], value[1]]
+        left, right, timer = value
+        if dict is type(left) is type(right):  # the usual key: both sides in the value
+            return [left, right], timer
+        sides = [left, right]
         for i, side in enumerate(sides):
             if not isinstance(side, dict):  # a split side's marker: [count, latest written(, row map)]
                 row_map = side[2] if len(side) > 2 else None
                 sides[i] = SplitSide(state.map(MAPS[i]), side[0], side[1], row_map, self.views[i].entry_key)
-        return sides, value[2]
+        return sides, timer
 
     def _store(self, state: KeyState, sides: list, timer, now: int) -> None:
         if self._ttl:
@@ -78,23 +81,30 @@ class _KeyedJoin:
                 if wanted is not None:
                     state.register_timer(PROC, wanted)
                 timer = wanted
-        stored = []
-        for i, side in enumerate(sides):
-            if isinstance(side, dict) and len(side) > self.split_at:
-                store = state.map(MAPS[i])
-                if store is not None:
-                    side = SplitSide.moved(store, side)
-            if isinstance(side, SplitSide):
-                if side:
-                    side = side.flush()
-                else:  # back in the value, the map gone
-                    side.clear()
-                    side = {}
-            stored.append(side)
+        left, right = sides
+        if dict is type(left) is type(right) and len(left) + len(right) <= self.split_at:
+            stored = sides  # the usual key: both sides stay in the value (else each side is checked)
+        else:
+            stored = [self._split_or_flush(state, i, side) for i, side in enumerate(sides)]
         if stored[0] or stored[1]:
             state.put((stored[0], stored[1], timer))
         else:
             state.clear()
+
+    def _split_or_flush(self, state: KeyState, i: int, side):
+        """Side ``i`` as the value keeps it: a dict, or a split side's marker once its changes are
+        written to its map (a dict beyond ``split_at`` entries is split first)."""
+        if isinstance(side, dict) and len(side) > self.split_at:
+            store = state.map(MAPS[i])
+            if store is not None:
+                side = SplitSide.moved(store, side)
+        if isinstance(side, SplitSide):
+            if side:
+                side = side.flush()
+            else:  # back in the value, the map gone
+                side.clear()
+                side = {}
+        return side
 
     def map_rows(self, value, left, right):
         if value is None:
