@@ -25,7 +25,7 @@ import threading
 import time
 import urllib.parse
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import fastavro
 from fastavro.read import SchemaResolutionError
@@ -647,6 +647,10 @@ def _long(n: int) -> bytes:
     if -64 <= n < 64:
         return _SMALL_LONGS[n + 64]
     n = (n << 1) ^ (n >> 63)
+    if n < 0x4000:  # two and three bytes without the loop: ids, counts and lengths mostly are
+        return bytes((n & 0x7F | 0x80, n >> 7))
+    if n < 0x200000:
+        return bytes((n & 0x7F | 0x80, n >> 7 & 0x7F | 0x80, n >> 14))
     out = bytearray()
     while n >= 0x80:
         out.append((n & 0x7F) | 0x80)
@@ -762,6 +766,25 @@ class ValueEncoder:
             self._schema_id = self._registry.register(self._subject, self._schema)
             self._header = bytes([_MAGIC]) + self._schema_id.to_bytes(4, "big")
         return self._schema_id
+
+    def writer(self) -> Callable[[tuple], bytes]:
+        """:meth:`encode` as one function for a hot loop: the compiled writer with the checks that
+        hold for every row (registry, header) done once, here. A row the compiled writer cannot
+        write goes through :meth:`encode`, which says what is wrong with it."""
+        if self._compiled is None:
+            return self.encode
+        self.schema_id  # noqa: B018 - with a registry: registers now, sets the header
+        compiled, header, width, encode = self._compiled, self._header, len(self._names), self.encode
+
+        def write(row: tuple) -> bytes:
+            if len(row) == width:
+                try:
+                    return header + compiled(row) if header else compiled(row)
+                except Exception:  # noqa: BLE001 - a value of the wrong type: encode() reports it
+                    pass
+            return encode(row)
+
+        return write
 
     def encode(self, row: tuple) -> bytes:
         if len(row) != len(self._names):

@@ -23,7 +23,7 @@ from . import deadletters
 from .avro import SchemaRegistry, ValueEncoder, output_schema
 from .deadletters import Reason
 from .envelope import Target, loads, unpack
-from .kafka_records import record_bytes
+from .kafka_records import output_framing_bytes, record_bytes
 from .plan import JoinPlan, OutputMode
 from .shipping import built, registry
 
@@ -46,6 +46,9 @@ class OutputEncoder:
         self._kind_headers = tuple((rowkind_header, short.encode()) for short in _KIND_SHORT)
         self.max_bytes = max_record_bytes
         self.message_max_bytes = message_max_bytes  # the producer's limit, headers and framing included
+        # The limits as config.py validates them: a key and value within max_record_bytes fit the
+        # producer's limit with any headers the encoder writes, so only the value's size is checked.
+        self._framing_fits = max_record_bytes + output_framing_bytes(rowkind_header) <= message_max_bytes
         self.values = ValueEncoder(plan.output_schema, registry, f"{output_topic}-value" if registry else None)
         self.key_columns = plan.output_key
         self.keys = None
@@ -75,22 +78,41 @@ class OutputEncoder:
         upsert mode), so a replay numbers its records the same way. ``counts`` gets, per
         ``("output", RowKind)`` or ``("dead_letter", reason)``, how many records were written."""
         batch = (BATCH_HEADER, str(batch_id).encode())
-        prefix = f"{task}:".encode()
+        seq_format = b"%d:%%d" % task  # changejoin.seq: b"<task>:<index>"
         topic = self.topic
         by_kind = [0, 0, 0, 0]
         index = 0
+        # Retract mode without a message key is the common case and one output change is this
+        # loop's whole work: it writes the record itself and leaves the rest to output().
+        plain = not self.upsert and self.keys is None and self._framing_fits
+        kind_headers, limit, partition, write = self._kind_headers, self.max_bytes, task % self.partitions, None
         for target, kind, payload in rows:
             if target == _DEAD_LETTER:
-                record = self.dead_letter(payload, batch[1], prefix + str(index).encode())
+                record = self.dead_letter(payload, batch[1], seq_format % index)
                 index += 1
                 _count_dead_letter(counts, record)
                 yield record
                 continue
             changes = unpack(payload) if target == _PACKED else ((kind, loads(payload)),)
+            if plain:
+                if write is None:  # at the first change: a registry is asked for the schema id only then
+                    write = self.values.writer()
+                for kind, row in changes:
+                    seq = (SEQ_HEADER, seq_format % index)
+                    index += 1
+                    value = write(row)
+                    if len(value) <= limit:
+                        by_kind[kind] += 1
+                        yield (topic, None, value, [kind_headers[kind], batch, seq], partition)
+                        continue
+                    record = self.output(kind, row, batch, seq, task)  # too large: a dead letter
+                    _count_dead_letter(counts, record)
+                    yield record
+                continue
             if self.upsert:
                 changes = self._upsert_kinds(list(changes))
             for kind, row in changes:
-                record = self.output(kind, row, batch, (SEQ_HEADER, prefix + str(index).encode()), task)
+                record = self.output(kind, row, batch, (SEQ_HEADER, seq_format % index), task)
                 index += 1
                 if record is None:
                     continue
@@ -142,7 +164,7 @@ class OutputEncoder:
             return (self.topic, key, None, headers, None)
         value = self.values.encode(row)
         size = len(value) + (len(key) if key else 0)
-        if size > self.max_bytes or record_bytes(key, value, headers) > self.message_max_bytes:
+        if size > self.max_bytes or (not self._framing_fits and record_bytes(key, value, headers) > self.message_max_bytes):
             detail = (f"{_KIND_SHORT[kind]} output record of {len(value)} bytes exceeds "
                       f"MAX_OUTPUT_RECORD_BYTES={self.max_bytes}" if size > self.max_bytes else
                       f"{_KIND_SHORT[kind]} output record of {len(value)} bytes with its key and headers exceeds "

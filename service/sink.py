@@ -171,8 +171,13 @@ class KafkaSink:
         produce, poll = self._producer.produce, self._producer.poll
         sent = 0
         for record in records:
-            topic, key, value, headers = record[:4]
-            partition = record[4] if len(record) > 4 and record[4] is not None else _ANY_PARTITION
+            if len(record) == 5:
+                topic, key, value, headers, partition = record
+                if partition is None:
+                    partition = _ANY_PARTITION
+            else:
+                topic, key, value, headers = record
+                partition = _ANY_PARTITION
             if headers and type(headers) is not list:
                 headers = list(headers)
             while True:

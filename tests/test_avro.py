@@ -513,6 +513,21 @@ def test_encoder_rejects_bad_rows():
         ValueEncoder(ORDER, SchemaRegistry("http://127.0.0.1:1"))  # no subject
 
 
+def test_the_hot_loop_writer_writes_what_encode_writes_and_rejects_what_it_rejects(schema_registry_url,
+                                                                                     fake_schema_registry):
+    for enc in (ValueEncoder(ORDER), ValueEncoder(ORDER, SchemaRegistry(schema_registry_url), "orders-value")):
+        write = enc.writer()
+        assert write(ORDER_ROW) == enc.encode(ORDER_ROW)
+        with pytest.raises(ValueError, match="6 fields"):
+            write(ORDER_ROW[:5])
+        with pytest.raises(ValueError, match="6 fields"):
+            write(ORDER_ROW + (1,))
+        with pytest.raises(ValueError, match="cannot encode"):
+            write((None,) + ORDER_ROW[1:])
+    # with a registry the header is the registered schema's id
+    assert write(ORDER_ROW)[:5] == b"\x00" + fake_schema_registry.register("orders-value", ORDER).to_bytes(4, "big")
+
+
 # ---------------------------------------------------------------------------- schemas
 
 

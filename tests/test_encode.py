@@ -120,6 +120,17 @@ def test_packed_and_single_rows_give_the_same_kafka_records_headers_and_counts()
     assert {r[4] for r in packed[1:]} == {2 % 3}  # no message key: the task's partition
 
 
+def test_the_retract_loop_writes_exactly_what_output_writes_for_each_change():
+    """records() writes a retract-mode change itself; output() is the general definition."""
+    plan = plan_for()
+    encoder = encoder_for(plan)
+    records, _ = kafka_records(encoder, join_rows(pack=True), batch_id=7, task=2)
+    changes = [(kind, row) for target, kind, row in changes_of(join_rows(pack=True)) if target == Target.OUTPUT]
+    expected = [encoder.output(kind, row, ("changejoin.batch", b"7"), ("changejoin.seq", f"2:{i + 1}".encode()), 2)
+                for i, (kind, row) in enumerate(changes)]
+    assert records[1:] == expected and len(expected) == 27
+
+
 def test_upsert_output_skips_update_befores_but_they_keep_their_seq_index():
     plan = plan_for(OUTPUT_MODE="upsert", OUTPUT_KEY="order_id,product")
     encoder = encoder_for(plan, OUTPUT_MODE="upsert", OUTPUT_KEY="order_id,product")
