@@ -139,7 +139,8 @@ def render(args, variants, results) -> str:
             median = statistics.median(speeds)
             base = base or median
             cpu = {k: statistics.median(r["cpu"].get(k, 0) for r in runs) for k in ("jvm", "python", "broker")}
-            outputs = {json.dumps(r.get("output"), sort_keys=True) for r in runs}
+            # Only the first round's runs are checked (the others carry no output).
+            outputs = {json.dumps(r["output"], sort_keys=True) for r in runs if r.get("output")}
             output = "; ".join(outputs) if len(outputs) == 1 else "DIFFERENT: " + " | ".join(sorted(outputs))
             lines.append(f"| {scenario} | {name} | {len(runs)} | {min(speeds):,.0f} | {median:,.0f} | {median / base:.2f} | "
                          f"{cpu['jvm']:.1f} / {cpu['python']:.1f} / {cpu['broker']:.1f} | {output} |")

@@ -511,9 +511,17 @@ def child_changejoin_latency(args) -> None:
         progress = list(query.recentProgress)
         service.stop(graceful_timeout_s=30)
         service.spark.stop()
-    d = sorted(p["durationMs"].get("triggerExecution", 0) for p in progress if p["numInputRows"])
+    with_input = [p for p in progress if p["numInputRows"]]
+    d = sorted(p["durationMs"].get("triggerExecution", 0) for p in with_input)
     emit("end", elapsed=0, batches=len(d), batch_p50=pipeline_bench.percentile(d, 0.5),
-         batch_p99=pipeline_bench.percentile(d, 0.99))
+         batch_p99=pipeline_bench.percentile(d, 0.99), phases=batch_phases(with_input))
+
+
+def batch_phases(progress: list[dict]) -> dict[str, int]:
+    """Median ms of each phase Spark times in a micro-batch (``durationMs``: addBatch is the
+    job that runs the join and produces, the others the trigger's own work), over ``progress``."""
+    names = {name for p in progress for name in p["durationMs"]}
+    return {name: round(statistics.median(p["durationMs"].get(name, 0) for p in progress)) for name in sorted(names)}
 
 
 class Paced:
@@ -728,7 +736,7 @@ def latency_run(args, bootstrap: str, scenario: str, system: str, rate: float, f
             "duration": t_end - t_start, "outputs": len(lat), "p50": pct(0.5), "p90": pct(0.9), "p99": pct(0.99),
             "max": lat[-1] if lat else None, "cpu": cpu_between(before, after),
             "peak_rss_mb": round(sampler.peak_rss / 2**20),
-            "batch_p50": end.get("batch_p50"), "batch_p99": end.get("batch_p99")}
+            "batch_p50": end.get("batch_p50"), "batch_p99": end.get("batch_p99"), "phases": end.get("phases")}
 
 
 # --- the round ------------------------------------------------------------------------------
@@ -892,7 +900,8 @@ def measure(args, systems, scenarios, latency, fpython, fjars, logs, runs, lat_r
                 lat_runs.append(r)
                 print(f"  latency {scenario} {system}: {r['achieved']:,.0f} rows/s for {r['duration']:.0f} s, "
                       f"{r['outputs']:,} outputs measured, p50 {r['p50']} ms, p99 {r['p99']} ms, max {r['max']} ms, "
-                      f"batch p50/p99 {r['batch_p50']}/{r['batch_p99']} ms, cpu {r['cpu']}", flush=True)
+                      f"batch p50/p99 {r['batch_p50']}/{r['batch_p99']} ms, cpu {r['cpu']}"
+                      + (f"; median ms per batch phase {r['phases']}" if r.get("phases") else ""), flush=True)
 
 
 def one_run(args, bootstrap, scenario, system, rnd, info, fpython, fjars, logs, work, extra, ensure_topics) -> dict:
@@ -1066,6 +1075,14 @@ def render(args, scenarios, runs, lat_runs, expected, started) -> str:
             lines.append(f"| {r['scenario']} | {r['system']} | {r['rate']:,.0f} | {r['achieved']:,.0f} | "
                          f"{r['outputs']:,} | {_fmt(r['p50'])} | {_fmt(r['p90'])} | {_fmt(r['p99'])} | "
                          f"{_fmt(r['max'])} | {batch} | {cpu} | {r['peak_rss_mb']:,} |")
+        phased = [r for r in lat_runs if r.get("phases")]
+        if phased:
+            lines += ["", "Median ms per micro-batch phase in the latency runs (Spark's `durationMs`; addBatch is "
+                      "the job that joins and produces):", ""]
+            names = sorted({n for r in phased for n in r["phases"]} - {"triggerExecution"}) + ["triggerExecution"]
+            lines += ["| scenario | system | " + " | ".join(names) + " |", "|---|---|" + "---|" * len(names)]
+            lines += [f"| {r['scenario']} | {r['system']} | " + " | ".join(str(r["phases"].get(n, "-")) for n in names)
+                      + " |" for r in phased]
     lines.append("")
     lines.append("PLOT")
     return "\n".join(lines)
