@@ -817,7 +817,7 @@ def main() -> None:
         args.rounds = f"{args.rounds} (interrupted)"
     report = render(args, scenarios, runs, lat_runs, expected, started)
     print(report)
-    if args.record and any("failed" not in r for r in runs):
+    if args.record and any("failed" not in r for r in runs + lat_runs):
         png = ROOT / "bench" / f"compare-{started:%Y-%m-%d-%H%M}.png"
         plot(runs, lat_runs, png, args.rows)
         with open(ROOT / "bench" / "RESULTS.md", "a") as handle:
