@@ -59,3 +59,14 @@ def test_other_schemas_are_left_to_fastavro_and_wrong_values_get_its_error():
         assert "cannot encode row as R" in str(err)
     else:
         raise AssertionError("a string is no long")
+
+
+def test_varints_at_every_length_boundary_are_fastavros():
+    schema = {"type": "record", "name": "R", "fields": [{"name": "n", "type": "long"}]}
+    writer = compile_record_writer(schema)
+    edges = [0, 1, 63, 64, 8191, 8192, 1_048_575, 1_048_576, 2**31, 2**62, 2**63 - 1]
+    for n in sorted({v for e in edges for v in (e - 1, e, e + 1, -e - 1, -e, -e + 1)
+                     if -(2**63) <= v < 2**63}):
+        expected = io.BytesIO()
+        fastavro.schemaless_writer(expected, schema, {"n": n})
+        assert writer((n,)) == expected.getvalue(), n
