@@ -500,7 +500,7 @@ def child_changejoin_latency(args) -> None:
         settings = pipeline_bench.service_settings(
             args.bootstrap, args.scenario, None, args.shuffle_partitions, f"{work}/cp", args.out,
             orders_topic=args.orders, prices_topic=args.prices, sql=latency_sql(args.scenario),
-            extra={**TIMED_ENV, "TRIGGER_INTERVAL": None})
+            extra={**TIMED_ENV, "TRIGGER_INTERVAL": None, **service_env(args)})
         service = Service(settings)
         service.spark  # noqa: B018
         query = service.start()
@@ -511,10 +511,21 @@ def child_changejoin_latency(args) -> None:
         progress = list(query.recentProgress)
         service.stop(graceful_timeout_s=30)
         service.spark.stop()
+    if os.environ.get("CHANGEJOIN_BENCH_PROGRESS"):  # every micro-batch's progress, for a closer look
+        Path(os.environ["CHANGEJOIN_BENCH_PROGRESS"]).write_text(json.dumps([json.loads(p.json) for p in progress]))
     with_input = [p for p in progress if p["numInputRows"]]
     d = sorted(p["durationMs"].get("triggerExecution", 0) for p in with_input)
     emit("end", elapsed=0, batches=len(d), batch_p50=pipeline_bench.percentile(d, 0.5),
          batch_p99=pipeline_bench.percentile(d, 0.99), phases=batch_phases(with_input))
+
+
+def service_env(args) -> dict[str, str]:
+    """``--service-env NAME=VALUE`` options as a dict of the service's environment variables."""
+    pairs = [pair.partition("=") for pair in args.service_env]
+    bad = [name for name, eq, _ in pairs if not eq or not name]
+    if bad:
+        raise SystemExit(f"--service-env takes NAME=VALUE, got {bad}")
+    return {name: value for name, _, value in pairs}
 
 
 def batch_phases(progress: list[dict]) -> dict[str, int]:
@@ -656,6 +667,7 @@ def latency_run(args, bootstrap: str, scenario: str, system: str, rate: float, f
         cmd = [sys.executable, str(ROOT / "bench" / "compare.py"), "--child", "changejoin-latency",
                "--bootstrap", bootstrap, "--scenario", scenario, "--orders", orders_topic, "--prices", prices_topic,
                "--out", out, "--shuffle-partitions", str(args.shuffle_partitions)]
+        cmd += [a for pair in args.service_env for a in ("--service-env", pair)]
         reader = changejoin_reader(scenario, sql=latency_sql(scenario), timed=True)
     else:
         p = system.split("-")[1][1:]
@@ -776,6 +788,9 @@ def main() -> None:
                              "in this invocation's throughput runs of the scenario)")
     parser.add_argument("--latency-duration", type=float, default=60.0, help="seconds measured")
     parser.add_argument("--latency-warmup", type=float, default=15.0, help="seconds produced first, not measured")
+    parser.add_argument("--service-env", action="append", default=[], metavar="NAME=VALUE",
+                        help="an environment variable for changejoin's latency runs (repeatable), e.g. "
+                             "SPARK_CONF_spark_python_unix_domain_socket_enabled=true")
     parser.add_argument("--record", action="store_true", help="append to bench/RESULTS.md and plot")
     parser.add_argument("--child", choices=["changejoin", "changejoin-latency"], help=argparse.SUPPRESS)
     parser.add_argument("--bootstrap", help=argparse.SUPPRESS)
@@ -1003,6 +1018,7 @@ def render(args, scenarios, runs, lat_runs, expected, started) -> str:
              + (f" --latency {args.latency} --latency-systems {args.latency_systems}"
                 f" --latency-duration {args.latency_duration:g}" if args.latency else "")
              + (f" --latency-rate {args.latency_rate:g}" if args.latency_rate else "")
+             + "".join(f" --service-env {pair}" for pair in args.service_env)
              + f"{' --record' if args.record else ''}` ({os.cpu_count()} cores, shared machine: compare ratios; "
              "systems run one after the other in every round)",
              "",
