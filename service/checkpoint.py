@@ -23,10 +23,10 @@ import dataclasses
 import json
 import logging
 import os
-from urllib.parse import urlparse
 
 from operators import STATE_FORMAT_VERSION
 
+from .config import local_directory
 from .plan import JoinPlan, PlanError
 
 log = logging.getLogger(__name__)
@@ -241,9 +241,9 @@ class CheckpointFile:
         """``spark``: a callable giving the Spark session, asked only for a non-local location."""
         self.location = location
         self._session = spark
-        scheme = urlparse(location).scheme
-        self._local = scheme in ("", "file") or len(scheme) == 1  # a Windows drive letter is no scheme
-        self._dir = urlparse(location).path if scheme == "file" else location
+        directory = local_directory(location)
+        self._local = directory is not None
+        self._dir = directory or location
 
     @property
     def _spark(self):

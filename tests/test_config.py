@@ -399,6 +399,22 @@ def test_spark_ui_is_off_unless_enabled():
     assert re.search(conf["spark.redaction.string.regex"].replace("(?i)", ""), "https://u:p@h")
 
 
+def test_spark_io_defaults_local_checkpoints_through_filesystem_and_unix_sockets_unless_spark_conf_says_otherwise():
+    key = "spark.sql.streaming.checkpointFileManagerClass"
+    for local in ("checkpoints", "/var/lib/changejoin/cp", "file:///var/lib/changejoin/cp"):
+        conf = load_settings({**VALID, "CHECKPOINT_LOCATION": local}).spark_conf
+        assert conf[key].endswith(".FileSystemBasedCheckpointFileManager"), local
+    for remote in ("s3a://bucket/cp", "hdfs://namenode/cp"):  # Spark's own choice for other file systems
+        assert key not in load_settings({**VALID, "CHECKPOINT_LOCATION": remote}).spark_conf, remote
+    # the JVM and its Python workers (and the state server) talk over Unix domain sockets
+    assert load_settings(VALID).spark_conf["spark.python.unix.domain.socket.enabled"] == "true"
+    conf = load_settings({**VALID, "SPARK_CONF_spark_python_unix_domain_socket_enabled": "false"}).spark_conf
+    assert conf["spark.python.unix.domain.socket.enabled"] == "false"
+    mine = "org.example.MyCheckpointFileManager"
+    conf = load_settings({**VALID, "SPARK_CONF_spark_sql_streaming_checkpointFileManagerClass": mine}).spark_conf
+    assert conf[key] == mine
+
+
 # --------------------------------------------------------------------------------------------
 # warnings for what the plan does not use
 
