@@ -2,7 +2,7 @@
 
     python bench/compare.py [--rows 200000] [--keys ROWS/20] [--scenarios all] [--rounds 2]
                             [--systems ...] [--mini-batch-size 1000]
-                            [--latency left-pk,inner-nopk [--latency-rate R] [--latency-duration 60]]
+                            [--latency left-pk,inner-nopk [--latency-rate R[,R...]] [--latency-duration 60]]
                             [--record]                       # ./dev bench compare [...]
 
 Each data set's changelogs (bench/pipeline_bench.py's seeded, linear generator) are generated once
@@ -46,7 +46,9 @@ changejoin's median throughput of that scenario in this invocation) for a warm-u
 clock (epoch ms, set as each record is produced) in ``order_time`` / ``price_time``
 (bench/schemas/*_timed.avsc), and the join selects both into its output, whose topic stamps each
 record with the broker's log-append time: an output +I/+U record's latency is its append time
-minus the later of the two clocks (the input that caused it); p50/p90/p99/max are reported.
+minus the later of the two clocks (the input that caused it); p50/p90/p99/max are reported, and
+the p50 of what the first and the last 10 s measured caused (a system that falls behind shows a
+last far above its first). Several rates (``--latency-rate 1000,2000,4000``) make a sweep.
 
 Flink runs from its own virtualenv, ``.cache/flink-venv`` (``apache-flink==2.3.0``, made here on
 first use; never in the project's venv), with Flink's Kafka SQL connector and Avro format from
@@ -519,6 +521,17 @@ def child_changejoin_latency(args) -> None:
          batch_p99=pipeline_bench.percentile(d, 0.99), phases=batch_phases(with_input))
 
 
+def latency_rates(args) -> list[float]:
+    """``--latency-rate``: one rate or a comma-separated list of them (input rows/s)."""
+    try:
+        rates = [float(r) for r in (args.latency_rate or "").split(",") if r.strip()]
+    except ValueError:
+        raise SystemExit(f"--latency-rate takes rows/s, comma-separated: {args.latency_rate!r}") from None
+    if any(r <= 0 for r in rates):
+        raise SystemExit(f"--latency-rate: rates are positive: {args.latency_rate!r}")
+    return rates
+
+
 def service_env(args) -> dict[str, str]:
     """``--service-env NAME=VALUE`` options as a dict of the service's environment variables."""
     pairs = [pair.partition("=") for pair in args.service_env]
@@ -607,9 +620,10 @@ def latency_units(scenario: str, system: str, orders, prices, orders_topic: str,
     return out
 
 
-def output_latencies(bootstrap: str, topic: str, reader, since_ms: int) -> list[int]:
-    """Produce-to-output latency (ms) of every +I/+U output record caused by an input produced at or
-    after ``since_ms``: the record's log-append time minus the later of the two producer clocks it
+def output_latencies(bootstrap: str, topic: str, reader, since_ms: int) -> list[tuple[int, int]]:
+    """(cause, latency) in ms of every +I/+U output record caused by an input produced at or after
+    ``since_ms``, in the topic's order: the cause is the later of the two producer clocks the record
+    carries (the input that made it), the latency the record's log-append time minus it. The
     carries (the input that made it). Retractions carry the clocks of older rows: left out. So are
     rows with a side padded with NULLs (a clock is NULL): the LEFT join pads an order again when its
     product's price is deleted, and that row carries only the order's older clock, not the
@@ -628,8 +642,8 @@ def output_latencies(bootstrap: str, topic: str, reader, since_ms: int) -> list[
                 continue
             cause = max(row[-2:])
             if cause >= since_ms:
-                out.append(msg.timestamp()[1] - cause)
-        return sorted(out)
+                out.append((cause, msg.timestamp()[1] - cause))
+        return out
     finally:
         consumer.close()
 
@@ -746,12 +760,18 @@ def latency_run(args, bootstrap: str, scenario: str, system: str, rate: float, f
         reader_thread.join(10)
         sampler.stop()
         stderr.close()
-    lat = output_latencies(bootstrap, out, reader, int((t_start + args.latency_warmup) * 1000))
+    since = int((t_start + args.latency_warmup) * 1000)
+    caused = output_latencies(bootstrap, out, reader, since)
+    lat = sorted(latency for _, latency in caused)
     end = next((e for e in events if e["event"] == "end"), {})
     pct = lambda q: pipeline_bench.percentile(lat, q)  # noqa: E731
+    # keeping up: the median latency of what the first and the last 10 s measured caused; a backlog
+    # that grows through the run shows as a last far above the first
+    edge = lambda lo, hi: pipeline_bench.percentile(sorted(l for c, l in caused if lo <= c < hi), 0.5)  # noqa: E731
+    first, last = edge(since, since + 10_000), edge(int(t_end * 1000) - 10_000, int(t_end * 1000))
     return {"scenario": scenario, "system": system, "rate": rate, "achieved": produced / (t_end - t_start),
             "duration": t_end - t_start, "outputs": len(lat), "p50": pct(0.5), "p90": pct(0.9), "p99": pct(0.99),
-            "max": lat[-1] if lat else None, "cpu": cpu_between(before, after),
+            "max": lat[-1] if lat else None, "p50_first": first, "p50_last": last, "cpu": cpu_between(before, after),
             "peak_rss_mb": round(sampler.peak_rss / 2**20),
             "batch_p50": end.get("batch_p50"), "batch_p99": end.get("batch_p99"), "phases": end.get("phases")}
 
@@ -783,9 +803,9 @@ def main() -> None:
     parser.add_argument("--latency", default="",
                         help="comma-separated scenarios (left-pk, inner-nopk) for a latency run after the throughput runs")
     parser.add_argument("--latency-systems", default="changejoin,flink-p2")
-    parser.add_argument("--latency-rate", type=float,
-                        help="input rows/s of the latency runs (default: half of changejoin's median in rows/s "
-                             "in this invocation's throughput runs of the scenario)")
+    parser.add_argument("--latency-rate",
+                        help="input rows/s of the latency runs, comma-separated for several (default: half of "
+                             "changejoin's median in rows/s in this invocation's throughput runs of the scenario)")
     parser.add_argument("--latency-duration", type=float, default=60.0, help="seconds measured")
     parser.add_argument("--latency-warmup", type=float, default=15.0, help="seconds produced first, not measured")
     parser.add_argument("--service-env", action="append", default=[], metavar="NAME=VALUE",
@@ -805,6 +825,7 @@ def main() -> None:
         return child_changejoin(args)
     if args.child == "changejoin-latency":
         return child_changejoin_latency(args)
+    latency_rates(args)  # a bad --latency-rate fails now, not after the throughput runs
 
     scenarios = [s for s in args.scenarios.split(",") if s]
     for s in scenarios:
@@ -906,11 +927,11 @@ def measure(args, systems, scenarios, latency, fpython, fjars, logs, runs, lat_r
         for scenario in latency:
             rates = [r["in_rate"] for r in runs if r["scenario"] == scenario and r["system"] == "changejoin"
                      and "failed" not in r]
-            rate = args.latency_rate or (statistics.median(rates) / 2 if rates else None)
-            if rate is None:
+            chosen = latency_rates(args) or ([statistics.median(rates) / 2] if rates else [])
+            if not chosen:
                 print(f"latency {scenario}: no changejoin throughput run of it here: give --latency-rate", flush=True)
                 continue
-            for system in args.latency_systems.split(","):
+            for system, rate in ((s, r) for r in chosen for s in args.latency_systems.split(",")):
                 try:
                     r = latency_run(args, bootstrap, scenario, system, rate, fpython, fjars, logs, extra)
                 except Exception as exc:  # noqa: BLE001 - report and go on with the others
@@ -920,6 +941,7 @@ def measure(args, systems, scenarios, latency, fpython, fjars, logs, runs, lat_r
                 lat_runs.append(r)
                 print(f"  latency {scenario} {system}: {r['achieved']:,.0f} rows/s for {r['duration']:.0f} s, "
                       f"{r['outputs']:,} outputs measured, p50 {r['p50']} ms, p99 {r['p99']} ms, max {r['max']} ms, "
+                      f"p50 first/last 10 s {r['p50_first']}/{r['p50_last']} ms, "
                       f"batch p50/p99 {r['batch_p50']}/{r['batch_p99']} ms, cpu {r['cpu']}"
                       + (f"; median ms per batch phase {r['phases']}" if r.get("phases") else ""), flush=True)
 
@@ -1017,7 +1039,7 @@ def render(args, scenarios, runs, lat_runs, expected, started) -> str:
              + (f" --mini-batch-size {args.mini_batch_size}" if any(s.endswith("-mb") for s in scenarios) else "")
              + (f" --latency {args.latency} --latency-systems {args.latency_systems}"
                 f" --latency-duration {args.latency_duration:g}" if args.latency else "")
-             + (f" --latency-rate {args.latency_rate:g}" if args.latency_rate else "")
+             + (f" --latency-rate {args.latency_rate}" if args.latency_rate else "")
              + "".join(f" --service-env {pair}" for pair in args.service_env)
              + f"{' --record' if args.record else ''}` ({os.cpu_count()} cores, shared machine: compare ratios; "
              "systems run one after the other in every round)",
@@ -1084,25 +1106,27 @@ def render(args, scenarios, runs, lat_runs, expected, started) -> str:
                       "(output record's log-append time minus the producer clock the input row carries; "
                       "+I/+U records)",
                   "", "| scenario | system | rate rows/s | achieved rows/s | outputs measured | p50 ms | p90 ms | "
-                      "p99 ms | max ms | batch p50 / p99 s | CPU s (by process) | peak RSS MB |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                      "p99 ms | max ms | p50 first / last 10 s ms | batch p50 / p99 s | CPU s (by process) | peak RSS MB |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in lat_runs:
             if "failed" in r:
                 lines.append(f"| {r['scenario']} | {r['system']} | {r['rate']:,.0f} | failed: {r['failed'][:80]} |"
-                             + " |" * 8)
+                             + " |" * 9)
                 continue
             batch = (f"{r['batch_p50'] / 1000:.1f} / {r['batch_p99'] / 1000:.1f}" if r["batch_p50"] is not None else "-")
             cpu = ", ".join(f"{k} {c:.0f}" for k, c in sorted(r["cpu"].items()) if c >= 0.5)
             lines.append(f"| {r['scenario']} | {r['system']} | {r['rate']:,.0f} | {r['achieved']:,.0f} | "
                          f"{r['outputs']:,} | {_fmt(r['p50'])} | {_fmt(r['p90'])} | {_fmt(r['p99'])} | "
-                         f"{_fmt(r['max'])} | {batch} | {cpu} | {r['peak_rss_mb']:,} |")
+                         f"{_fmt(r['max'])} | {_fmt(r['p50_first'])} / {_fmt(r['p50_last'])} | {batch} | {cpu} | "
+                         f"{r['peak_rss_mb']:,} |")
         phased = [r for r in lat_runs if r.get("phases")]
         if phased:
             lines += ["", "Median ms per micro-batch phase in the latency runs (Spark's `durationMs`; addBatch is "
                       "the job that joins and produces):", ""]
             names = sorted({n for r in phased for n in r["phases"]} - {"triggerExecution"}) + ["triggerExecution"]
-            lines += ["| scenario | system | " + " | ".join(names) + " |", "|---|---|" + "---|" * len(names)]
-            lines += [f"| {r['scenario']} | {r['system']} | " + " | ".join(str(r["phases"].get(n, "-")) for n in names)
+            lines += ["| scenario | system | rate rows/s | " + " | ".join(names) + " |",
+                      "|---|---|---|" + "---|" * len(names)]
+            lines += [f"| {r['scenario']} | {r['system']} | {r['rate']:,.0f} | " + " | ".join(str(r["phases"].get(n, "-")) for n in names)
                       + " |" for r in phased]
     lines.append("")
     lines.append("PLOT")
@@ -1139,7 +1163,7 @@ def plot(runs, lat_runs, png: Path, rows: int) -> None:
     ax.set_title(f"changejoin vs Flink 2.3 vs Spark native join, {rows:,} rows per side")
     if lat:
         ax = axes[0][1]
-        labels = [f"{r['scenario']}\n{r['system']}" for r in lat]
+        labels = [f"{r['scenario']}\n{r['system']}\n{r['rate']:,.0f}/s" for r in lat]
         xs = range(len(lat))
         ax.bar([x - 0.2 for x in xs], [r["p50"] / 1000 for r in lat], 0.4, label="p50")
         ax.bar([x + 0.2 for x in xs], [r["p99"] / 1000 for r in lat], 0.4, label="p99")
@@ -1147,7 +1171,7 @@ def plot(runs, lat_runs, png: Path, rows: int) -> None:
         ax.set_xticks(list(xs), labels, fontsize=7)
         ax.set_ylabel("produce-to-output latency, s (log)")
         ax.set_yscale("log")
-        ax.set_title("latency at half the max rate")
+        ax.set_title("latency at the rates shown")
         ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(png, dpi=110)
