@@ -1038,7 +1038,8 @@ def render(args, scenarios, runs, lat_runs, expected, started) -> str:
              + (f" --systems {args.systems}" if args.systems != ALL_SYSTEMS else "")
              + (f" --mini-batch-size {args.mini_batch_size}" if any(s.endswith("-mb") for s in scenarios) else "")
              + (f" --latency {args.latency} --latency-systems {args.latency_systems}"
-                f" --latency-duration {args.latency_duration:g}" if args.latency else "")
+                f" --latency-duration {args.latency_duration:g} --latency-warmup {args.latency_warmup:g}"
+                if args.latency else "")
              + (f" --latency-rate {args.latency_rate}" if args.latency_rate else "")
              + "".join(f" --service-env {pair}" for pair in args.service_env)
              + f"{' --record' if args.record else ''}` ({os.cpu_count()} cores, shared machine: compare ratios; "
