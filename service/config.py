@@ -314,9 +314,10 @@ class Settings(BaseModel):
 
         A local checkpoint directory is written through Hadoop's ``FileSystem`` rather than its
         ``FileContext``: without Hadoop's native library (pip's PySpark has none) every
-        ``FileContext`` rename runs the ``readlink`` command twice for each of the file and its
-        checksum, 24 processes per micro-batch on two partitions (offsets, commits, each state
-        store's snapshot), ~3 ms each from a large JVM. A local rename is atomic either way.
+        ``FileContext`` rename looks up its source and target with the ``readlink`` command, twice
+        each, for the file and its checksum alike: 8 processes per file written, 32 per micro-batch
+        on two partitions (offsets, commits, each state store's snapshot), ~3 ms each from a large
+        JVM. A local rename is atomic either way.
 
         The JVM talks to its Python workers, and they to its state server (three calls per join
         key and micro-batch), over Unix domain sockets rather than TCP on loopback: small
