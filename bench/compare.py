@@ -623,11 +623,11 @@ def latency_units(scenario: str, system: str, orders, prices, orders_topic: str,
 def output_latencies(bootstrap: str, topic: str, reader, since_ms: int) -> list[tuple[int, int]]:
     """(cause, latency) in ms of every +I/+U output record caused by an input produced at or after
     ``since_ms``, in the topic's order: the cause is the later of the two producer clocks the record
-    carries (the input that made it), the latency the record's log-append time minus it. The
-    carries (the input that made it). Retractions carry the clocks of older rows: left out. So are
-    rows with a side padded with NULLs (a clock is NULL): the LEFT join pads an order again when its
-    product's price is deleted, and that row carries only the order's older clock, not the
-    deletion's (measured as latency, it gave both systems a p99 near the run's length)."""
+    carries (the input that made it), the latency the record's log-append time minus it.
+    Retractions carry the clocks of older rows: left out. So are rows with a side padded with NULLs
+    (a clock is NULL): the LEFT join pads an order again when its product's price is deleted, and
+    that row carries only the order's older clock, not the deletion's (measured as latency, it gave
+    both systems a p99 near the run's length)."""
     from confluent_kafka import Consumer
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"lat-{time.time_ns()}",
@@ -807,7 +807,9 @@ def main() -> None:
                         help="input rows/s of the latency runs, comma-separated for several (default: half of "
                              "changejoin's median in rows/s in this invocation's throughput runs of the scenario)")
     parser.add_argument("--latency-duration", type=float, default=60.0, help="seconds measured")
-    parser.add_argument("--latency-warmup", type=float, default=15.0, help="seconds produced first, not measured")
+    parser.add_argument("--latency-warmup", type=float, default=45.0,
+                        help="seconds produced first, not measured (changejoin's micro-batches settle ~30 s "
+                             "after its first output: JIT, new Python workers, state filling up)")
     parser.add_argument("--service-env", action="append", default=[], metavar="NAME=VALUE",
                         help="an environment variable for changejoin's latency runs (repeatable), e.g. "
                              "SPARK_CONF_spark_python_unix_domain_socket_enabled=true")
