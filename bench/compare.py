@@ -41,7 +41,7 @@ first record, polled from the start), state on disk (see ``STATE_NOTE``).
 ``--latency``: after the throughput runs, each system (``--latency-systems``) reads two fresh
 topics into which this process produces at ``--latency-rate`` input rows/s (default half of
 changejoin's median throughput of that scenario in this invocation) for a warm-up and then
-``--latency-duration`` s; changejoin with its default trigger (``TRIGGER_INTERVAL`` 1 s,
+``--latency-duration`` s; changejoin with its default trigger (``TRIGGER_INTERVAL`` 500 ms,
 ``MAX_RECORDS_PER_TRIGGER`` 100000), Flink with unbounded sources. The inputs carry the producer's
 clock (epoch ms, set as each record is produced) in ``order_time`` / ``price_time``
 (bench/schemas/*_timed.avsc), and the join selects both into its output, whose topic stamps each

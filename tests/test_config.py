@@ -399,6 +399,12 @@ def test_spark_ui_is_off_unless_enabled():
     assert re.search(conf["spark.redaction.string.regex"].replace("(?i)", ""), "https://u:p@h")
 
 
+def test_trigger_interval_defaults_to_500ms_and_takes_durations():
+    assert load_settings(VALID).trigger_interval_ms == 500  # the README's default (bench/RESULTS.md, latency)
+    assert load_settings({**VALID, "TRIGGER_INTERVAL": "2s"}).trigger_interval_ms == 2000
+    assert load_settings({**VALID, "TRIGGER_INTERVAL": "0"}).trigger_interval_ms == 0
+
+
 def test_spark_io_defaults_local_checkpoints_through_filesystem_and_unix_sockets_unless_spark_conf_says_otherwise():
     key = "spark.sql.streaming.checkpointFileManagerClass"
     for local in ("checkpoints", "/var/lib/changejoin/cp", "file:///var/lib/changejoin/cp"):
