@@ -43,15 +43,15 @@ from service.config import load_settings
 from service.broker_process import free_port
 from service.pipeline import QUIET_JVM_LINES
 from service_harness import SCHEMAS, JoinHarness, drop_replays, read_changelog, retract_table
+from spark_cluster import SparkCluster
+from test_recovery import PARTITIONS, Changelogs, ServiceProcess, caught_up, drive, send, service_env
+
+pytestmark = pytest.mark.integration
 
 # Spark's errors about the executor the test kills: its loss, and a request the driver still had
 # out to it when its connection closed (seen when the kill lands while the driver asks something).
 LOST_EXECUTOR_ERROR = re.compile(r"Lost executor|TransportResponseHandler: Still have \d+ requests? outstanding "
                                  r"when connection from \S+ is closed")
-from spark_cluster import SparkCluster
-from test_recovery import PARTITIONS, Changelogs, ServiceProcess, caught_up, drive, send, service_env
-
-pytestmark = pytest.mark.integration
 
 START_TIMEOUT_S = 300.0
 CATCH_UP_TIMEOUT_S = 300.0
