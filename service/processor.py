@@ -47,6 +47,7 @@ from .envelope import (
 )
 from .plan import JoinPlan, PlanKind, TimeMode
 from .shipping import built
+from .state_calls import StateCalls
 
 log = logging.getLogger(__name__)
 
@@ -74,27 +75,31 @@ class SparkKeyMap:
     generation of the key's value: an operator that upgrades a value rewrites its maps' entries
     in the same call (``operators/splitside.py``)."""
 
-    __slots__ = ("_state",)
+    __slots__ = ("_state", "_unanswered")
 
-    def __init__(self, map_state):
+    def __init__(self, map_state, calls: StateCalls):
         self._state = map_state
+        self._unanswered = calls.unanswered
 
     def get(self, key):
         value = self._state.getValue((map_key(key),))
         return None if value is None else loads(value[0])
 
     def put(self, key, value) -> None:
-        self._state.updateValue((map_key(key),), (dumps(value),))
+        with self._unanswered("updating map state"):
+            self._state.updateValue((map_key(key),), (dumps(value),))
 
     def remove(self, key) -> None:
-        self._state.removeKey((map_key(key),))
+        with self._unanswered("removing a map state key"):
+            self._state.removeKey((map_key(key),))
 
     def items(self):
         for key, value in self._state.iterator():
             yield loads(key[0]), loads(value[0])
 
     def clear(self) -> None:
-        self._state.clear()
+        with self._unanswered("clearing map state"):
+            self._state.clear()
 
 
 class SparkKeyState:
@@ -106,11 +111,13 @@ class SparkKeyState:
     upgraded by ``upgrade(value, generation)`` when it is read, and stored in the current one when
     it is written back."""
 
-    __slots__ = ("_value", "_handle", "_domain", "_generation", "_prefix", "_upgrade", "_maps")
+    __slots__ = ("_value", "_handle", "_domain", "_generation", "_prefix", "_upgrade", "_maps", "_unanswered")
 
     def __init__(self, value_state, handle: StatefulProcessorHandle, timer_domain: str | None,
                  generation: int = 0, upgrade=None, maps: dict | None = None):
-        self._maps = {name: SparkKeyMap(state) for name, state in (maps or {}).items()}
+        calls = StateCalls.of(handle)  # writes do not wait for the JVM's answer (state_calls.py)
+        self._unanswered = calls.unanswered
+        self._maps = {name: SparkKeyMap(state, calls) for name, state in (maps or {}).items()}
         self._value = value_state
         self._handle = handle
         self._domain = timer_domain
@@ -132,10 +139,12 @@ class SparkKeyState:
         return value
 
     def put(self, value) -> None:
-        self._value.update((self._prefix + dumps(value),))
+        with self._unanswered("updating value state"):
+            self._value.update((self._prefix + dumps(value),))
 
     def clear(self) -> None:
-        self._value.clear()
+        with self._unanswered("clearing value state"):
+            self._value.clear()
 
     def map(self, name: str) -> SparkKeyMap | None:
         return self._maps.get(name)
