@@ -47,7 +47,6 @@ from .envelope import (
 )
 from .plan import JoinPlan, PlanKind, TimeMode
 from .shipping import built
-from .state_calls import StateCalls
 
 log = logging.getLogger(__name__)
 
@@ -75,31 +74,27 @@ class SparkKeyMap:
     generation of the key's value: an operator that upgrades a value rewrites its maps' entries
     in the same call (``operators/splitside.py``)."""
 
-    __slots__ = ("_state", "_unanswered")
+    __slots__ = ("_state",)
 
-    def __init__(self, map_state, calls: StateCalls):
+    def __init__(self, map_state):
         self._state = map_state
-        self._unanswered = calls.unanswered
 
     def get(self, key):
         value = self._state.getValue((map_key(key),))
         return None if value is None else loads(value[0])
 
     def put(self, key, value) -> None:
-        with self._unanswered("updating map state"):
-            self._state.updateValue((map_key(key),), (dumps(value),))
+        self._state.updateValue((map_key(key),), (dumps(value),))
 
     def remove(self, key) -> None:
-        with self._unanswered("removing a map state key"):
-            self._state.removeKey((map_key(key),))
+        self._state.removeKey((map_key(key),))
 
     def items(self):
         for key, value in self._state.iterator():
             yield loads(key[0]), loads(value[0])
 
     def clear(self) -> None:
-        with self._unanswered("clearing map state"):
-            self._state.clear()
+        self._state.clear()
 
 
 class SparkKeyState:
@@ -111,13 +106,11 @@ class SparkKeyState:
     upgraded by ``upgrade(value, generation)`` when it is read, and stored in the current one when
     it is written back."""
 
-    __slots__ = ("_value", "_handle", "_domain", "_generation", "_prefix", "_upgrade", "_maps", "_unanswered")
+    __slots__ = ("_value", "_handle", "_domain", "_generation", "_prefix", "_upgrade", "_maps")
 
     def __init__(self, value_state, handle: StatefulProcessorHandle, timer_domain: str | None,
                  generation: int = 0, upgrade=None, maps: dict | None = None):
-        calls = StateCalls.of(handle)  # writes do not wait for the JVM's answer (state_calls.py)
-        self._unanswered = calls.unanswered
-        self._maps = {name: SparkKeyMap(state, calls) for name, state in (maps or {}).items()}
+        self._maps = {name: SparkKeyMap(state) for name, state in (maps or {}).items()}
         self._value = value_state
         self._handle = handle
         self._domain = timer_domain
@@ -139,12 +132,10 @@ class SparkKeyState:
         return value
 
     def put(self, value) -> None:
-        with self._unanswered("updating value state"):
-            self._value.update((self._prefix + dumps(value),))
+        self._value.update((self._prefix + dumps(value),))
 
     def clear(self) -> None:
-        with self._unanswered("clearing value state"):
-            self._value.clear()
+        self._value.clear()
 
     def map(self, name: str) -> SparkKeyMap | None:
         return self._maps.get(name)
