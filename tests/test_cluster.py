@@ -53,6 +53,17 @@ pytestmark = pytest.mark.integration
 LOST_EXECUTOR_ERROR = re.compile(r"Lost executor|TransportResponseHandler: Still have \d+ requests? outstanding "
                                  r"when connection from \S+ is closed")
 
+# Spark's network layer on a connection to an executor the test killed ("ERROR TransportClient:
+# Failed to send RPC RPC 66... to /127.0.0.1:42650", ...): which message depends on what the driver
+# was doing at the kill, so these are matched by the address they name.
+NETWORK_ERROR = re.compile(r" ERROR Transport\w+: ")
+
+
+def killed_executor_network_error(line: str, killed_addresses: set) -> bool:
+    return bool(NETWORK_ERROR.search(line)) and any(
+        re.search(rf"/?{re.escape(address)}\b", line) for address in killed_addresses)
+
+
 START_TIMEOUT_S = 300.0
 CATCH_UP_TIMEOUT_S = 300.0
 
@@ -80,6 +91,10 @@ class ClusterService(ServiceProcess):
         except (OSError, IndexError, ValueError):
             return {}
         return {e["id"]: e["activeTasks"] for e in executors if e["id"] != "driver" and e["activeTasks"] > 0}
+
+    def executor_addresses(self) -> dict:
+        """{executor id: "host:port"} of every executor the application has had, the dead ones too."""
+        return {e["id"]: e["hostPort"] for e in self.api("allexecutors") if e["id"] != "driver"}
 
     def log_tail(self, lines: int = 60) -> str:
         return f"{super().log_tail(lines)}\n{self.cluster.log_tails(25)}"
@@ -197,6 +212,9 @@ def test_left_join_on_a_standalone_cluster_survives_a_killed_executor(
             time.sleep(0.5)
         assert killed["batch"] in svc.commits(), f"batch {killed['batch']}, interrupted by the kill, never committed"
         final_commit = svc.commits()[-1]
+        addresses = svc.executor_addresses()
+        killed_addresses = {addresses[e] for e in (killed["executor"], *misses) if e in addresses}
+        assert killed_addresses, f"no address for the killed executors in {addresses}"
         driver_log = svc.log_path.read_text(errors="replace")
         stages = svc.api("stages?status=complete")
         assert svc.stop() == 0, f"graceful stop failed; log tail:\n{svc.log_tail()}"
@@ -234,7 +252,8 @@ def test_left_join_on_a_standalone_cluster_survives_a_killed_executor(
     # incubator notice, PySpark's transformWithState prints), no error but the lost executor's.
     noise = [line for line in driver_log.splitlines()
              if any(p.match(line.encode()) for p in QUIET_JVM_LINES)
-             or (" ERROR " in line and not LOST_EXECUTOR_ERROR.search(line)) or "Traceback" in line]
+             or (" ERROR " in line and not LOST_EXECUTOR_ERROR.search(line)
+                 and not killed_executor_network_error(line, killed_addresses)) or "Traceback" in line]
     assert not noise, "\n".join(noise)
     assert not consume_all(kafka_bootstrap, svc.settings_dlq), "dead letters"
     assert retract_table(kept) == log.retract_table(), f"phase 2: not the expected table; {summary}"
