@@ -416,6 +416,12 @@ def test_spark_io_defaults_local_checkpoints_through_filesystem_and_unix_sockets
     assert load_settings(VALID).spark_conf["spark.python.unix.domain.socket.enabled"] == "true"
     conf = load_settings({**VALID, "SPARK_CONF_spark_python_unix_domain_socket_enabled": "false"}).spark_conf
     assert conf["spark.python.unix.domain.socket.enabled"] == "false"
+    # RocksDB commits a micro-batch as a changelog file, not a new snapshot
+    changelog = "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"
+    assert load_settings(VALID).spark_conf[changelog] == "true"
+    conf = load_settings({**VALID, "SPARK_CONF_spark_sql_streaming_stateStore_rocksdb_changelogCheckpointing_enabled":
+                          "false"}).spark_conf
+    assert conf[changelog] == "false"
     mine = "org.example.MyCheckpointFileManager"
     conf = load_settings({**VALID, "SPARK_CONF_spark_sql_streaming_checkpointFileManagerClass": mine}).spark_conf
     assert conf[key] == mine
