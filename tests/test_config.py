@@ -405,7 +405,7 @@ def test_trigger_interval_defaults_to_500ms_and_takes_durations():
     assert load_settings({**VALID, "TRIGGER_INTERVAL": "0"}).trigger_interval_ms == 0
 
 
-def test_spark_io_defaults_local_checkpoints_through_filesystem_and_unix_sockets_unless_spark_conf_says_otherwise():
+def test_spark_defaults_filesystem_checkpoints_unix_sockets_rocksdb_changelogs_unless_spark_conf_says_otherwise():
     key = "spark.sql.streaming.checkpointFileManagerClass"
     for local in ("checkpoints", "/var/lib/changejoin/cp", "file:///var/lib/changejoin/cp"):
         conf = load_settings({**VALID, "CHECKPOINT_LOCATION": local}).spark_conf

@@ -1,5 +1,6 @@
 """Restarts on an existing checkpoint, end to end: an evolved input schema is accepted and its
-old rows keep joining and retracting; another join is refused before it touches the state."""
+old rows keep joining and retracting; another join is refused before it touches the state; the
+state carries over when RocksDB's changelog checkpointing is switched on or off."""
 import json
 from collections import Counter
 from pathlib import Path
