@@ -19,20 +19,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
+import compare  # noqa: E402
 import pipeline_bench  # noqa: E402
 
 
 def tree_cpu(root: int, skip: int | None) -> float:
     """CPU seconds of ``root`` and its descendants, less ``skip``'s subtree (the broker)."""
     procs = pipeline_bench.processes()
-    tree, grew = {root}, True
-    while grew:
-        grew = False
-        for pid, (ppid, *_rest) in procs.items():
-            if ppid in tree and pid not in tree and pid != skip:
-                tree.add(pid)
-                grew = True
-    return sum(procs[p][2] for p in tree if p in procs)
+    tree = pipeline_bench.process_tree(procs, root)
+    if skip is not None:
+        tree -= pipeline_bench.process_tree(procs, skip)
+    return sum(procs[p][2] for p in tree)
 
 
 def main() -> None:
@@ -48,8 +45,7 @@ def main() -> None:
     from service.sink import ensure_topics
 
     with KafkaBroker(heap="1g") as bootstrap, tempfile.TemporaryDirectory() as work:
-        broker = next((pid for pid, (ppid, comm, *_r) in pipeline_bench.processes().items()
-                       if ppid == os.getpid() and comm == "java"), None)
+        broker = compare.broker_pid()
         orders, prices, _ = pipeline_bench.topics("left-pk")
         ensure_topics(bootstrap, {}, {orders: 2, prices: 2})
         results: dict[str, list[float]] = {t: [] for t in triggers}
