@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from service.checkpoint import CheckpointMismatch
+from service.config import ROCKSDB_CHANGELOG_CONF
 from service_harness import ORDERS, JoinHarness, drop_replays, order, price, retract_table, upsert_table
 
 pytestmark = pytest.mark.integration
@@ -77,31 +78,28 @@ def test_another_join_on_the_same_checkpoint_is_refused(kafka_bootstrap, spark, 
     assert h.retract_table() == Counter({(1, "book", 2, 12.5): 1})
 
 
-CHANGELOG_CHECKPOINTING = "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"
-
-
 @pytest.mark.parametrize("before, after", [("false", "true"), ("true", "false")])
 def test_a_checkpoint_resumes_across_a_switch_of_rocksdb_changelog_checkpointing(
         kafka_bootstrap, spark, tmp_path, new_topic, before, after):
     """The service commits RocksDB state as changelog files (config.py); a checkpoint written by a
     version that made snapshots, or by a user who set it off, resumes with its state either way."""
     h = JoinHarness(kafka_bootstrap, spark, tmp_path, new_topic, JOIN_SQL=SQL)
-    previous = spark.conf.get(CHANGELOG_CHECKPOINTING, None)
+    previous = spark.conf.get(ROCKSDB_CHANGELOG_CONF, None)
     try:
-        spark.conf.set(CHANGELOG_CHECKPOINTING, before)
+        spark.conf.set(ROCKSDB_CHANGELOG_CONF, before)
         h.send_prices([("+I", price("book", 12.5)), ("+I", price("pen", 2.0))])
         h.send_orders([("+I", order(1, "book", 2)), ("+I", order(2, "pen", 3))])
         h.run()
-        spark.conf.set(CHANGELOG_CHECKPOINTING, after)
+        spark.conf.set(ROCKSDB_CHANGELOG_CONF, after)
         # Each change needs the first run's state: the orders to re-join, the prices to join with.
         h.send_prices([("-U", price("book", 12.5)), ("+U", price("book", 13.0))])
         h.send_orders([("-D", order(2, "pen", 3)), ("+I", order(3, "pen", 1))])
         h.run()
     finally:
         if previous is None:
-            spark.conf.unset(CHANGELOG_CHECKPOINTING)
+            spark.conf.unset(ROCKSDB_CHANGELOG_CONF)
         else:
-            spark.conf.set(CHANGELOG_CHECKPOINTING, previous)
+            spark.conf.set(ROCKSDB_CHANGELOG_CONF, previous)
     # One of the two runs wrote changelog files: the setting reached the state store.
     state_files = {f.suffix for f in Path(h.env["CHECKPOINT_LOCATION"]).rglob("*") if f.is_file()}
     assert ".changelog" in state_files, state_files
