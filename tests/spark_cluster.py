@@ -10,6 +10,7 @@ teardown; executors are children of their worker and share its group.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -56,6 +57,28 @@ def _cmdline(pid: int) -> List[str]:
 
 def _pids() -> List[int]:
     return [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
+
+
+def listening_ports(pid: int) -> set:
+    """The TCP ports process ``pid`` listens on (IPv4 and IPv6), from /proc: an executor's RPC
+    endpoint and its block manager."""
+    sockets = set()
+    try:
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            with contextlib.suppress(OSError):
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if target.startswith("socket:["):
+                    sockets.add(target[len("socket:["):-1])
+    except OSError:
+        return set()
+    ports = set()
+    for table in ("tcp", "tcp6"):
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/net/{table}") as f:
+            for line in list(f)[1:]:
+                fields = line.split()  # sl local_address rem_address st ... inode
+                if fields[3] == "0A" and fields[9] in sockets:  # 0A: LISTEN
+                    ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
 
 
 class Daemon:

@@ -43,7 +43,7 @@ from service.config import load_settings
 from service.broker_process import free_port
 from service.pipeline import QUIET_JVM_LINES
 from service_harness import SCHEMAS, JoinHarness, drop_replays, read_changelog, retract_table
-from spark_cluster import SparkCluster
+from spark_cluster import SparkCluster, listening_ports
 from test_recovery import PARTITIONS, Changelogs, ServiceProcess, caught_up, drive, send, service_env
 
 pytestmark = pytest.mark.integration
@@ -55,13 +55,13 @@ LOST_EXECUTOR_ERROR = re.compile(r"Lost executor|TransportResponseHandler: Still
 
 # Spark's network layer on a connection to an executor the test killed ("ERROR TransportClient:
 # Failed to send RPC RPC 66... to /127.0.0.1:42650", ...): which message depends on what the driver
-# was doing at the kill, so these are matched by the address they name.
+# was doing at the kill, so these are matched by the port they name, one the killed executor
+# listened on (its RPC endpoint or its block manager, read from /proc before the kill).
 NETWORK_ERROR = re.compile(r" ERROR Transport\w+: ")
 
 
-def killed_executor_network_error(line: str, killed_addresses: set) -> bool:
-    return bool(NETWORK_ERROR.search(line)) and any(
-        re.search(rf"/?{re.escape(address)}\b", line) for address in killed_addresses)
+def killed_executor_network_error(line: str, killed_ports: set) -> bool:
+    return bool(NETWORK_ERROR.search(line)) and any(re.search(rf":{port}\b", line) for port in killed_ports)
 
 
 START_TIMEOUT_S = 300.0
@@ -91,10 +91,6 @@ class ClusterService(ServiceProcess):
         except (OSError, IndexError, ValueError):
             return {}
         return {e["id"]: e["activeTasks"] for e in executors if e["id"] != "driver" and e["activeTasks"] > 0}
-
-    def executor_addresses(self) -> dict:
-        """{executor id: "host:port"} of every executor the application has had, the dead ones too."""
-        return {e["id"]: e["hostPort"] for e in self.api("allexecutors") if e["id"] != "driver"}
 
     def log_tail(self, lines: int = 60) -> str:
         return f"{super().log_tail(lines)}\n{self.cluster.log_tails(25)}"
@@ -146,6 +142,7 @@ def test_left_join_on_a_standalone_cluster_survives_a_killed_executor(
         for _ in range(2):
             send(h, log.chunk(order_ops=60, price_ops=15))
         killed = {}
+        ports_of_killed = {}  # executor id: the ports it listened on when it was killed
         misses = []  # kills that landed between two tasks of the executor: tried again
         aim = {"state": "aim"}
 
@@ -192,6 +189,7 @@ def test_left_join_on_a_standalone_cluster_survives_a_killed_executor(
             if not targets:
                 return None
             eid = targets[0]
+            ports_of_killed[eid] = listening_ports(live[eid])
             os.kill(live[eid], signal.SIGKILL)
             killed.update(executor=eid, pid=live[eid], batch=running, active_tasks=busy[eid],
                           committed_then=max(committed, default=-1))
@@ -212,9 +210,8 @@ def test_left_join_on_a_standalone_cluster_survives_a_killed_executor(
             time.sleep(0.5)
         assert killed["batch"] in svc.commits(), f"batch {killed['batch']}, interrupted by the kill, never committed"
         final_commit = svc.commits()[-1]
-        addresses = svc.executor_addresses()
-        killed_addresses = {addresses[e] for e in (killed["executor"], *misses) if e in addresses}
-        assert killed_addresses, f"no address for the killed executors in {addresses}"
+        killed_ports = {port for ports in ports_of_killed.values() for port in ports}
+        assert killed_ports, f"no listening port found for the killed executors {sorted(ports_of_killed)}"
         driver_log = svc.log_path.read_text(errors="replace")
         stages = svc.api("stages?status=complete")
         assert svc.stop() == 0, f"graceful stop failed; log tail:\n{svc.log_tail()}"
@@ -253,7 +250,7 @@ def test_left_join_on_a_standalone_cluster_survives_a_killed_executor(
     noise = [line for line in driver_log.splitlines()
              if any(p.match(line.encode()) for p in QUIET_JVM_LINES)
              or (" ERROR " in line and not LOST_EXECUTOR_ERROR.search(line)
-                 and not killed_executor_network_error(line, killed_addresses)) or "Traceback" in line]
+                 and not killed_executor_network_error(line, killed_ports)) or "Traceback" in line]
     assert not noise, "\n".join(noise)
     assert not consume_all(kafka_bootstrap, svc.settings_dlq), "dead letters"
     assert retract_table(kept) == log.retract_table(), f"phase 2: not the expected table; {summary}"
