@@ -10,6 +10,11 @@ once. Printed per scenario and variant: input rows/s min and median, CPU seconds
 (median) and the ratio of medians to the first variant; and, unless ``--no-check``, the output's
 count by kind and the digest of the final table it materializes to (first round), which must be
 the same for every variant.
+
+``--without-output NAME`` makes variant NAME write nothing: its micro-batches count the join's
+output rows where the others encode and produce them (the join's output still reaches the
+counting task). What it gains over the others bounds what any change to the output path
+(encode, produce, or Spark's own Kafka sink) could gain. Its output is not checked.
 """
 from __future__ import annotations
 
@@ -42,10 +47,29 @@ def tree_cpu(root: int, broker: int | None) -> dict[str, float]:
     return dict(out)
 
 
+def counting_partition(config: dict, batch_id: int):
+    """Stands in for ``service.pipeline.produce_partition`` (``--without-output``): one counts
+    row per task, as there, with nothing encoded or produced."""
+
+    def count(batches):
+        import pyarrow as pa
+
+        rows = sum(batch.num_rows for batch in batches)
+        yield pa.RecordBatch.from_pylist([{"target": "output", "label": "rows", "n": rows}],
+                                         schema=pa.schema([("target", pa.string()), ("label", pa.string()),
+                                                           ("n", pa.int64())]))
+
+    return count
+
+
 def child(args) -> None:
     """One run in this process: JSON lines at the start and the end with CPU of this tree."""
     extra = json.loads(args.extra)
     state = {}
+    if args.count_only:
+        import service.pipeline
+
+        service.pipeline.produce_partition = counting_partition
 
     def on_start():
         state["cpu"] = tree_cpu(os.getpid(), args.broker_pid)
@@ -61,11 +85,11 @@ def child(args) -> None:
                       "batches": len(result["durations"])}), flush=True)
 
 
-def run_one(args, scenario: str, extra: dict, out: str, broker_pid: int | None) -> dict:
+def run_one(args, scenario: str, extra: dict, out: str, broker_pid: int | None, without_output: bool = False) -> dict:
     cmd = [sys.executable, __file__, "--child", "--bootstrap", args.bootstrap, "--scenario", scenario,
            "--rows", str(args.rows), "--max-per-trigger", str(args.max_per_trigger),
            "--shuffle-partitions", str(args.shuffle_partitions), "--out", out, "--extra", json.dumps(extra),
-           "--broker-pid", str(broker_pid or 0)]
+           "--broker-pid", str(broker_pid or 0)] + (["--count-only"] if without_output else [])
     proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
     for line in proc.stdout.splitlines():
         if line.startswith('{"event": "end"'):
@@ -93,7 +117,10 @@ def main() -> None:
     parser.add_argument("--max-per-trigger", type=int, default=100_000)
     parser.add_argument("--shuffle-partitions", type=int, default=2)
     parser.add_argument("--no-check", action="store_true")
+    parser.add_argument("--without-output", action="append", default=[], metavar="NAME",
+                        help="this variant encodes and produces nothing, it only counts (repeatable)")
     parser.add_argument("--child", action="store_true")
+    parser.add_argument("--count-only", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--bootstrap")
     parser.add_argument("--out")
     parser.add_argument("--extra")
@@ -118,8 +145,9 @@ def main() -> None:
             for round_ in range(args.rounds):
                 for name, extra in variants:
                     out = f"ab-{scenario}-{round_}-{time.time_ns()}"
-                    r = run_one(args, scenario, extra, out, broker)
-                    if reader is not None and round_ == 0:  # reading 3-4 M records back takes a while
+                    silent = name in args.without_output
+                    r = run_one(args, scenario, extra, out, broker, silent)
+                    if reader is not None and round_ == 0 and not silent:  # reading 3-4 M records back takes a while
                         count, kinds, digest = compare.output_counts(bootstrap, out, reader)
                         r["output"] = {"records": count, **kinds, "digest": digest}
                     r["rows_s"] = 2 * args.rows / r["elapsed"]
@@ -141,7 +169,10 @@ def render(args, variants, results) -> str:
             cpu = {k: statistics.median(r["cpu"].get(k, 0) for r in runs) for k in ("jvm", "python", "broker")}
             # Only the first round's runs are checked (the others carry no output).
             outputs = {json.dumps(r["output"], sort_keys=True) for r in runs if r.get("output")}
-            output = "; ".join(outputs) if len(outputs) == 1 else "DIFFERENT: " + " | ".join(sorted(outputs))
+            if name in args.without_output:
+                output = "none written (--without-output)"
+            else:
+                output = "; ".join(outputs) if len(outputs) == 1 else "DIFFERENT: " + " | ".join(sorted(outputs))
             lines.append(f"| {scenario} | {name} | {len(runs)} | {min(speeds):,.0f} | {median:,.0f} | {median / base:.2f} | "
                          f"{cpu['jvm']:.1f} / {cpu['python']:.1f} / {cpu['broker']:.1f} | {output} |")
     return "\n".join(lines)
