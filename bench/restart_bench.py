@@ -1,0 +1,168 @@
+"""What a restart costs: the first micro-batch of a service started again on its checkpoint, per
+configuration variant (default: RocksDB changelog checkpointing, the service's default, against
+snapshots at every commit).
+
+    python bench/restart_bench.py [--rows 200000] [--keys 10000] [--first 0.75]
+                                  [--per-trigger 10000] [--rounds 3] [--variant NAME:VAR=VALUE,,...]
+
+Each round uses new left-pk topics. It preloads the first ``--first`` of each side's changelog,
+runs every variant once on them (a fresh process and Spark JVM each, ``--per-trigger`` as
+``MAX_RECORDS_PER_TRIGGER``, a cap per input, until everything is read), then preloads the rest, and starts every
+variant again on its checkpoint, as a restarted pod would. A restarted query loads its state
+store's last version in the first micro-batch's tasks: from the latest snapshot, then, with
+changelog checkpointing, every changelog file written after it. Printed per variant: that first
+micro-batch's duration and how much longer it took than the median of the restart's later
+micro-batches (the same size), the time from the query's start to the end of that first batch,
+the first micro-batch of the first start for comparison (a fresh JVM and fresh Python workers, but
+no state to load), and the checkpoint's state files at the stop (snapshots, changelog files).
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
+
+import ab_bench  # noqa: E402
+import pipeline_bench  # noqa: E402
+
+DEFAULT_VARIANTS = ["changelog:",
+                    "snapshots:SPARK_CONF_spark_sql_streaming_stateStore_rocksdb_changelogCheckpointing_enabled=false"]
+
+
+def state_files(checkpoint: str) -> dict[str, int]:
+    """The state store's files under ``checkpoint/state``, by kind."""
+    counts: collections.Counter = collections.Counter()
+    for _, _, files in os.walk(os.path.join(checkpoint, "state")):
+        for name in files:
+            if name.endswith(".changelog"):
+                counts["changelog"] += 1
+            elif name.endswith(".zip"):
+                counts["snapshot"] += 1
+    return dict(counts)
+
+
+def child(args) -> None:
+    """One start of the service on ``args.checkpoint``: until everything is read, then stop."""
+    from service.app import Service
+
+    settings = pipeline_bench.service_settings(
+        args.bootstrap, "left-pk", args.per_trigger, 2, args.checkpoint, args.out,
+        orders_topic=args.orders, prices_topic=args.prices, extra=json.loads(args.extra))
+    batch_done: list[float] = []
+    service = Service(settings, on_batch=lambda counts: batch_done.append(time.perf_counter()))
+    service.spark  # noqa: B018 - the JVM starts before the clock does, as in every bench
+    start = time.perf_counter()
+    query = service.start()
+    service.process_available()
+    progress = [p for p in query.recentProgress if p["numInputRows"]]
+    service.stop()
+    service.spark.stop()
+    batches = [{"batch": p["batchId"], "rows": p["numInputRows"],
+                "trigger_ms": p["durationMs"].get("triggerExecution", 0),
+                "add_batch_ms": p["durationMs"].get("addBatch", 0)} for p in progress]
+    print(json.dumps({"event": "end", "first_batch_s": batch_done[0] - start if batch_done else None,
+                      "batches": batches, "files": state_files(args.checkpoint)}), flush=True)
+
+
+def run_child(args, extra: dict, checkpoint: str, orders: str, prices: str, out: str) -> dict:
+    cmd = [sys.executable, __file__, "--child", "--bootstrap", args.bootstrap, "--checkpoint", checkpoint,
+           "--orders", orders, "--prices", prices, "--out", out, "--per-trigger", str(args.per_trigger),
+           "--extra", json.dumps(extra)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    for line in proc.stdout.splitlines():
+        if line.startswith('{"event": "end"'):
+            return json.loads(line)
+    raise RuntimeError(f"run failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
+
+
+def restart_figures(first_run: dict, restart: dict) -> dict:
+    batches = restart["batches"]
+    first, later = batches[0], [b["trigger_ms"] for b in batches[1:]]
+    steady = statistics.median(later) if later else None
+    return {"first_ms": first["trigger_ms"], "steady_ms": steady,
+            "extra_ms": first["trigger_ms"] - steady if steady is not None else None,
+            "first_batch_s": restart["first_batch_s"], "files": first_run["files"],
+            "first_run_batches": len(first_run["batches"]),
+            "fresh_first_ms": first_run["batches"][0]["trigger_ms"]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--variant", action="append", default=[],
+                        help="NAME:VAR=VALUE,,VAR=VALUE (default: changelog checkpointing on and off)")
+    parser.add_argument("--rows", type=int, default=200_000)
+    parser.add_argument("--keys", type=int, default=10_000)
+    parser.add_argument("--first", type=float, default=0.75, help="share of each side read before the restart")
+    parser.add_argument("--per-trigger", type=int, default=10_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--child", action="store_true")
+    for name in ("--bootstrap", "--checkpoint", "--orders", "--prices", "--out", "--extra"):
+        parser.add_argument(name)
+    args = parser.parse_args()
+    if args.child:
+        child(args)
+        return
+    variants = [ab_bench.parse_variant(v) for v in args.variant or DEFAULT_VARIANTS]
+
+    from service.kafka_broker import KafkaBroker
+    from service.sink import ensure_topics
+
+    orders_all, prices_all = pipeline_bench.changelogs(args.rows, args.keys, "left-pk")
+    split = int(args.rows * args.first)
+    orders_schema, prices_schema = pipeline_bench.schemas("left-pk")
+    results: dict[str, list[dict]] = collections.defaultdict(list)
+    with KafkaBroker(heap="1g") as bootstrap, tempfile.TemporaryDirectory() as work:
+        args.bootstrap = bootstrap
+        for rnd in range(args.rounds):
+            orders, prices = f"restart-orders-{rnd}", f"restart-prices-{rnd}"
+            ensure_topics(bootstrap, {}, {orders: 2, prices: 2})
+
+            def load(part: slice) -> None:
+                pipeline_bench.preload(bootstrap, orders, orders_schema, orders_all[part], lambda r: r["order_id"] % 2)
+                pipeline_bench.preload(bootstrap, prices, prices_schema, prices_all[part], pipeline_bench.price_partition)
+
+            order = variants if rnd % 2 == 0 else variants[::-1]  # alternate who goes first
+            load(slice(0, split))
+            first_runs = {name: run_child(args, extra, f"{work}/cp-{rnd}-{name}", orders, prices,
+                                          f"restart-out-{rnd}-{name}") for name, extra in order}
+            load(slice(split, None))
+            for name, extra in order:
+                restart = run_child(args, extra, f"{work}/cp-{rnd}-{name}", orders, prices, f"restart-out-{rnd}-{name}")
+                figures = restart_figures(first_runs[name], restart)
+                results[name].append(figures)
+                print(json.dumps({"round": rnd, "variant": name, **figures}), flush=True)
+    print(render(args, variants, results))
+
+
+def render(args, variants, results) -> str:
+    lines = [f"`python bench/restart_bench.py --rows {args.rows} --keys {args.keys} --first {args.first} "
+             f"--per-trigger {args.per_trigger} --rounds {args.rounds}`", "",
+             "| variant | state files at the stop (per round) | first batch of the first start (no state) ms, median "
+             "| first batch after the restart ms, min / median "
+             "| later batches ms, median | extra ms of the first, min / median | query start to first batch done s, median |",
+             "|---|---|---|---|---|---|---|"]
+    for name, _ in variants:
+        rs = results[name]
+        firsts = sorted(r["first_ms"] for r in rs)
+        extras = sorted(r["extra_ms"] for r in rs if r["extra_ms"] is not None)
+        files = "; ".join(", ".join(f"{n} {k}" for k, n in sorted(r["files"].items())) for r in rs)
+        lines.append(f"| {name} | {files} | {statistics.median(r['fresh_first_ms'] for r in rs):,.0f} "
+                     f"| {firsts[0]:,} / {statistics.median(firsts):,.0f} "
+                     f"| {statistics.median(r['steady_ms'] for r in rs):,.0f} "
+                     f"| {extras[0]:,.0f} / {statistics.median(extras):,.0f} "
+                     f"| {statistics.median(r['first_batch_s'] for r in rs):.1f} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
