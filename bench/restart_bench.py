@@ -7,8 +7,8 @@ snapshots at every commit).
 
 Each round uses new left-pk topics. It preloads the first ``--first`` of each side's changelog,
 runs every variant once on them (a fresh process and Spark JVM each, ``--per-trigger`` as
-``MAX_RECORDS_PER_TRIGGER``, a cap per input, until everything is read), then preloads the rest, and starts every
-variant again on its checkpoint, as a restarted pod would. A restarted query loads its state
+``MAX_RECORDS_PER_TRIGGER``, a cap per input, until everything is read), then preloads the rest,
+and starts every variant again on its checkpoint, as a restarted pod would. A restarted query loads its state
 store's last version in the first micro-batch's tasks: from the latest snapshot, then, with
 changelog checkpointing, every changelog file written after it. Printed per variant: that first
 micro-batch's duration and how much longer it took than the median of the restart's later
