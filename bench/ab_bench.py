@@ -90,6 +90,12 @@ def run_one(args, scenario: str, extra: dict, out: str, broker_pid: int | None, 
            "--rows", str(args.rows), "--max-per-trigger", str(args.max_per_trigger),
            "--shuffle-partitions", str(args.shuffle_partitions), "--out", out, "--extra", json.dumps(extra),
            "--broker-pid", str(broker_pid or 0)] + (["--count-only"] if without_output else [])
+    return child_result(cmd)
+
+
+def child_result(cmd: list[str]) -> dict:
+    """Run a child benchmark process (this checkout on its Python path); the JSON line it prints
+    as ``{"event": "end", ...}``."""
     proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
     for line in proc.stdout.splitlines():
         if line.startswith('{"event": "end"'):

@@ -23,7 +23,6 @@ import collections
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -78,11 +77,7 @@ def run_child(args, extra: dict, checkpoint: str, orders: str, prices: str, out:
     cmd = [sys.executable, __file__, "--child", "--bootstrap", args.bootstrap, "--checkpoint", checkpoint,
            "--orders", orders, "--prices", prices, "--out", out, "--per-trigger", str(args.per_trigger),
            "--extra", json.dumps(extra)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
-    for line in proc.stdout.splitlines():
-        if line.startswith('{"event": "end"'):
-            return json.loads(line)
-    raise RuntimeError(f"run failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
+    return ab_bench.child_result(cmd)
 
 
 def restart_figures(first_run: dict, restart: dict) -> dict:
@@ -153,15 +148,25 @@ def render(args, variants, results) -> str:
              "|---|---|---|---|---|---|---|"]
     for name, _ in variants:
         rs = results[name]
-        firsts = sorted(r["first_ms"] for r in rs)
-        extras = sorted(r["extra_ms"] for r in rs if r["extra_ms"] is not None)
         files = "; ".join(", ".join(f"{n} {k}" for k, n in sorted(r["files"].items())) for r in rs)
-        lines.append(f"| {name} | {files} | {statistics.median(r['fresh_first_ms'] for r in rs):,.0f} "
-                     f"| {firsts[0]:,} / {statistics.median(firsts):,.0f} "
-                     f"| {statistics.median(r['steady_ms'] for r in rs):,.0f} "
-                     f"| {extras[0]:,.0f} / {statistics.median(extras):,.0f} "
-                     f"| {statistics.median(r['first_batch_s'] for r in rs):.1f} |")
+        lines.append(f"| {name} | {files} | {_median(rs, 'fresh_first_ms')} | {_min(rs, 'first_ms')} / "
+                     f"{_median(rs, 'first_ms')} | {_median(rs, 'steady_ms')} | {_min(rs, 'extra_ms')} / "
+                     f"{_median(rs, 'extra_ms')} | {_median(rs, 'first_batch_s', ',.1f')} |")
     return "\n".join(lines)
+
+
+def _values(rs: list[dict], key: str) -> list:
+    return [r[key] for r in rs if r[key] is not None]  # None: the restart had a single micro-batch
+
+
+def _median(rs: list[dict], key: str, spec: str = ",.0f") -> str:
+    values = _values(rs, key)
+    return format(statistics.median(values), spec) if values else "-"
+
+
+def _min(rs: list[dict], key: str) -> str:
+    values = _values(rs, key)
+    return f"{min(values):,.0f}" if values else "-"
 
 
 if __name__ == "__main__":
