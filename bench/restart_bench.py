@@ -34,8 +34,9 @@ sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 import ab_bench  # noqa: E402
 import pipeline_bench  # noqa: E402
 
-DEFAULT_VARIANTS = ["changelog:",
-                    "snapshots:SPARK_CONF_spark_sql_streaming_stateStore_rocksdb_changelogCheckpointing_enabled=false"]
+from service.config import ROCKSDB_CHANGELOG_CONF, SPARK_CONF_PREFIX  # noqa: E402
+
+DEFAULT_VARIANTS = ["changelog:", f"snapshots:{SPARK_CONF_PREFIX}{ROCKSDB_CHANGELOG_CONF.replace('.', '_')}=false"]
 
 
 def state_files(checkpoint: str) -> dict[str, int]:
@@ -63,12 +64,10 @@ def child(args) -> None:
     start = time.perf_counter()
     query = service.start()
     service.process_available()
-    progress = [p for p in query.recentProgress if p["numInputRows"]]
+    # each micro-batch with input, in order: its duration
+    batches = [p["durationMs"].get("triggerExecution", 0) for p in query.recentProgress if p["numInputRows"]]
     service.stop()
     service.spark.stop()
-    batches = [{"batch": p["batchId"], "rows": p["numInputRows"],
-                "trigger_ms": p["durationMs"].get("triggerExecution", 0),
-                "add_batch_ms": p["durationMs"].get("addBatch", 0)} for p in progress]
     print(json.dumps({"event": "end", "first_batch_s": batch_done[0] - start if batch_done else None,
                       "batches": batches, "files": state_files(args.checkpoint)}), flush=True)
 
@@ -81,14 +80,11 @@ def run_child(args, extra: dict, checkpoint: str, orders: str, prices: str, out:
 
 
 def restart_figures(first_run: dict, restart: dict) -> dict:
-    batches = restart["batches"]
-    first, later = batches[0], [b["trigger_ms"] for b in batches[1:]]
+    first, *later = restart["batches"]
     steady = statistics.median(later) if later else None
-    return {"first_ms": first["trigger_ms"], "steady_ms": steady,
-            "extra_ms": first["trigger_ms"] - steady if steady is not None else None,
+    return {"first_ms": first, "steady_ms": steady, "extra_ms": first - steady if steady is not None else None,
             "first_batch_s": restart["first_batch_s"], "files": first_run["files"],
-            "first_run_batches": len(first_run["batches"]),
-            "fresh_first_ms": first_run["batches"][0]["trigger_ms"]}
+            "first_run_batches": len(first_run["batches"]), "fresh_first_ms": first_run["batches"][0]}
 
 
 def main() -> None:
