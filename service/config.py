@@ -590,7 +590,7 @@ def unknown_env_vars(environ: Mapping[str, str]) -> list[str]:
         if name.startswith(ENV_PREFIXES) and len(name) > max(len(p) for p in ENV_PREFIXES if name.startswith(p)):
             continue
         close = difflib.get_close_matches(name, candidates, n=1, cutoff=0.6)
-        hint = f"; did you mean {close[0]}?" if close else " (see the README's configuration table)"
+        hint = f"; did you mean {close[0]}?" if close else " (see docs/configuration.md)"
         problems.append(f"{name}: not a changejoin variable{hint}")
     return problems
 

@@ -59,9 +59,9 @@ def test_invalid_configuration_names_the_variable(change, variable):
         load_settings(env)
 
 
-def test_every_documented_variable_is_in_the_readme():
-    readme = (ROOT / "README.md").read_text()
-    missing = [name for name in env_var_names() if f"`{name}`" not in readme]
+def test_every_variable_is_in_the_configuration_reference():
+    reference = (ROOT / "docs" / "configuration.md").read_text()
+    missing = [name for name in env_var_names() if f"`{name}`" not in reference]
     assert missing == []
 
 
@@ -225,9 +225,9 @@ def test_a_misspelt_variable_is_an_error_naming_the_closest_one(typo, meant):
     assert f"{typo}: not a changejoin variable; did you mean {meant}?" in str(err.value)
 
 
-def test_the_readme_lists_every_prefix_taken_for_changejoins():
-    readme = (ROOT / "README.md").read_text()
-    assert [p for p in _config.own_prefixes() if f"`{p}`" not in readme] == []
+def test_the_configuration_reference_lists_every_prefix_taken_for_changejoins():
+    reference = (ROOT / "docs" / "configuration.md").read_text()
+    assert [p for p in _config.own_prefixes() if f"`{p}`" not in reference] == []
 
 
 def test_unknown_variable_without_a_close_match_still_fails():
@@ -400,7 +400,7 @@ def test_spark_ui_is_off_unless_enabled():
 
 
 def test_trigger_interval_defaults_to_500ms_and_takes_durations():
-    assert load_settings(VALID).trigger_interval_ms == 500  # the README's default (bench/RESULTS.md, latency)
+    assert load_settings(VALID).trigger_interval_ms == 500  # docs/configuration.md (bench/RESULTS.md, latency)
     assert load_settings({**VALID, "TRIGGER_INTERVAL": "2s"}).trigger_interval_ms == 2000
     assert load_settings({**VALID, "TRIGGER_INTERVAL": "0"}).trigger_interval_ms == 0
 

@@ -1,4 +1,4 @@
-"""The dead letter: one list of reasons, the README's; letters rendered as records."""
+"""The dead letter: one list of reasons, the one docs/semantics.md gives; letters rendered as records."""
 import re
 from pathlib import Path
 
@@ -7,11 +7,11 @@ from service.deadletters import Reason
 from service.kafka_records import record_bytes
 from service.source import KafkaRecord
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+SEMANTICS = Path(__file__).resolve().parent.parent / "docs" / "semantics.md"
 
 
-def test_the_readme_lists_exactly_the_reasons_the_service_uses():
-    text = README.read_text()
+def test_the_semantics_reference_lists_exactly_the_reasons_the_service_uses():
+    text = SEMANTICS.read_text()
     section = text[text.index("Reasons:"):text.index("They are counted per reason")]
     assert set(re.findall(r"`([a-z_]+)`", section)) == {r.value for r in Reason}
 
