@@ -136,7 +136,7 @@ def main() -> None:
         child(args)
         return
     variants = [parse_variant(v) for v in args.variant] or [("base", {})]
-    from service.kafka_broker import KafkaBroker
+    from devkit.kafka_broker import KafkaBroker
 
     import compare
 

@@ -6,7 +6,7 @@
                             [--record]                       # ./dev bench compare [...]
 
 Each data set's changelogs (bench/pipeline_bench.py's seeded, linear generator) are generated once
-and preloaded once into a single-node Kafka (service/kafka_broker.py) shared by every system;
+and preloaded once into a single-node Kafka (devkit/kafka_broker.py) shared by every system;
 then, one run at a time, in each round:
 
 - ``changejoin``: the service end to end (pipeline_bench.run_changejoin), Avro in, Avro out;
@@ -97,7 +97,7 @@ def flink_python() -> str:
 
 
 def flink_jars() -> list[str]:
-    from service.jars import jars
+    from devkit.jars import jars
 
     return [str(j) for j in jars("flink-peer")]
 
@@ -907,7 +907,7 @@ def prepare(args, bootstrap: str, data: str, flink: bool, spark_native: bool, wo
 
 
 def measure(args, systems, scenarios, latency, fpython, fjars, logs, runs, lat_runs, expected) -> None:
-    from service.kafka_broker import KafkaBroker
+    from devkit.kafka_broker import KafkaBroker
     from service.sink import ensure_topics
 
     flink = fpython is not None

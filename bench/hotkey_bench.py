@@ -231,7 +231,7 @@ def main() -> None:
     print(operator_table(costs))
     if args.operators_only:
         return
-    from service.kafka_broker import KafkaBroker
+    from devkit.kafka_broker import KafkaBroker
 
     external = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
     systems = ([("before", args.before)] if args.before else []) + [("after" if args.before else "changejoin", str(ROOT))]

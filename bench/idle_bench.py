@@ -41,7 +41,7 @@ def main() -> None:
     triggers = args.trigger or ["1s", "500ms", "0"]
 
     from service.app import Service
-    from service.kafka_broker import KafkaBroker
+    from devkit.kafka_broker import KafkaBroker
     from service.sink import ensure_topics
 
     with KafkaBroker(heap="1g") as bootstrap, tempfile.TemporaryDirectory() as work:

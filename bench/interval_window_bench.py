@@ -169,7 +169,7 @@ def pipeline(rows: int, keys: int) -> None:
 
     from service.app import Service
     from service.config import load_settings
-    from service.embedded_broker import EmbeddedBroker
+    from devkit.embedded_broker import EmbeddedBroker
     from service.sink import ensure_topics
 
     records = streams(2 * rows, keys)

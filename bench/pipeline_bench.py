@@ -5,7 +5,7 @@
 
 Scenarios, each with ``--rows`` changelog rows per side over ``--keys`` join keys, preloaded
 before the service starts into a single-node Kafka started from the cached Maven Central jars
-(service/kafka_broker.py), or into ``KAFKA_BOOTSTRAP_SERVERS`` when that is set:
+(devkit/kafka_broker.py), or into ``KAFKA_BOOTSTRAP_SERVERS`` when that is set:
 
 - ``left-pk``: a LEFT join of orders (primary key order_id, joined on product) with prices
   (primary key = join key), with -U/+U updates on both sides;
@@ -44,7 +44,7 @@ import fastavro  # noqa: E402
 
 from service.app import Service  # noqa: E402
 from service.config import load_settings  # noqa: E402
-from service.kafka_broker import KafkaBroker  # noqa: E402
+from devkit.kafka_broker import KafkaBroker  # noqa: E402
 from service.sink import ensure_topics  # noqa: E402
 
 ORDERS = fastavro.parse_schema(fastavro.schema.load_schema(str(ROOT / "schemas" / "orders.avsc")))

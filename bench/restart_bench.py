@@ -105,7 +105,7 @@ def main() -> None:
         return
     variants = [ab_bench.parse_variant(v) for v in args.variant or DEFAULT_VARIANTS]
 
-    from service.kafka_broker import KafkaBroker
+    from devkit.kafka_broker import KafkaBroker
     from service.sink import ensure_topics
 
     orders_all, prices_all = pipeline_bench.changelogs(args.rows, args.keys, "left-pk")
