@@ -91,3 +91,23 @@ def test_no_service_module_imports_devkit_at_module_level():
                 assert path.stem in DEVKIT_INSIDE_FUNCTIONS, f"service/{path.name} imports {name}"
     assert any(name.startswith("devkit.") for name, top in imports(SERVICE / "demo.py") if not top), \
         "the demo no longer imports its broker from devkit: update DEVKIT_INSIDE_FUNCTIONS"
+
+
+BENCH = SERVICE.parent / "bench"
+
+
+def test_the_benchmarks_are_a_package_without_path_edits():
+    """bench/ runs as ``python -m bench.<name>``: no module edits ``sys.path``, and what one
+    benchmark takes from another comes from ``bench.harness``, never a sibling script by its bare
+    name (the old ``import pipeline_bench`` after a ``sys.path`` edit)."""
+    modules = sorted(BENCH.glob("*.py")) + sorted((BENCH / "harness").glob("*.py"))
+    assert (BENCH / "__init__.py").exists() and (BENCH / "harness" / "__init__.py").exists()
+    scripts = {p.stem for p in BENCH.glob("*.py")} | {p.stem for p in (BENCH / "harness").glob("*.py")}
+    for path in modules:
+        package = "bench.harness" if path.parent.name == "harness" else "bench"
+        tree = ast.parse(path.read_text())
+        edits = [n for n in ast.walk(tree) if isinstance(n, ast.Attribute) and n.attr == "path"
+                 and isinstance(n.value, ast.Name) and n.value.id == "sys"]
+        assert not edits, f"{path.relative_to(BENCH.parent)} uses sys.path (line {edits[0].lineno})"
+        bare = {name for name, _ in imports(path, package) if name.split(".")[0] in scripts - {"__init__"}}
+        assert not bare, f"{path.relative_to(BENCH.parent)} imports {sorted(bare)}: import from bench.harness"
