@@ -1,5 +1,6 @@
 """The service as a benchmark runs it: its settings for a scenario, one run on preloaded topics
-until every input row is processed, and that run as a child process of bench/compare.py."""
+until every input row is processed, that run as a child process of bench/compare.py, and the
+``--variant NAME:VAR=VALUE,,...`` option of ab_bench and restart_bench."""
 from __future__ import annotations
 
 import json
@@ -98,6 +99,7 @@ def child_changejoin(args) -> None:
 
 
 def parse_variant(text: str) -> tuple[str, dict]:
+    """``NAME:VAR=VALUE,,VAR=VALUE`` -> (NAME, the service variables it adds)."""
     name, _, assignments = text.partition(":")
     extra = {}
     for item in filter(None, assignments.split(",,")):
