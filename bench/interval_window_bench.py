@@ -1,6 +1,6 @@
 """Events per second through the interval and window join operators on in-memory state.
 
-    python bench/interval_window_bench.py [--events 200000] [--keys 10000] [--batch 5000]
+    python -m bench.interval_window_bench [--events 200000] [--keys 10000] [--batch 5000]
                                           [--pipeline] [--pipeline-rows 50000]
 
 Two append-only streams share ``--keys`` join keys: orders at a steady 10 ms apart in event time
@@ -21,14 +21,11 @@ from __future__ import annotations
 
 import argparse
 import random
-import sys
 import time
 from collections import defaultdict
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from operators import (  # noqa: E402
+from operators import (
     EVENT,
     PROC,
     Context,
@@ -169,7 +166,7 @@ def pipeline(rows: int, keys: int) -> None:
 
     from service.app import Service
     from service.config import load_settings
-    from service.embedded_broker import EmbeddedBroker
+    from devkit.embedded_broker import EmbeddedBroker
     from service.sink import ensure_topics
 
     records = streams(2 * rows, keys)

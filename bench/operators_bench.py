@@ -1,6 +1,6 @@
 """Events per second through each join type on in-memory state.
 
-    python bench/operators_bench.py [--events 1000000] [--keys 10000] [--batch 1]
+    python -m bench.operators_bench [--events 1000000] [--keys 10000] [--batch 1]
 
 A changelog of inserts, -U/+U updates and deletes on both sides (left rows keyed by a unique id
 outside the join key, right rows one per join key) is replayed through the real operators. With
@@ -11,13 +11,9 @@ from __future__ import annotations
 
 import argparse
 import random
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from operators import Context, InMemoryState, InputSpec, JoinSpec, JoinType, Output, RowKind, make_join  # noqa: E402
+from operators import Context, InMemoryState, InputSpec, JoinSpec, JoinType, Output, RowKind, make_join
 
 
 def changelog(n: int, keys: int, seed: int = 7) -> list[tuple]:

@@ -45,7 +45,7 @@ class _QueryListener(StreamingQueryListener):
     Python copy of every event field by field, a py4j call per value; each Java map it copies ends
     in a Java exception, which PySpark classifies by looking up exception classes by name through
     py4j, a search of the whole class path per lookup. At 1,000 input rows/s that was a quarter of
-    the Spark JVM's Java samples (Java Flight Recorder; bench/RESULTS.md)."""
+    the Spark JVM's Java samples (Java Flight Recorder; bench/results/RESULTS.md)."""
 
     def __init__(self, service: "Service"):
         self._service = service

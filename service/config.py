@@ -189,7 +189,7 @@ class Settings(BaseModel):
     spark_conf: dict[str, str] = Field(default_factory=dict, exclude=True)
     spark_ui_enabled: bool = Field(False, alias="SPARK_UI_ENABLED")
     shuffle_partitions: int = Field(8, alias="SHUFFLE_PARTITIONS", ge=1)
-    trigger_interval_ms: int = Field(500, alias="TRIGGER_INTERVAL", ge=0)  # bench/RESULTS.md, latency
+    trigger_interval_ms: int = Field(500, alias="TRIGGER_INTERVAL", ge=0)  # bench/results/RESULTS.md, latency
     max_records_per_trigger: int | None = Field(100_000, alias="MAX_RECORDS_PER_TRIGGER", ge=1)
     starting_offsets: Literal["earliest", "latest"] = Field("earliest", alias="STARTING_OFFSETS")
     fail_on_data_loss: bool = Field(True, alias="FAIL_ON_DATA_LOSS")
@@ -322,7 +322,7 @@ class Settings(BaseModel):
 
         The JVM talks to its Python workers, and they to its state server (three calls per join
         key and micro-batch), over Unix domain sockets rather than TCP on loopback: small
-        micro-batches ~10 % shorter (bench/RESULTS.md).
+        micro-batches ~10 % shorter (bench/results/RESULTS.md).
 
         The RocksDB state store commits a micro-batch by writing its changes to a changelog file
         rather than uploading a new snapshot of the store's files (snapshots are made in the

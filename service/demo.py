@@ -85,10 +85,13 @@ def read_output(bootstrap: str, topic: str, schema: dict) -> list[tuple[str, dic
 
 
 def run_demo() -> int:
+    # devkit (development tooling, not in the image) only here, never at module level:
+    # tests/test_structure.py
+    from devkit.embedded_broker import EmbeddedBroker
+
     from .app import Service
     from .avro import load_schema_file
     from .config import load_settings
-    from .embedded_broker import EmbeddedBroker
     from .sink import ensure_topics
 
     broker = None

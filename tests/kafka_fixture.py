@@ -4,7 +4,7 @@ Where the broker comes from (the ``kafka_bootstrap`` session fixture), first tha
 1. ``KAFKA_BOOTSTRAP_SERVERS`` from the environment (a real Kafka you run yourself);
 2. a testcontainers Kafka container, if testcontainers is installed and a Docker daemon answers;
 3. a single-node Apache Kafka (KRaft) started from jars fetched from Maven Central
-   (service/kafka_broker.py, jars cached by service/jars.py).
+   (devkit/kafka_broker.py, jars cached by devkit/jars.py).
 
 Tests that stop and restart a broker (``restartable_broker``) always get their own local KRaft
 broker, which keeps its data across restarts as any Kafka does.
@@ -20,7 +20,7 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequ
 
 import pytest
 
-from service.kafka_broker import KafkaBroker
+from devkit.kafka_broker import KafkaBroker
 from service.source import KafkaRecord
 
 

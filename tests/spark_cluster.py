@@ -22,7 +22,7 @@ from typing import Dict, List, Optional
 
 import pytest
 
-from service.broker_process import free_port
+from devkit.broker_process import free_port
 
 EXECUTOR_CLASS = "org.apache.spark.executor.CoarseGrainedExecutorBackend"
 # A cold JVM start on a loaded 2-core machine can take a while; a bound, not an expectation.

