@@ -125,8 +125,9 @@ def operator_costs(sizes: list[int], repeats: int = 5) -> list[tuple[int, float,
     """(rows in the key, ms per update with the side in one value, ms per update split): min of
     ``repeats`` updates, each a -U/+U pair of one row of the key, in the operators alone."""
     sys.path.insert(0, str(ROOT))
-    from operators import Context, InMemoryState, InputSpec, JoinSpec, JoinType, Output, RowKind, make_join
+    from operators import Context, InputSpec, JoinSpec, JoinType, Output, RowKind, make_join
 
+    from operators.testing import InMemoryState
     columns = ("order_id", "product", "quantity")
     spec = JoinSpec(JoinType.LEFT, InputSpec(columns, (1,), (0,)), InputSpec(("product", "price"), (0,), (0,)))
     results = []

@@ -32,7 +32,6 @@ from operators import (  # noqa: E402
     EVENT,
     PROC,
     Context,
-    InMemoryState,
     InputSpec,
     IntervalJoinSpec,
     JoinType,
@@ -43,6 +42,7 @@ from operators import (  # noqa: E402
     make_interval_join,
     make_window_join,
 )
+from operators.testing import InMemoryState
 
 DELAY_MS = 5_000
 MINUTE = 60_000

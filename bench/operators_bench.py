@@ -17,7 +17,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from operators import Context, InMemoryState, InputSpec, JoinSpec, JoinType, Output, RowKind, make_join  # noqa: E402
+from operators import Context, InputSpec, JoinSpec, JoinType, Output, RowKind, make_join  # noqa: E402
+from operators.testing import InMemoryState  # noqa: E402
 
 
 def changelog(n: int, keys: int, seed: int = 7) -> list[tuple]:

@@ -6,7 +6,7 @@ import pickle
 
 import pytest
 
-from operators import InMemoryState
+from operators.testing import InMemoryState
 from service import checkpoint
 from service.checkpoint import CheckpointMismatch, reconcile
 from service.config import load_settings

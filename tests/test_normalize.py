@@ -1,5 +1,6 @@
 """Upsert input -> full changelog."""
-from operators import Context, InMemoryState, Output, RowKind
+from operators import Context, Output, RowKind
+from operators.testing import InMemoryState
 from operators.normalize import ChangelogNormalize
 
 I, UB, UA, D = RowKind.INSERT, RowKind.UPDATE_BEFORE, RowKind.UPDATE_AFTER, RowKind.DELETE

@@ -8,7 +8,6 @@ import pytest
 from operators import (
     ChangelogNormalize,
     Context,
-    InMemoryState,
     InputSpec,
     JoinSpec,
     JoinType,
@@ -17,6 +16,7 @@ from operators import (
     UpsertMaterializer,
     make_join,
 )
+from operators.testing import InMemoryState
 
 I, UB, UA, D = (int(k) for k in RowKind)
 COLUMNS = ("k", "x")

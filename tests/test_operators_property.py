@@ -12,7 +12,8 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from operators import Context, InMemoryState, InputSpec, JoinSpec, JoinType, Output, RowKind, compile_condition
+from operators import Context, InputSpec, JoinSpec, JoinType, Output, RowKind, compile_condition
+from operators.testing import InMemoryState
 from operators import make_join
 
 COLUMNS = ("k", "id", "v")  # join key, candidate unique key, payload

@@ -8,9 +8,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from operators import (
-    ConfigurationError, Context, InMemoryState, InputSpec, JoinSpec, JoinType, Output, RowKind, TemporalJoinSpec,
+    ConfigurationError, Context, InputSpec, JoinSpec, JoinType, Output, RowKind, TemporalJoinSpec,
     TemporalKind, compile_condition, make_join,
 )
+from operators.testing import InMemoryState
 from operators.normalize import ChangelogNormalize
 
 COLUMNS = ("k", "id", "v")

@@ -58,8 +58,9 @@ def test_processing_time_temporal_join_against_a_versioned_table_is_refused():
 def test_an_event_time_join_drops_the_versioned_tables_update_before():
     from pathlib import Path
 
-    from operators import Context, InMemoryState, Output, RowKind
+    from operators import Context, Output, RowKind
 
+    from operators.testing import InMemoryState
     data = Path(__file__).parent / "data"
     _, plan = plan_for(
         LEFT_SCHEMA_FILE=str(data / "orders_timed.avsc"), RIGHT_SCHEMA_FILE=str(data / "rates.avsc"),
@@ -178,8 +179,9 @@ def test_a_processing_time_interval_join_has_no_time_columns_and_processing_time
 
 
 def test_a_window_join_adds_the_window_columns_and_dead_letters_late_rows_of_both_inputs():
-    from operators import Context, InMemoryState, Output
+    from operators import Context, Output
 
+    from operators.testing import InMemoryState
     plan = timed_plan(WINDOW_SQL)
     assert plan.kind == "window" and plan.time_mode == "EventTime" and plan.late_sides == (0, 1)
     assert plan.window == {"kind": "TUMBLE", "size_ms": 10_000, "slide_ms": None, "step_ms": None, "offset_ms": 0}

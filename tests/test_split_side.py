@@ -15,11 +15,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from operators import Context, InMemoryState, InputSpec, JoinSpec, JoinType, Output, RowKind, make_join
+from operators import Context, InputSpec, JoinSpec, JoinType, Output, RowKind, make_join
+from operators.testing import InMemoryState
 from operators import conformance
 from operators.regular import _KeyedJoin
 from operators.splitside import SplitSide
-from operators.state import PickledMap
+from operators.testing import PickledMap
 from operators.stateformat import map_key
 
 from test_operators_property import CONDITIONS, build, changelog, host_calls, layouts_, ops, settings_

@@ -23,7 +23,6 @@ from operators import (  # noqa: E402
     STATE_FORMAT_VERSION,
     ChangelogNormalize,
     Context,
-    InMemoryState,
     InputSpec,
     JoinSpec,
     JoinType,
@@ -41,6 +40,7 @@ from operators import (  # noqa: E402
     make_temporal_join,
     make_window_join,
 )
+from operators.testing import InMemoryState
 
 from operators.stateformat import map_key  # noqa: E402
 

@@ -1,7 +1,8 @@
 """The upsert materializer gives the same upserts whatever the interleaving of tasks."""
 import itertools
 
-from operators import Context, InMemoryState, Output, RowKind
+from operators import Context, Output, RowKind
+from operators.testing import InMemoryState
 from operators.upsert import UpsertMaterializer
 
 I, U, UB, D = RowKind.INSERT, RowKind.UPDATE_AFTER, RowKind.UPDATE_BEFORE, RowKind.DELETE
