@@ -80,8 +80,11 @@ class InMemoryState:
         """The :class:`~operators.state.KeyState` of ``key``, unchecked."""
         return _InMemoryKeyState(self, key)
 
-    def keys(self) -> list[Hashable]:
-        """The keys that hold anything: a value, a timer or a map entry."""
+    def keys(self, ever: bool = False) -> list[Hashable]:
+        """The keys that hold anything: a value, a timer or a map entry (with ``ever``, every key
+        that ever did), in the order they first held state."""
+        if ever:
+            return list(self._slots)
         return [k for k, s in self._slots.items() if s.value is not None or s.timers or any(s.maps.values())]
 
     def maps(self, key: Hashable) -> dict[str, InMemoryMap]:
@@ -328,11 +331,13 @@ class LocalRunner:
 
     # -- records ---------------------------------------------------------------------------------
     def process(self, records: Iterable[Record], *, key: Any = _ROUTED, sort_keys: bool = False) -> None:
-        """One micro-batch: ``records`` grouped by key, one ``process`` call per key with its
-        records in order; keys in the order of their first record (``sort_keys``: sorted). With
-        ``key``, all records go to that key in one call."""
+        """One micro-batch: ``records`` (side, kind, row) grouped by key, one ``process`` call per
+        key with its records in order; keys in the order of their first record (``sort_keys``:
+        sorted). With ``key``, all records go to that key in one call. A kind is handed over as a
+        plain int (a ``RowKind`` becomes its value), as the service hands it."""
+        records = [r if type(r[1]) is int else (r[0], int(r[1]), r[2]) for r in records]
         if key is not _ROUTED:
-            self._process(key, list(records))
+            self._process(key, records)
             return
         key_of = self.key
         if key_of is None:
