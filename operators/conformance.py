@@ -5,14 +5,16 @@
 Each case of a ``flink-join-conformance/1`` file is run through the operators of this package on
 in-memory state, exactly as the service runs them on Spark state: records are routed by join key,
 the processing-time clock and the watermarks come from the case's events, timers fire when due.
-The output is cut into segments at the case's checkpoints, written to OBSERVED (format: the cases
-README, section 8), compared with the expectation, and reported as ``PASS``/``FAIL`` per case with
-a last line ``N passed, M failed`` (exit status 1 if any case fails).
+The output is cut into segments at the case's checkpoints, written to OBSERVED (format:
+tests/conformance/README.md section 8), compared with the expectation, and reported as
+``PASS``/``FAIL`` per case with a last line ``N passed, M failed`` (exit status 1 if any case
+fails). The cases are in tests/conformance/ (``cases.json``, ``cases-interval-window.json``).
 
-Event-time joins (temporal, interval, window) mark every advance of the combined watermark in the
-output, held back by the operator's ``output_watermark_delay_ms`` (interval joins, README section
-10.5). Window cases also report their late windowed copies per input side (``late_rows_dropped``),
-counted from what each ``process`` call puts in ``Output.late``.
+The host is :class:`~operators.testing.LocalRunner`, which also checks the state protocol on
+every call. Event-time joins (temporal, interval, window) mark every advance of the combined
+watermark in the output, held back by the operator's ``output_watermark_delay_ms`` (interval joins,
+tests/conformance/README.md section 10.5). Window cases also report their late windowed copies per
+input side (``late_rows_dropped``), counted from what each ``process`` call puts in ``Output.late``.
 """
 from __future__ import annotations
 
@@ -129,7 +131,7 @@ def _time_column(value):
 
 
 def _build_time_bounded(case, kind, join_type, filter_nulls, condition, projection):
-    """An interval or window join (README sections 10 and 11)."""
+    """An interval or window join (tests/conformance/README.md sections 10 and 11)."""
     left = InputSpec(tuple(case["left_schema"]), tuple(case["left_join_key"]))
     right = InputSpec(tuple(case["right_schema"]), tuple(case["right_join_key"]))
     attr = case["time_attribute"]
@@ -238,7 +240,7 @@ def run_case(case: dict, state: InMemoryState | None = None) -> dict:
     return observed
 
 
-# -- comparison (the rules of the cases README, section 8) -----------------------------------------
+# -- comparison (the rules of tests/conformance/README.md section 8) ---------------------------------
 def _canon(value: Any) -> Any:
     if isinstance(value, list):
         return tuple(_canon(v) for v in value)

@@ -189,9 +189,9 @@ def interval_reference(join_type, lower, upper, condition, null_safe, schedule, 
     ``arrival_time(position)`` is the operator time when the row at that position arrived
     (processing time). A pair is then also subject to the rules of time: the earlier row is kept
     only if the operator time at its arrival was below its time plus its side's relative size
-    (README section 10.4, step 3), and it expires once the operator time passes that sum
-    (sections 10.4 step 2, 10.5). With event-time inputs that are never late both always hold,
-    so the definition alone remains."""
+    (tests/conformance/README.md section 10.4, step 3), and it expires once the operator time
+    passes that sum (sections 10.4 step 2, 10.5). With event-time inputs that are never late both
+    always hold, so the definition alone remains."""
     cond = compile_condition(condition, COLUMNS, COLUMNS) if condition else None
     relative = (-lower, upper)
     lefts, rights = rows_of(schedule)
