@@ -260,10 +260,10 @@ class _CheckedMap:
         return self._store.get(key)
 
     def _write(self, key) -> None:
-        if key in self._written:
-            self._fail(f"wrote entry {key!r} a second time in one call")
         if not _builtins_only(key, _HASHABLE):
             self._fail(f"an entry key that is not a hashable builtin: {key!r}")
+        if key in self._written:
+            self._fail(f"wrote entry {key!r} a second time in one call")
         self._written.add(key)
 
     def put(self, key, value) -> None:
