@@ -354,12 +354,15 @@ class LocalRunner:
             self._process(k, groups[k])
 
     def _process(self, key, records: list) -> None:
-        late = self.output.late
-        before = len(late)
-        self._call(self.operator.process, "process", key, records)
-        if len(late) > before:  # a late row is its input row, the same object (as the service relies on)
+        out = self.output
+        before = len(out.late)
+        if self.check:
+            self._checked_call(key, "process", lambda checked, ctx: self.operator.process(checked, records, ctx, out))
+        else:
+            self.operator.process(self.state.for_key(key), records, self._ctx(), out)
+        if len(out.late) > before:  # a late row is its input row, the same object (the service relies on it)
             sides = {id(record[2]): record[0] for record in records}
-            for _, row in late[before:]:
+            for _, row in out.late[before:]:
                 side = sides.get(id(row))
                 if side is not None:
                     self.late_by_side[side] += 1
@@ -397,7 +400,11 @@ class LocalRunner:
         for ts, key in list(state.due_timers(domain, upto)):
             if state.has_timer(key, domain, ts):
                 state.consume_timer(key, domain, ts)
-                self._call(lambda s, c, o: self.operator.on_timer(s, domain, ts, c, o), "on_timer", key)
+                if self.check:
+                    self._checked_call(
+                        key, "on_timer", lambda checked, ctx: self.operator.on_timer(checked, domain, ts, ctx, self.output))
+                else:
+                    self.operator.on_timer(state.for_key(key), domain, ts, self._ctx(), self.output)
 
     # -- output ----------------------------------------------------------------------------------
     def drain(self) -> tuple[list, list]:
@@ -408,15 +415,16 @@ class LocalRunner:
         return rows, late
 
     # -- one call --------------------------------------------------------------------------------
-    def _call(self, method, name: str, key, *args) -> None:
+    def _ctx(self) -> Context:
+        """The context of a call: the same object while the time does not change."""
         ctx = self._context
         if ctx.now != self.now or ctx.watermark != self.watermark:
             ctx = self._context = Context(self.now, self.watermark)
-        if not self.check:
-            method(self.state.for_key(key), *args, ctx, self.output)
-            return
+        return ctx
+
+    def _checked_call(self, key, name: str, call) -> None:
         checked = _CheckedKeyState(self.state.for_key(key), f"{self._name}.{name} for key {key!r}")
-        method(checked, *args, ctx, self.output)
+        call(checked, self._ctx())
         self.last_call = checked
         self.after_call(key)
 
