@@ -12,9 +12,10 @@ duration (Spark's ``triggerExecution``), min and median per kind, and their rati
 target: an update to the hot key within 3x of one to a small key.
 
 First, without Spark: the state work of one such update in the operators themselves, on a state
-that keeps values and map entries pickled as Spark does (``InMemoryState(pickled=True)``), for
-keys of 10 to ``--hot-rows`` rows, with the key's side in one value (``split_at`` beyond the key's
-size: the layout before split sides) and split (the default).
+that keeps values and map entries pickled as Spark does
+(``operators.testing.InMemoryState(pickled=True)``, one ``process`` call timed alone), for keys of
+10 to ``--hot-rows`` rows, with the key's side in one value (``split_at`` beyond the key's size:
+the layout before split sides) and split (the default).
 
 ``--before PATH`` runs the same with the code of another checkout (e.g. a ``git worktree`` of
 the commit before a change) in the same invocation, one system after the other, each on topics
@@ -126,7 +127,8 @@ def child(args) -> None:
 def operator_costs(sizes: list[int], repeats: int = 5) -> list[tuple[int, float, float]]:
     """(rows in the key, ms per update with the side in one value, ms per update split): min of
     ``repeats`` updates, each a -U/+U pair of one row of the key, in the operators alone."""
-    from operators import Context, InMemoryState, InputSpec, JoinSpec, JoinType, Output, RowKind, make_join
+    from operators import Context, InputSpec, JoinSpec, JoinType, Output, RowKind, make_join
+    from operators.testing import InMemoryState
 
     columns = ("order_id", "product", "quantity")
     spec = JoinSpec(JoinType.LEFT, InputSpec(columns, (1,), (0,)), InputSpec(("product", "price"), (0,), (0,)))

@@ -6,7 +6,7 @@ import pickle
 
 import pytest
 
-from operators import InMemoryState
+from operators.testing import LocalRunner
 from service import checkpoint
 from service.checkpoint import CheckpointMismatch, reconcile
 from service.config import load_settings
@@ -140,18 +140,17 @@ def test_stored_values_carry_their_generation_and_older_ones_are_upgraded_when_r
 def test_the_operators_state_upgrade_keeps_a_multiset_side_retractable(tmp_path, location):
     """Through the processor's path: JoinPlan.row_upgrade + operator.map_rows."""
     old = plan(tmp_path, JOIN_SQL=LEFT, LEFT_PRIMARY_KEY="")
-    store = InMemoryState()
-    from operators import Context, Output
-    out = Output()
-    old.operator.process(store.for_key("ink"), [(0, 0, (7, "ink", 2))], Context(), out)
+    before = LocalRunner(old.operator)
+    before.process([(0, 0, (7, "ink", 2))])
     where = str(tmp_path / "multiset")
     reconcile(old, where)
     new = reconcile(plan(tmp_path, with_fields({"name": "note", "type": ["null", "string"], "default": None}),
                          LEFT_PRIMARY_KEY=""), where)
-    value = new.operator.map_rows(store.for_key("ink").get(), new.row_upgrade(0, 0), new.row_upgrade(0, 1))
-    store.for_key("ink").put(value)
-    new.operator.process(store.for_key("ink"), [(0, 3, (7, "ink", 2, None))], Context(), out)
-    assert [kind for kind, _ in out.rows] == [0, 3] and store.keys() == []
+    after = LocalRunner(new.operator, state=before.state)  # the same state, read by the new plan's join
+    stored = after.state.for_key(("ink",))
+    stored.put(new.operator.map_rows(stored.get(), new.row_upgrade(0, 0), new.row_upgrade(0, 1)))
+    after.process([(0, 3, (7, "ink", 2, None))])
+    assert [kind for kind, _ in before.output.rows + after.output.rows] == [0, 3] and after.state.keys() == []
 
 
 # -- the upsert materializer's stored output rows ------------------------------------------------

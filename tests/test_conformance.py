@@ -1,5 +1,6 @@
 """The public conformance cases, replayed through the real operators by the project's runner."""
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -7,8 +8,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-CASES = ROOT / "tests" / "data" / "conformance_cases.json"
-INTERVAL_WINDOW_CASES = ROOT / "tests" / "data" / "conformance_interval_window_cases.json"
+README = ROOT / "tests" / "conformance" / "README.md"  # the cases' format, cited by section
+CASES = ROOT / "tests" / "conformance" / "cases.json"
+INTERVAL_WINDOW_CASES = ROOT / "tests" / "conformance" / "cases-interval-window.json"
 SHARED = ROOT.parent / "shared" / "conformance"
 SHARED_CHECK = SHARED / "check.py"
 # Each case file of this repository and the shared file it is a copy of.
@@ -54,6 +56,24 @@ def test_the_case_files_are_copies_of_the_shared_ones(copy):
         pytest.skip(f"{shared} is not beside this checkout")
     # The cases themselves must be the same; the file's format line and description may differ.
     assert json.loads(copy.read_text())["cases"] == json.loads(shared.read_text())["cases"]
+
+
+def test_the_format_readme_is_a_copy_of_the_shared_one():
+    shared = SHARED / "README.md"
+    if not shared.exists():
+        pytest.skip(f"{shared} is not beside this checkout")
+    assert README.read_text() == shared.read_text()
+
+
+def test_every_section_the_code_cites_is_in_the_format_readme():
+    headings = set(re.findall(r"^#+ (\d+(?:\.\d+)?)\.? ", README.read_text(), flags=re.M))
+    cited = set()
+    for path in [*(ROOT / "operators").glob("*.py"), *(ROOT / "tests").glob("*.py")]:
+        text = " ".join(path.read_text().split())  # a citation may be wrapped over two lines
+        for match in re.finditer(r"tests/conformance/README\.md sections? ([\d. ,and]+)", text):
+            cited.update((path.name, n) for n in re.findall(r"\d+(?:\.\d+)?", match.group(1)))
+    assert cited
+    assert {(name, n) for name, n in cited if n not in headings} == set()
 
 
 def test_window_cases_report_late_copies_per_side(tmp_path):

@@ -1,15 +1,17 @@
 """Upsert input -> full changelog."""
-from operators import Context, InMemoryState, Output, RowKind
+from operators import RowKind
 from operators.normalize import ChangelogNormalize
+from operators.testing import LocalRunner
 
 I, UB, UA, D = RowKind.INSERT, RowKind.UPDATE_BEFORE, RowKind.UPDATE_AFTER, RowKind.DELETE
 
 
 def normalize(batches):
-    state, out, op = InMemoryState(), Output(), ChangelogNormalize()
+    """The changelog of one message key's upserts (None: a tombstone), a batch per call."""
+    runner = LocalRunner(ChangelogNormalize(), key=lambda record: b"k1")
     for batch in batches:
-        op.process(state.for_key(b"k1"), [(0, UA, row) for row in batch], Context(), out)
-    return out.rows
+        runner.process([(0, UA, row) for row in batch])
+    return runner.output.rows
 
 
 def test_upserts_and_tombstones_become_a_retractable_changelog():

@@ -18,15 +18,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from operators import (
-    EVENT,
-    PROC,
     ConfigurationError,
-    Context,
-    InMemoryState,
     InputSpec,
     IntervalJoinSpec,
     JoinType,
-    Output,
     RowKind,
     WindowJoinSpec,
     WindowKind,
@@ -35,10 +30,10 @@ from operators import (
     make_interval_join,
     make_window_join,
 )
+from operators.testing import LocalRunner
 
 INSERT = int(RowKind.INSERT)
 EXAMPLES = int(os.environ.get("CHANGEJOIN_EXAMPLES", "150"))
-BUILTINS = (tuple, list, dict, int, float, str, bool, type(None))
 
 # Both sides: (k, t, v, id): join key, event time (unused in processing time), payload, row id.
 COLUMNS = ("k", "t", "v", "id")
@@ -53,75 +48,23 @@ WINDOW_CONDITIONS = [None, "l.v <= r.v", "l.v <> r.v OR l.window_end > 12", "r.w
 
 
 # -- driving an operator as the service does ---------------------------------------------------
-def _builtins_only(value) -> bool:
-    if isinstance(value, dict):
-        return all(_builtins_only(k) and _builtins_only(v) for k, v in value.items())
-    if isinstance(value, (tuple, list)):
-        return all(_builtins_only(v) for v in value)
-    return type(value) in BUILTINS
+class Driver(LocalRunner):
+    """The service's host (``operators.testing.LocalRunner``: records routed by join key, the clock
+    and the combined watermark, due timers fired, the state protocol checked on every call), and
+    what interval and window joins promise on top of it: at most one registered timer per key, in
+    the operator's one time domain."""
 
-
-class Driver:
-    """Routes records by join key, keeps the clock and the combined watermark, fires due timers,
-    and checks the state protocol on every call: one read and at most one write, builtins only,
-    at most one registered timer per key, in the operator's one time domain."""
-
-    def __init__(self, operator, domain):
-        self.operator = operator
-        self.domain = domain
-        self.state = InMemoryState()
-        self.out = Output()
-        self.now = 0
-        self.watermarks = [None, None]
-        self.combined = None
-        self.late_by_side = [0, 0]
-
-    def _checked(self, call, key, *args):
-        reads, writes = self.state.reads, self.state.writes
-        call(self.state.for_key(key), *args, Context(self.now, self.combined), self.out)
-        assert self.state.reads - reads <= 1 and self.state.writes - writes <= 1
-        value = self.state.for_key(key).get()
-        self.state.reads -= 1
-        assert _builtins_only(value), value
-        per_key = Counter(k for _, k in self.state.due_timers(self.domain, INF))
-        assert all(n == 1 for n in per_key.values()), per_key
-        other = EVENT if self.domain == PROC else PROC
-        assert not list(self.state.due_timers(other, INF))
+    def after_call(self, key):
+        timers = self.state.timers(key)
+        assert len(timers) <= 1, (key, timers)
+        assert all(domain == self.operator.time_domain for domain, _ in timers), (key, timers)
 
     def row(self, side, row):
-        before = len(self.out.late)
-        self._checked(lambda s, c, o: self.operator.process(s, [(side, INSERT, row)], c, o), (row[K],))
-        self.late_by_side[side] += len(self.out.late) - before
-
-    def rows(self, records):
-        """Several rows in one call per join key, as the service hands over a micro-batch."""
-        by_key = {}
-        for side, row in records:
-            by_key.setdefault((row[K],), []).append((side, INSERT, row))
-        for key, batch in by_key.items():
-            self._checked(lambda s, c, o: self.operator.process(s, batch, c, o), key)
-
-    def _fire(self, upto):
-        for ts, key in list(self.state.due_timers(self.domain, upto)):
-            if self.state.has_timer(key, self.domain, ts):
-                self.state.consume_timer(key, self.domain, ts)
-                self._checked(lambda s, c, o: self.operator.on_timer(s, self.domain, ts, c, o), key)
-
-    def watermark(self, side, value):
-        self.watermarks[side] = value
-        if None not in self.watermarks:
-            new = min(self.watermarks)
-            if self.combined is None or new > self.combined:
-                self.combined = new
-                self._fire(new)
-
-    def clock(self, now):
-        self.now = max(self.now, now)
-        self._fire(self.now)
+        self.process([(side, INSERT, row)])
 
     def emitted(self) -> Counter:
-        assert all(kind == INSERT for kind, _ in self.out.rows)
-        return Counter(row for _, row in self.out.rows)
+        assert all(kind == INSERT for kind, _ in self.output.rows)
+        return Counter(row for _, row in self.output.rows)
 
 
 # -- generated inputs --------------------------------------------------------------------------
@@ -139,7 +82,7 @@ event_time_steps = st.lists(
 processing_time_steps = st.lists(
     st.one_of(
         st.tuples(st.just("row"), st.integers(0, 1), keys, st.just(None), payloads),
-        st.tuples(st.just("tick"), st.sampled_from([0, 0, 1, 1, 2, 3, 5])),  # many rows share a clock
+        st.tuples(st.just("tick"), st.sampled_from([0, 0, 1, 1, 2, 3, 5])), # many rows share a clock
     ),
     max_size=30,
 )
@@ -179,32 +122,32 @@ def processing_time_schedule(steps):
     return out + [("clock", now + 10_000)]
 
 
-def replay(operator, domain, schedule) -> Driver:
-    driver = Driver(operator, domain)
+def replay(operator, schedule) -> Driver:
+    driver = Driver(operator)
     for event in schedule:
         if event[0] == "row":
             driver.row(event[1], event[2])
         elif event[0] == "watermark":
-            driver.watermark(event[1], event[2])
+            driver.advance_watermark(event[1], event[2])
         else:
-            driver.clock(event[1])
+            driver.advance_clock(event[1])
     return driver
 
 
-def replay_batched(operator, domain, schedule) -> Driver:
+def replay_batched(operator, schedule) -> Driver:
     """Like ``replay``, but the rows between two advances of time go in one call per join key."""
-    driver, pending = Driver(operator, domain), []
+    driver, pending = Driver(operator), []
     for event in schedule:
         if event[0] == "row":
-            pending.append((event[1], event[2]))
+            pending.append((event[1], INSERT, event[2]))
             continue
-        driver.rows(pending)
+        driver.process(pending)
         pending = []
         if event[0] == "watermark":
-            driver.watermark(event[1], event[2])
+            driver.advance_watermark(event[1], event[2])
         else:
-            driver.clock(event[1])
-    driver.rows(pending)
+            driver.advance_clock(event[1])
+    driver.process(pending)
     return driver
 
 
@@ -246,9 +189,9 @@ def interval_reference(join_type, lower, upper, condition, null_safe, schedule, 
     ``arrival_time(position)`` is the operator time when the row at that position arrived
     (processing time). A pair is then also subject to the rules of time: the earlier row is kept
     only if the operator time at its arrival was below its time plus its side's relative size
-    (README section 10.4, step 3), and it expires once the operator time passes that sum
-    (sections 10.4 step 2, 10.5). With event-time inputs that are never late both always hold,
-    so the definition alone remains."""
+    (tests/conformance/README.md section 10.4, step 3), and it expires once the operator time
+    passes that sum (sections 10.4 step 2, 10.5). With event-time inputs that are never late both
+    always hold, so the definition alone remains."""
     cond = compile_condition(condition, COLUMNS, COLUMNS) if condition else None
     relative = (-lower, upper)
     lefts, rights = rows_of(schedule)
@@ -280,11 +223,11 @@ def interval_reference(join_type, lower, upper, condition, null_safe, schedule, 
 
 interval_params = st.tuples(
     st.sampled_from(OUTER_JOINS),
-    st.integers(-4, 4),  # lower
-    st.integers(-4, 4),  # upper (lower > upper: the negative-size interval)
-    st.sampled_from([0, 1, 3]),  # min clean-up interval
+    st.integers(-4, 4), # lower
+    st.integers(-4, 4), # upper (lower > upper: the negative-size interval)
+    st.sampled_from([0, 1, 3]), # min clean-up interval
     st.sampled_from(INTERVAL_CONDITIONS),
-    st.booleans(),  # null-safe key equality
+    st.booleans(), # null-safe key equality
 )
 
 
@@ -294,9 +237,9 @@ def test_event_time_interval_join_equals_its_definition(params, steps):
     join_type, lower, upper, cleanup, condition, null_safe = params
     schedule = event_time_schedule(steps)
     operator = make_interval_join(interval_spec(join_type, lower, upper, cleanup, condition, null_safe, True))
-    driver = replay(operator, EVENT, schedule)
+    driver = replay(operator, schedule)
     assert driver.emitted() == interval_reference(join_type, lower, upper, condition, null_safe, schedule)
-    assert driver.out.late == []  # an interval join drops nothing
+    assert driver.output.late == []  # an interval join drops nothing
 
 
 @settings(max_examples=2 * EXAMPLES, deadline=None)
@@ -305,7 +248,7 @@ def test_processing_time_interval_join_equals_its_definition(params, steps):
     join_type, lower, upper, cleanup, condition, null_safe = params
     schedule = processing_time_schedule(steps)
     operator = make_interval_join(interval_spec(join_type, lower, upper, cleanup, condition, null_safe, False))
-    driver = replay(operator, PROC, schedule)
+    driver = replay(operator, schedule)
     arrival = lambda position: schedule[position][2][T]  # noqa: E731 - the clock a row arrived at
     expected = interval_reference(join_type, lower, upper, condition, null_safe, schedule, arrival)
     assert driver.emitted() == expected
@@ -317,7 +260,7 @@ def test_processing_time_interval_join_equals_its_definition(params, steps):
 def test_interval_join_state_is_empty_after_the_end_of_input(params, steps):
     join_type, lower, upper, cleanup, condition, null_safe = params
     operator = make_interval_join(interval_spec(join_type, lower, upper, cleanup, condition, null_safe, True))
-    driver = replay(operator, EVENT, event_time_schedule(steps))
+    driver = replay(operator, event_time_schedule(steps))
     assert driver.state.keys() == []
 
 
@@ -326,12 +269,12 @@ def test_interval_join_state_is_empty_after_the_end_of_input(params, steps):
 def test_interval_join_gives_the_same_rows_when_a_key_gets_several_records_per_call(params, event_time, data):
     join_type, lower, upper, cleanup, condition, null_safe = params
     if event_time:
-        schedule, domain = event_time_schedule(data.draw(event_time_steps)), EVENT
+        schedule = event_time_schedule(data.draw(event_time_steps))
     else:
-        schedule, domain = processing_time_schedule(data.draw(processing_time_steps)), PROC
+        schedule = processing_time_schedule(data.draw(processing_time_steps))
     spec = interval_spec(join_type, lower, upper, cleanup, condition, null_safe, event_time)
-    one_by_one = replay(make_interval_join(spec), domain, schedule)
-    batched = replay_batched(make_interval_join(spec), domain, schedule)
+    one_by_one = replay(make_interval_join(spec), schedule)
+    batched = replay_batched(make_interval_join(spec), schedule)
     assert batched.emitted() == one_by_one.emitted()
     assert batched.state.keys() == []
 
@@ -420,16 +363,16 @@ window_params = st.tuples(
 def test_window_join_equals_its_definition(params, steps):
     join_type, window, condition, null_safe = params
     schedule = event_time_schedule(steps)
-    driver = replay(make_window_join(window_spec(join_type, window, condition, null_safe)), EVENT, schedule)
+    driver = replay(make_window_join(window_spec(join_type, window, condition, null_safe)), schedule)
     assert driver.emitted() == window_reference(join_type, window, condition, null_safe, schedule)
-    assert driver.out.late == []
+    assert driver.output.late == []
 
 
 @settings(max_examples=EXAMPLES, deadline=None)
 @given(window_params, event_time_steps)
 def test_window_join_state_is_empty_after_the_end_of_input(params, steps):
     join_type, window, condition, null_safe = params
-    driver = replay(make_window_join(window_spec(join_type, window, condition, null_safe)), EVENT,
+    driver = replay(make_window_join(window_spec(join_type, window, condition, null_safe)),
                     event_time_schedule(steps))
     assert driver.state.keys() == []
 
@@ -440,8 +383,8 @@ def test_window_join_gives_the_same_rows_when_a_key_gets_several_records_per_cal
     join_type, window, condition, null_safe = params
     schedule = event_time_schedule(steps)
     spec = window_spec(join_type, window, condition, null_safe)
-    one_by_one = replay(make_window_join(spec), EVENT, schedule)
-    batched = replay_batched(make_window_join(spec), EVENT, schedule)
+    one_by_one = replay(make_window_join(spec), schedule)
+    batched = replay_batched(make_window_join(spec), schedule)
     assert batched.emitted() == one_by_one.emitted()
     assert batched.state.keys() == []
 
@@ -456,13 +399,13 @@ def test_window_assignment_matches_the_definition(window, t):
 def test_a_row_is_matched_until_the_operator_time_passes_its_time_plus_its_relative_size():
     # Processing time, bounds [-2, +2]: the left row of clock 0 is stored until the clock passes 2
     # (clean-up at 0 + 2 + 0 + 1 = 3); two right rows at clock 2 both still find it.
-    driver = Driver(make_interval_join(interval_spec(JoinType.INNER, -2, 2, 0, None, False, False)), PROC)
+    driver = Driver(make_interval_join(interval_spec(JoinType.INNER, -2, 2, 0, None, False, False)))
     driver.row(0, ("a", None, 0, 0))
-    driver.clock(2)
+    driver.advance_clock(2)
     driver.row(1, ("a", None, 0, 1))
     driver.row(1, ("a", None, 0, 2))
     assert sum(driver.emitted().values()) == 2
-    driver.clock(3)
+    driver.advance_clock(3)
     assert driver.state.for_key(("a",)).get()[0] == []  # the left row has expired
     driver.row(1, ("a", None, 0, 3))
     assert sum(driver.emitted().values()) == 2
@@ -471,8 +414,8 @@ def test_a_row_is_matched_until_the_operator_time_passes_its_time_plus_its_relat
 def test_a_row_whose_side_has_relative_size_zero_is_never_stored():
     # Processing time, bounds [-2, 0] (relR = 0): a right row can only match left rows that arrived
     # before it, so it is not stored, and a left row of the same clock does not find it.
-    driver = Driver(make_interval_join(interval_spec(JoinType.RIGHT, -2, 0, 0, None, False, False)), PROC)
-    driver.clock(5)
+    driver = Driver(make_interval_join(interval_spec(JoinType.RIGHT, -2, 0, 0, None, False, False)))
+    driver.advance_clock(5)
     driver.row(1, ("a", None, 0, 0))
     assert driver.emitted() == Counter({(None, None, None, None, "a", None, 0, 0): 1})  # padded on arrival
     driver.row(0, ("a", None, 0, 1))
@@ -484,10 +427,10 @@ def test_a_row_whose_side_has_relative_size_zero_is_never_stored():
 # -- late rows (examples) ----------------------------------------------------------------------
 def test_a_late_interval_row_still_joins_what_is_stored_and_is_padded_at_once_without_a_match():
     # Bounds [-5, +5], LEFT join; the watermark at 20 is past both late rows' times.
-    driver = Driver(make_interval_join(interval_spec(JoinType.LEFT, -5, 5, 0, None, False, True)), EVENT)
+    driver = Driver(make_interval_join(interval_spec(JoinType.LEFT, -5, 5, 0, None, False, True)))
     driver.row(1, ("a", 18, 0, 0))  # stored: 0 < 18 + 5
-    driver.watermark(0, 20)
-    driver.watermark(1, 20)
+    driver.advance_watermark(0, 20)
+    driver.advance_watermark(1, 20)
     assert driver.emitted() == Counter()
     driver.row(0, ("a", 14, 0, 1))  # behind the watermark: joins the stored right row
     driver.row(0, ("a", 2, 0, 2))  # behind the watermark, nothing in range: padded at once
@@ -497,9 +440,9 @@ def test_a_late_interval_row_still_joins_what_is_stored_and_is_padded_at_once_wi
         ("a", 2, 0, 2, None, None, None, None): 1,
         ("b", 3, 0, 3, None, None, None, None): 1,
     })
-    assert driver.out.late == []
-    driver.watermark(0, INF)
-    driver.watermark(1, INF)
+    assert driver.output.late == []
+    driver.advance_watermark(0, INF)
+    driver.advance_watermark(1, INF)
     assert driver.state.keys() == []
     assert sum(driver.emitted().values()) == 3  # the late rows were not stored: no second padding
 
@@ -508,33 +451,33 @@ def test_late_window_copies_are_dropped_and_reported_once_per_copy():
     # HOP(size 10, slide 5): a row at 7 is in [0, 10) and [5, 15); with the watermark at 9,
     # [0, 10) has fired (10 - 1 <= 9), so only its copy for [5, 15) is buffered.
     window = WindowSpec(WindowKind.HOP, 10, slide_ms=5)
-    driver = Driver(make_window_join(window_spec(JoinType.FULL, window, None, False)), EVENT)
+    driver = Driver(make_window_join(window_spec(JoinType.FULL, window, None, False)))
     driver.row(0, ("a", 6, 0, 0))
-    driver.watermark(0, 9)
-    driver.watermark(1, 9)
+    driver.advance_watermark(0, 9)
+    driver.advance_watermark(1, 9)
     fired = driver.emitted()
     assert fired == Counter({("a", 6, 0, 0, 0, 10, 9) + (None,) * 7: 1})
     late_right = ("a", 7, 0, 1)
     driver.row(1, late_right)
-    assert driver.out.late == [(INSERT, late_right)]
+    assert driver.output.late == [(INSERT, late_right)]
     very_late = ("a", 1, 0, 2)  # [-5, 5) and [0, 10) have both fired: two dropped copies
     driver.row(0, very_late)
-    assert driver.out.late == [(INSERT, late_right), (INSERT, very_late), (INSERT, very_late)]
+    assert driver.output.late == [(INSERT, late_right), (INSERT, very_late), (INSERT, very_late)]
     assert driver.late_by_side == [2, 1]
-    driver.watermark(0, INF)
-    driver.watermark(1, INF)
+    driver.advance_watermark(0, INF)
+    driver.advance_watermark(1, INF)
     assert driver.emitted() - fired == Counter({("a", 6, 0, 0, 5, 15, 14, "a", 7, 0, 1, 5, 15, 14): 1})
     assert driver.state.keys() == []
 
 
 def test_a_window_fires_when_the_watermark_reaches_its_end_minus_one():
-    driver = Driver(make_window_join(window_spec(JoinType.LEFT, WindowSpec(WindowKind.TUMBLE, 5), None, False)), EVENT)
+    driver = Driver(make_window_join(window_spec(JoinType.LEFT, WindowSpec(WindowKind.TUMBLE, 5), None, False)))
     driver.row(0, ("a", 1, 0, 0))
-    driver.watermark(0, 3)
-    driver.watermark(1, 3)
-    assert driver.out.rows == []
-    driver.watermark(0, 4)
-    driver.watermark(1, 4)
+    driver.advance_watermark(0, 3)
+    driver.advance_watermark(1, 3)
+    assert driver.output.rows == []
+    driver.advance_watermark(0, 4)
+    driver.advance_watermark(1, 4)
     assert driver.emitted() == Counter({("a", 1, 0, 0, 0, 5, 4) + (None,) * 7: 1})
     driver.row(1, ("a", 4, 0, 1))  # its window [0, 5) has fired: late
     assert driver.late_by_side == [0, 1]

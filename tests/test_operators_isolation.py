@@ -36,9 +36,30 @@ def _loaded_by(code: str) -> set[str]:
 
 
 def test_importing_operators_loads_no_forbidden_module():
-    loaded = _loaded_by("import operators, operators.conformance")
+    loaded = _loaded_by("import operators, operators.conformance, operators.testing")
     assert loaded & set(FORBIDDEN) == set()
     assert "operators" in loaded
+
+
+def test_the_in_memory_host_stays_out_of_production():
+    """``operators.testing`` (LocalRunner, InMemoryState) and the conformance runner serve tests,
+    benchmarks and the cases: importing ``operators`` does not load them, and the service never
+    imports them."""
+    script = "import sys, operators; print(sorted(m for m in sys.modules if m.startswith('operators.')))"
+    out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, check=True)
+    loaded = json.loads(out.stdout.strip().replace("'", '"'))
+    assert "operators.testing" not in loaded and "operators.conformance" not in loaded
+    offenders = []
+    for path in sorted((ROOT / "service").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            else:
+                continue
+            offenders += [f"{path.name}: {n}" for n in names if n in ("operators.testing", "operators.conformance")]
+    assert offenders == []
 
 
 def test_compiling_a_condition_loads_no_network_library():

@@ -5,18 +5,8 @@ from collections import Counter
 
 import pytest
 
-from operators import (
-    ChangelogNormalize,
-    Context,
-    InMemoryState,
-    InputSpec,
-    JoinSpec,
-    JoinType,
-    Output,
-    RowKind,
-    UpsertMaterializer,
-    make_join,
-)
+from operators import ChangelogNormalize, InputSpec, JoinSpec, JoinType, RowKind, UpsertMaterializer, make_join
+from operators.testing import LocalRunner
 
 I, UB, UA, D = (int(k) for k in RowKind)
 COLUMNS = ("k", "x")
@@ -39,32 +29,32 @@ def materialize(rows):
 def test_a_row_with_nan_is_retracted_by_its_retraction(join_type, unique_key, mini_batch):
     spec = JoinSpec(join_type, InputSpec(COLUMNS, (0,), unique_key), InputSpec(COLUMNS, (0,), None),
                     mini_batch_size=mini_batch)
-    join, state, out = make_join(spec), InMemoryState(), Output()
+    runner = LocalRunner(make_join(spec))
     for record in [(1, I, (1, 2.0)), (0, I, nan_row(1))]:
-        join.process(state.for_key(1), [record], Context(), out)
-    assert materialize(out.rows)
-    join.process(state.for_key(1), [(0, D, nan_row(1))], Context(), out)
-    join.process(state.for_key(1), [(1, D, (1, 2.0))], Context(), out)
-    assert materialize(out.rows) == Counter()
-    assert state.keys() == []
+        runner.process([record])
+    assert materialize(runner.output.rows)
+    runner.process([(0, D, nan_row(1))])
+    runner.process([(1, D, (1, 2.0))])
+    assert materialize(runner.output.rows) == Counter()
+    assert runner.state.keys() == []
 
 
 def test_mini_batch_folds_an_insert_and_a_retraction_of_a_nan_row_away():
     spec = JoinSpec(JoinType.LEFT, InputSpec(COLUMNS, (0,)), InputSpec(COLUMNS, (0,)), mini_batch_size=10)
-    out = Output()
-    make_join(spec).process(InMemoryState().for_key(1), [(0, I, nan_row(1)), (0, D, nan_row(1))], Context(), out)
-    assert out.rows == []
+    runner = LocalRunner(make_join(spec))
+    runner.process([(0, I, nan_row(1)), (0, D, nan_row(1))])  # one bundle
+    assert runner.output.rows == []
 
 
 def test_normalize_sees_a_repeated_nan_row_as_no_change():
-    out, state = Output(), InMemoryState()
+    runner = LocalRunner(ChangelogNormalize(), key=lambda record: 1)
     for row in (nan_row(1), nan_row(1)):
-        ChangelogNormalize().process(state.for_key(1), [(0, UA, row)], Context(), out)
-    assert [kind for kind, _ in out.rows] == [I]
+        runner.process([(0, UA, row)])
+    assert [kind for kind, _ in runner.output.rows] == [I]
 
 
 def test_the_upsert_materializer_retracts_a_nan_row():
-    out, state = Output(), InMemoryState()
-    UpsertMaterializer().process(state.for_key(1), [(0, I, nan_row(1)), (0, D, nan_row(1))], Context(), out)
-    assert [kind for kind, _ in out.rows] == [I, D]
-    assert state.keys() == []
+    runner = LocalRunner(UpsertMaterializer(), key=lambda record: 1)
+    runner.process([(0, I, nan_row(1)), (0, D, nan_row(1))])
+    assert [kind for kind, _ in runner.output.rows] == [I, D]
+    assert runner.state.keys() == []

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from operators import Context, InMemoryState, InputSpec, JoinSpec, JoinType, Output, RowKind, compile_condition
-from operators import make_join
+from operators import InputSpec, JoinSpec, JoinType, RowKind, compile_condition, make_join
+from operators.testing import LocalRunner
 
 COLUMNS = ("k", "id", "v")  # join key, candidate unique key, payload
 K, ID, V = 0, 1, 2
@@ -121,40 +121,29 @@ def build(join_type, layouts, cond_sql, null_safe, mini_batch=False):
 
 def check(join_type, operations, layouts, cond_sql, null_safe, bundle_sizes=None):
     join, cond = build(join_type, layouts, cond_sql, null_safe, mini_batch=bundle_sizes is not None)
-    records = changelog(operations, layouts)
-    state, out, table = InMemoryState(), Output(), Counter()
-    inputs = (Counter(), Counter())
-
-    def settle(batch):
-        nonlocal table
+    runner = LocalRunner(join)
+    table, inputs = Counter(), (Counter(), Counter())
+    for batch in bundles(changelog(operations, layouts), bundle_sizes):
+        runner.process(batch)
         for side, kind, row in batch:
             inputs[side][row] += 1 if kind in (RowKind.INSERT, RowKind.UPDATE_AFTER) else -1
-        table = apply_retract(table, out.rows)
-        out.rows.clear()
+        table = apply_retract(table, runner.drain()[0])
         expected = expected_join(join_type, +inputs[0], +inputs[1], null_safe, cond)
         assert table == expected, f"after {batch}"
 
-    for calls in host_calls(records, bundle_sizes):
-        for key, group in calls:
-            join.process(state.for_key(key), group, Context(), out)
-        settle([record for _, group in calls for record in group])
 
-
-def host_calls(records, bundle_sizes=None):
-    """The calls a host makes, bundle by bundle: each bundle's records grouped by join key, in
-    order. Without ``bundle_sizes``, one call per record; else bundles of those sizes (then 3)."""
+def bundles(records, bundle_sizes=None):
+    """The micro-batches a host hands over (``LocalRunner.process`` makes one call per join key of
+    each): without ``bundle_sizes``, one per record; else bundles of those sizes (then 3)."""
     if bundle_sizes is None:
         for record in records:
-            yield [((record[2][K],), [record])]
+            yield [record]
         return
     sizes = iter(bundle_sizes)
     while records:
         size = next(sizes, 3)
         batch, records = records[:size], records[size:]
-        by_key = {}
-        for record in batch:
-            by_key.setdefault((record[2][K],), []).append(record)
-        yield list(by_key.items())
+        yield batch
 
 
 settings_ = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -198,8 +187,8 @@ def test_the_differential_check_catches_a_wrong_operator():
     with pytest.raises(AssertionError):
         join, cond = build(JoinType.INNER, ("multiset", "multiset"), None, False)
         records = changelog(operations, ("multiset", "multiset"))
-        state, out = InMemoryState(), Output()
+        runner = LocalRunner(join)
         for record in records:
-            join.process(state.for_key((record[2][K],)), [record], Context(), out)
-        table = apply_retract(Counter(), out.rows)
+            runner.process([record])
+        table = apply_retract(Counter(), runner.output.rows)
         assert table == expected_join(JoinType.LEFT, Counter({records[0][2]: 1}), Counter(), False, None)

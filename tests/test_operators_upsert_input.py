@@ -8,10 +8,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from operators import (
-    ConfigurationError, Context, InMemoryState, InputSpec, JoinSpec, JoinType, Output, RowKind, TemporalJoinSpec,
-    TemporalKind, compile_condition, make_join,
+    ConfigurationError, InputSpec, JoinSpec, JoinType, RowKind, TemporalJoinSpec, TemporalKind, compile_condition,
+    make_join,
 )
 from operators.normalize import ChangelogNormalize
+from operators.testing import LocalRunner
 
 COLUMNS = ("k", "id", "v")
 K, ID, V = 0, 1, 2
@@ -59,21 +60,20 @@ def upsert_records(operations, upsert_sides, unique_keys):
 
 def normalizer(upsert_sides, unique_keys):
     """The reference: each upsert side through ChangelogNormalize, one state per unique key."""
-    normalize, state = ChangelogNormalize(), InMemoryState()
-    return lambda records: normalized(normalize, state, records, upsert_sides, unique_keys)
+    normalize = LocalRunner(ChangelogNormalize())
+    return lambda records: normalized(normalize, records, upsert_sides, unique_keys)
 
 
-def normalized(normalize, state, records, upsert_sides, unique_keys):
+def normalized(normalize, records, upsert_sides, unique_keys):
     result = []
     for side, kind, row in records:
         if side not in upsert_sides:
             result.append((side, kind, row))
             continue
-        out = Output()
         key = (side,) + tuple(row[i] for i in unique_keys[side])
         value = row if kind in (RowKind.INSERT, RowKind.UPDATE_AFTER) else None
-        normalize.process(state.for_key(key), [(side, kind, value)], Context(), out)
-        result += [(side, k, r) for k, r in out.rows]
+        normalize.process([(side, kind, value)], key=key)
+        result += [(side, k, r) for k, r in normalize.drain()[0]]
     return result
 
 
@@ -91,22 +91,19 @@ def joins(join_type, unique_keys, upsert_sides, cond_sql, mini_batch):
 def run(join, records, bundle_sizes, before=lambda records: records):
     """The join's output for ``records`` fed one by one or in bundles; ``before`` transforms each
     record or bundle on its way in (the normalize stage of the reference)."""
-    state, out = InMemoryState(), Output()
+    runner = LocalRunner(join)
     if bundle_sizes is None:
         for record in records:
             for changed in before([record]):
-                join.process(state.for_key((changed[2][K],)), [changed], Context(), out)
-        return out.rows
+                runner.process([changed])
+        return runner.output.rows
     sizes = iter(bundle_sizes)
     while records:
         size = next(sizes, 3)
         batch, records = records[:size], records[size:]
-        by_key = {}
-        for record in before(batch):
-            by_key.setdefault((record[2][K],), []).append(record)
-        for key in sorted(by_key):  # keys in a fixed order: the order between keys means nothing
-            join.process(state.for_key(key), by_key[key], Context(), out)
-    return out.rows
+        # keys in a fixed order: the order between keys means nothing
+        runner.process(before(batch), sort_keys=True)
+    return runner.output.rows
 
 
 settings_ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -135,7 +132,7 @@ def test_direct_upsert_input_gives_the_changelog_of_normalize_then_join(
 def test_a_left_join_over_an_upsert_input_retracts_what_a_bare_update_replaces():
     spec = InputSpec(COLUMNS, (K,), (K,), upsert=True)
     join = make_join(JoinSpec(JoinType.LEFT, spec, InputSpec(COLUMNS, (K,), (K,))))
-    state, out = InMemoryState(), Output()
+    runner = LocalRunner(join)
     for record in [
         (1, RowKind.INSERT, (1, 0, "r")),
         (0, RowKind.UPDATE_AFTER, (1, 7, "a")),
@@ -144,15 +141,15 @@ def test_a_left_join_over_an_upsert_input_retracts_what_a_bare_update_replaces()
         (0, RowKind.DELETE, (1, None, None)),   # a tombstone: only the key is known
         (0, RowKind.DELETE, (1, None, None)),   # a second one finds nothing
     ]:
-        join.process(state.for_key((1,)), [record], Context(), out)
-    assert [(RowKind(k).short, r) for k, r in out.rows] == [
+        runner.process([record])
+    assert [(RowKind(k).short, r) for k, r in runner.output.rows] == [
         ("+I", (1, 7, "a", 1, 0, "r")),
         ("-D", (1, 7, "a", 1, 0, "r")),
         ("+I", (1, 7, "b", 1, 0, "r")),
         ("-D", (1, 7, "b", 1, 0, "r")),
     ]
     table = Counter()
-    for kind, row in out.rows:
+    for kind, row in runner.output.rows:
         table[row] += 1 if kind in (RowKind.INSERT, RowKind.UPDATE_AFTER) else -1
     assert +table == Counter()
 

@@ -58,7 +58,8 @@ def test_processing_time_temporal_join_against_a_versioned_table_is_refused():
 def test_an_event_time_join_drops_the_versioned_tables_update_before():
     from pathlib import Path
 
-    from operators import Context, InMemoryState, Output, RowKind
+    from operators import EVENT, RowKind
+    from operators.testing import LocalRunner
 
     data = Path(__file__).parent / "data"
     _, plan = plan_for(
@@ -66,12 +67,12 @@ def test_an_event_time_join_drops_the_versioned_tables_update_before():
         RIGHT_TABLE="rates", RIGHT_PRIMARY_KEY="currency", RIGHT_EVENT_TIME_COLUMN="rate_time",
         JOIN_SQL="SELECT o.order_id, r.rate FROM orders o LEFT JOIN rates FOR SYSTEM_TIME AS OF o.order_time AS r "
                  "ON o.currency = r.currency")
-    state, out = InMemoryState(), Output()
-    records = [(1, RowKind.INSERT, ("USD", 1.1, 10)), (1, RowKind.UPDATE_BEFORE, ("USD", 1.1, 10)),
-               (1, RowKind.UPDATE_AFTER, ("USD", 1.2, 50)), (0, RowKind.INSERT, (7, "USD", 5.0, 20))]
-    plan.operator.process(state.for_key(("USD",)), records, Context(), out)
-    plan.operator.on_timer(state.for_key(("USD",)), "event", 20, Context(watermark=100), out)
-    assert out.rows == [(RowKind.INSERT, (7, 1.1))]  # the version of time 10 still holds at 20
+    runner = LocalRunner(plan.operator)
+    runner.process([(1, RowKind.INSERT, ("USD", 1.1, 10)), (1, RowKind.UPDATE_BEFORE, ("USD", 1.1, 10)),
+                    (1, RowKind.UPDATE_AFTER, ("USD", 1.2, 50)), (0, RowKind.INSERT, (7, "USD", 5.0, 20))])
+    runner.watermark = 100
+    runner.fire(EVENT)
+    assert runner.output.rows == [(RowKind.INSERT, (7, 1.1))]  # the version of time 10 still holds at 20
 
 
 @pytest.mark.parametrize("sql, problem", [
@@ -178,7 +179,8 @@ def test_a_processing_time_interval_join_has_no_time_columns_and_processing_time
 
 
 def test_a_window_join_adds_the_window_columns_and_dead_letters_late_rows_of_both_inputs():
-    from operators import Context, InMemoryState, Output
+    from operators import EVENT
+    from operators.testing import LocalRunner
 
     plan = timed_plan(WINDOW_SQL)
     assert plan.kind == "window" and plan.time_mode == "EventTime" and plan.late_sides == (0, 1)
@@ -188,13 +190,13 @@ def test_a_window_join_adds_the_window_columns_and_dead_letters_late_rows_of_bot
     assert types["window_start"] == ["null", {"type": "long", "logicalType": "timestamp-millis"}]
     assert "window: TUMBLE (size INTERVAL '10' SECOND) on l.order_time and r.ship_time" in plan.explain()
     assert "dead-letter topic (reason late)" in plan.explain()
-    state, out = InMemoryState(), Output()
-    key = state.for_key((1,))
-    plan.operator.process(key, [(0, 0, (1, "EUR", 5.0, 12_000)), (1, 0, (7, 1, "ups", 15_000))], Context(), out)
-    plan.operator.on_timer(key, "event", 19_999, Context(watermark=19_999), out)
-    assert out.rows == [(0, (1, 10_000, 20_000, 7))]
-    plan.operator.process(key, [(1, 0, (8, 1, "dhl", 19_000))], Context(watermark=19_999), out)
-    assert out.late == [(0, (8, 1, "dhl", 19_000))] and key.get() is None  # fired windows leave no state
+    runner = LocalRunner(plan.operator)
+    runner.process([(0, 0, (1, "EUR", 5.0, 12_000)), (1, 0, (7, 1, "ups", 15_000))])
+    runner.watermark = 19_999
+    runner.fire(EVENT)
+    assert runner.output.rows == [(0, (1, 10_000, 20_000, 7))]
+    runner.process([(1, 0, (8, 1, "dhl", 19_000))])
+    assert runner.output.late == [(0, (8, 1, "dhl", 19_000))] and runner.state.keys() == []  # fired windows leave no state
 
 
 @pytest.mark.parametrize(

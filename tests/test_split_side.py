@@ -15,16 +15,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from operators import Context, InMemoryState, InputSpec, JoinSpec, JoinType, Output, RowKind, make_join
+from operators import InputSpec, JoinSpec, JoinType, RowKind, make_join
 from operators import conformance
 from operators.regular import _KeyedJoin
 from operators.splitside import SplitSide
-from operators.state import PickledMap
 from operators.stateformat import map_key
+from operators.testing import InMemoryState, LocalRunner, PickledMap
 
-from test_operators_property import CONDITIONS, build, changelog, host_calls, layouts_, ops, settings_
+from test_operators_property import CONDITIONS, build, bundles, changelog, layouts_, ops, settings_
 
-CASES = Path(__file__).resolve().parent / "data" / "conformance_cases.json"
+CASES = Path(__file__).resolve().parent / "conformance" / "cases.json"
 REGULAR_KINDS = {"regular", "semi_anti", "mini_batch"}
 
 
@@ -40,89 +40,43 @@ def test_every_regular_case_passes_with_every_side_split(monkeypatch, case):
     observed = conformance.run_case(case, state)
     assert conformance.compare(case, observed) is None
     # the cases did run on split sides: some key has (or had and emptied) a map
-    assert any(slot.maps for slot in state._slots.values())
+    assert any(state.maps(key) for key in state.keys(ever=True))
 
 
-def run(join, records, state, bundles=None):
-    """Each call's output, as a multiset: the rows one record matches come in the order its key's
-    state iterates them, insertion order in a dict, key order in Spark's map state (as in Flink's
-    RocksDB map state)."""
-    out = Output()
-    outputs = []
-    for calls in host_calls(records, bundles):
-        for key, group in calls:
-            join.process(state.for_key(key), group, Context(), out)
-            outputs.append(Counter(out.rows))
-            out.rows.clear()
-    return outputs
+class PerCall(LocalRunner):
+    """A runner that keeps each call's output apart (``calls``), as a multiset: the rows one record
+    matches come in the order its key's state iterates them, insertion order in a dict, key order
+    in Spark's map state (as in Flink's RocksDB map state)."""
+
+    def __init__(self, join, pickled):
+        super().__init__(join, pickled=pickled)
+        self.calls = []
+
+    def after_call(self, key):
+        self.calls.append(Counter(self.drain()[0]))
+
+
+def run(join, records, pickled, bundle_sizes=None):
+    runner = PerCall(join, pickled)
+    for batch in bundles(records, bundle_sizes):
+        runner.process(batch)
+    return runner.calls
 
 
 @pytest.mark.parametrize("join_type", list(JoinType))
 @settings_
 @given(operations=ops, layouts=layouts_, cond_sql=st.sampled_from(CONDITIONS), null_safe=st.booleans(),
-       split_at=st.sampled_from([0, 1, 3]), bundles=st.none() | st.lists(st.integers(1, 8), max_size=8))
+       split_at=st.sampled_from([0, 1, 3]), sizes=st.none() | st.lists(st.integers(1, 8), max_size=8))
 def test_split_sides_emit_exactly_what_whole_values_emit(join_type, operations, layouts, cond_sql, null_safe,
-                                                         split_at, bundles):
-    if bundles is not None and join_type.is_semi_anti:
-        bundles = None  # mini-batch is for the regular joins
+                                                         split_at, sizes):
+    if sizes is not None and join_type.is_semi_anti:
+        sizes = None  # mini-batch is for the regular joins
     records = changelog(operations, layouts)
-    whole, _ = build(join_type, layouts, cond_sql, null_safe, mini_batch=bundles is not None)
-    split, _ = build(join_type, layouts, cond_sql, null_safe, mini_batch=bundles is not None)
+    whole, _ = build(join_type, layouts, cond_sql, null_safe, mini_batch=sizes is not None)
+    split, _ = build(join_type, layouts, cond_sql, null_safe, mini_batch=sizes is not None)
     getattr(split, "join", split).split_at = split_at
-    expected = run(whole, list(records), InMemoryState(), bundles)
-    state = InMemoryState(pickled=True)
-    assert run(split, list(records), state, bundles) == expected
-
-
-class CountingMap(PickledMap):
-    """A pickled map that counts what is asked of it."""
-
-    def __init__(self):
-        super().__init__()
-        self.gets = self.puts = self.removes = self.scans = 0
-
-    def get(self, key, default=None):
-        self.gets += 1
-        return super().get(key, default)
-
-    def put(self, key, value):
-        self.puts += 1
-        super().put(key, value)
-
-    def remove(self, key):
-        self.removes += 1
-        super().remove(key)
-
-    def items(self):
-        self.scans += 1
-        return super().items()
-
-
-class CountingState:
-    """One key's state: a pickled value and counting maps."""
-
-    def __init__(self):
-        self.value = None
-        self.maps: dict[str, CountingMap] = {}
-        self.timers = set()
-
-    def get(self):
-        return None if self.value is None else pickle.loads(self.value)
-
-    def put(self, value):
-        self.value = pickle.dumps(value)
-
-    def clear(self):
-        self.value = None
-
-    def map(self, name):
-        return self.maps.setdefault(name, CountingMap())
-
-    def register_timer(self, domain, ts):
-        self.timers.add((domain, ts))
-
-    def delete_timer(self, domain, ts):
-        self.timers.discard((domain, ts))
+    # the split join on a state that keeps everything pickled, as Spark does
+    assert run(split, list(records), True, sizes) == run(whole, list(records), False, sizes)
 
 
 def hot_key_join(join_type=JoinType.LEFT, left_layout=(1,), ttl=None):
@@ -132,91 +86,98 @@ def hot_key_join(join_type=JoinType.LEFT, left_layout=(1,), ttl=None):
     return make_join(JoinSpec(join_type, left, right, (True,)))
 
 
+KEY = (7,)  # the hot key
+
+
+def hot_key(join_type=JoinType.LEFT, left_layout=(1,), ttl=None, pickled=True):
+    """A runner of the hot-key join on a state that keeps everything pickled, as Spark does."""
+    return LocalRunner(hot_key_join(join_type, left_layout, ttl), pickled=pickled)
+
+
+def inserts(side, ids, v=None):
+    return [(side, RowKind.INSERT, (7, i, i if v is None else v)) for i in ids]
+
+
 @pytest.mark.parametrize("join_type", [JoinType.INNER, JoinType.LEFT, JoinType.FULL, JoinType.SEMI])
 def test_updating_one_row_of_a_hot_key_touches_that_row_only(join_type):
-    join = hot_key_join(join_type)
-    state = CountingState()
-    rows = 3 * join.split_at
-    join.process(state, [(0, RowKind.INSERT, (7, i, i)) for i in range(rows)], Context(), Output())
-    join.process(state, [(1, RowKind.INSERT, (7, i, 0)) for i in range(3)], Context(), Output())
-    left = state.maps["left"]
-    assert len(left) == rows and "right" not in state.maps  # the big side split, the small one not
-    left.gets = left.puts = left.removes = left.scans = 0
+    runner = hot_key(join_type)
+    rows = 3 * runner.operator.split_at
+    runner.process(inserts(0, range(rows)))
+    runner.process(inserts(1, range(3), v=0))
+    maps = runner.state.maps(KEY)
+    assert len(maps["left"]) == rows and "right" not in maps  # the big side split, the small one not
+    runner.drain()
 
-    out = Output()
-    update = [(0, RowKind.UPDATE_BEFORE, (7, 5, 5)), (0, RowKind.UPDATE_AFTER, (7, 5, 50))]
-    join.process(state, update, Context(), out)
+    runner.process([(0, RowKind.UPDATE_BEFORE, (7, 5, 5)), (0, RowKind.UPDATE_AFTER, (7, 5, 50))])
 
+    left = runner.last_call.maps["left"]
     assert (left.scans, left.gets, left.puts, left.removes) == (0, 1, 1, 0)
     expected = {JoinType.INNER: 6, JoinType.LEFT: 6, JoinType.FULL: 6, JoinType.SEMI: 2}[join_type]
-    assert len(out.rows) == expected
-    assert len(state.value) < 200  # the key's value holds the small side and a marker
+    assert len(runner.output.rows) == expected
+    assert len(pickle.dumps(runner.state.for_key(KEY).get())) < 200  # the value: the small side and a marker
 
 
 def test_a_record_of_the_small_side_reads_the_big_side_once_and_writes_what_changed():
-    join = hot_key_join(JoinType.LEFT)
-    state = CountingState()
-    rows = 2 * join.split_at
-    join.process(state, [(0, RowKind.INSERT, (7, i, i)) for i in range(rows)], Context(), Output())
-    left = state.maps["left"]
-    left.gets = left.puts = left.scans = 0
-    out = Output()
-    join.process(state, [(1, RowKind.INSERT, (7, 0, 0))], Context(), out)
+    runner = hot_key(JoinType.LEFT)
+    rows = 2 * runner.operator.split_at
+    runner.process(inserts(0, range(rows)))
+    runner.drain()
+    runner.process(inserts(1, [0], v=0))
     # every left row gains its first match: read once, all written back (association counts)
+    left = runner.last_call.maps["left"]
     assert left.scans == 1 and left.puts == rows and left.gets == 0
-    assert Counter(kind for kind, _ in out.rows) == {RowKind.DELETE: rows, RowKind.INSERT: rows}
-    left.puts = left.scans = 0
-    join.process(state, [(1, RowKind.INSERT, (7, 1, 0))], Context(), Output())
+    assert Counter(kind for kind, _ in runner.output.rows) == {RowKind.DELETE: rows, RowKind.INSERT: rows}
+    runner.process(inserts(1, [1], v=0))
+    left = runner.last_call.maps["left"]
     assert left.scans == 1 and left.puts == rows  # a second match: counts change again
     # an INNER join keeps no association counts: a right record reads the left side, writes nothing
-    inner, state = hot_key_join(JoinType.INNER), CountingState()
-    inner.process(state, [(0, RowKind.INSERT, (7, i, i)) for i in range(rows)], Context(), Output())
-    state.maps["left"].puts = 0
-    inner.process(state, [(1, RowKind.INSERT, (7, 0, 0))], Context(), Output())
-    assert state.maps["left"].puts == 0
+    inner = hot_key(JoinType.INNER)
+    inner.process(inserts(0, range(rows)))
+    inner.process(inserts(1, [0], v=0))
+    left = inner.last_call.maps["left"]
+    assert left.scans == 1 and left.puts == 0
 
 
 def test_a_split_side_that_empties_returns_to_the_value_and_its_map_is_cleared():
-    join = hot_key_join(JoinType.INNER)
-    state = CountingState()
-    rows = join.split_at + 1
-    join.process(state, [(0, RowKind.INSERT, (7, i, i)) for i in range(rows)], Context(), Output())
-    assert len(state.maps["left"]) == rows
-    join.process(state, [(0, RowKind.DELETE, (7, i, i)) for i in range(rows - 1)], Context(), Output())
-    assert len(state.maps["left"]) == 1  # stays split while it holds rows
-    join.process(state, [(0, RowKind.DELETE, (7, rows - 1, rows - 1))], Context(), Output())
-    assert len(state.maps["left"]) == 0 and state.value is None  # nothing left of the key
+    runner = hot_key(JoinType.INNER)
+    rows = runner.operator.split_at + 1
+    runner.process(inserts(0, range(rows)))
+    assert len(runner.state.maps(KEY)["left"]) == rows
+    runner.process([(0, RowKind.DELETE, (7, i, i)) for i in range(rows - 1)])
+    assert len(runner.state.maps(KEY)["left"]) == 1  # stays split while it holds rows
+    runner.process([(0, RowKind.DELETE, (7, rows - 1, rows - 1))])
+    assert len(runner.state.maps(KEY)["left"]) == 0 and runner.state.keys() == []  # nothing left of the key
 
 
 def test_ttl_expires_a_split_side_with_its_timer():
-    join = hot_key_join(JoinType.LEFT, ttl=1_000)
-    state = CountingState()
-    rows = join.split_at + 5
-    join.process(state, [(0, RowKind.INSERT, (7, i, i)) for i in range(rows)], Context(now=100), Output())
-    join.process(state, [(0, RowKind.UPDATE_AFTER, (7, 3, 33))], Context(now=600), Output())
-    (timer,) = state.timers
-    assert timer == ("proc", 1_600)  # the latest write's expiry, without reading the side
-    out = Output()
-    join.process(state, [(1, RowKind.INSERT, (7, 0, 0))], Context(now=1_300), out)
-    assert len([r for r in out.rows if r[0] == RowKind.INSERT]) == 1  # only the row written at 600 is alive
-    join.on_timer(state, "proc", 2_300, Context(now=2_300), Output())
-    assert state.value is None and len(state.maps["left"]) == 0
+    runner = hot_key(JoinType.LEFT, ttl=1_000)
+    rows = runner.operator.split_at + 5
+    runner.now = 100
+    runner.process(inserts(0, range(rows)))
+    runner.now = 600
+    runner.process([(0, RowKind.UPDATE_AFTER, (7, 3, 33))])
+    assert runner.state.timers(KEY) == {("proc", 1_600)}  # the latest write's expiry, without reading the side
+    runner.drain()
+    runner.now = 1_300
+    runner.process(inserts(1, [0], v=0))
+    assert len([r for r in runner.output.rows if r[0] == RowKind.INSERT]) == 1  # only the row written at 600 is alive
+    runner.advance_clock(2_300)  # the right row's expiry, now the key's timer
+    assert runner.state.for_key(KEY).get() is None and len(runner.state.maps(KEY)["left"]) == 0
 
 
 def test_stored_rows_of_an_older_schema_are_upgraded_in_a_split_side():
-    join = hot_key_join(JoinType.INNER)
-    state = CountingState()
-    rows = join.split_at + 1
-    join.process(state, [(0, RowKind.INSERT, (7, i, i)) for i in range(rows)], Context(), Output())
+    runner = hot_key(JoinType.INNER, pickled=False)  # the upgraded value below holds the row maps
+    rows = runner.operator.split_at + 1
+    runner.process(inserts(0, range(rows)))
     # a field was added to both inputs: rows stored before get its default, as the host upgrades
     # a value of an older state generation when it reads it (service/processor.py)
-    upgraded = join.map_rows(state.get(), lambda row: row + ("d",), lambda row: row + ("d",))
-    state.get = lambda: upgraded
-    out = Output()
-    join.process(state, [(1, RowKind.INSERT, (7, 0, 0, "x"))], Context(), out)
-    assert sorted(r[1] for r in out.rows)[:2] == [(7, 0, 0, "d", 7, 0, 0, "x"), (7, 1, 1, "d", 7, 0, 0, "x")]
-    assert len(out.rows) == rows
-    assert all(len(entry[0]) == 4 for _, entry in state.maps["left"].items())
+    stored = runner.state.for_key(KEY)
+    stored.put(runner.operator.map_rows(stored.get(), lambda row: row + ("d",), lambda row: row + ("d",)))
+    runner.process([(1, RowKind.INSERT, (7, 0, 0, "x"))])
+    out = runner.output.rows
+    assert sorted(r[1] for r in out)[:2] == [(7, 0, 0, "d", 7, 0, 0, "x"), (7, 1, 1, "d", 7, 0, 0, "x")]
+    assert len(out) == rows
+    assert all(len(entry[0]) == 4 for _, entry in runner.state.maps(KEY)["left"].items())
 
 
 def test_split_side_flush_writes_only_changes():

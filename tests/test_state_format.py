@@ -22,12 +22,9 @@ from operators import (  # noqa: E402
     PROC,
     STATE_FORMAT_VERSION,
     ChangelogNormalize,
-    Context,
-    InMemoryState,
     InputSpec,
     JoinSpec,
     JoinType,
-    Output,
     RowKind,
     IntervalJoinSpec,
     TemporalJoinSpec,
@@ -41,8 +38,8 @@ from operators import (  # noqa: E402
     make_temporal_join,
     make_window_join,
 )
-
 from operators.stateformat import map_key  # noqa: E402
+from operators.testing import InMemoryState, LocalRunner  # noqa: E402
 
 GOLDEN = Path(__file__).resolve().parent / "data" / "state" / f"v{STATE_FORMAT_VERSION}"
 I, UB, UA, D = (int(k) for k in RowKind)
@@ -144,17 +141,15 @@ SCENARIOS = {
 
 
 def _run(name, state, changelog, now, watermark):
+    """One micro-batch as Spark runs it: the records at (now, watermark), then the due timers."""
     make, key_of, _, _ = SCENARIOS[name]
-    operator = make()
-    out = Output()
+    runner = LocalRunner(make(), key_of, state=state)
+    runner.now, runner.watermark = now, watermark
     for record in changelog:
-        operator.process(state.for_key(key_of(record)), [record], Context(now, watermark), out)
-    for domain, upto in ((EVENT, watermark), (PROC, now)):
-        for ts, key in list(state.due_timers(domain, upto)):
-            if state.has_timer(key, domain, ts):
-                state.consume_timer(key, domain, ts)
-                operator.on_timer(state.for_key(key), domain, ts, Context(now, watermark), out)
-    return out.rows
+        runner.process([record])
+    runner.fire(EVENT)
+    runner.fire(PROC)
+    return runner.output.rows
 
 
 def _stored(state: InMemoryState) -> dict:
@@ -163,7 +158,7 @@ def _stored(state: InMemoryState) -> dict:
     stored = {}
     for key in state.keys():
         value = state.for_key(key).get()
-        maps = {name: {map_key(k): v for k, v in m.items()} for name, m in state._slots[key].maps.items() if m}
+        maps = {name: {map_key(k): v for k, v in m.items()} for name, m in state.maps(key).items() if m}
         stored[key] = {"value": value, "maps": maps} if maps else value
     return stored
 
@@ -202,7 +197,7 @@ def test_state_read_back_from_golden_bytes_carries_on_like_an_uninterrupted_run(
     restored = InMemoryState()
     _restore(restored, pickle.loads((GOLDEN / f"{name}.pickle").read_bytes()))
     for key in uninterrupted.keys():  # timers live in Spark's own timer state, not in the value
-        for domain, ts in uninterrupted._slots[key].timers:
+        for domain, ts in uninterrupted.timers(key):
             restored.for_key(key).register_timer(domain, ts)
 
     expected = _run(name, uninterrupted, SCENARIOS[name][3], 20, 150)
@@ -270,10 +265,10 @@ def test_an_evolved_row_retracts_the_stored_row_it_came_from():
     retraction of the row in the new schema (with the added column's default) finds it."""
     old = JoinSpec(JoinType.LEFT, InputSpec(ORDERS, (1,)), InputSpec(PRICES, (0,)))
     new = JoinSpec(JoinType.LEFT, InputSpec(ORDERS + ("note",), (1,)), InputSpec(PRICES, (0,)))
-    state, out = InMemoryState(), Output()
-    make_join(old).process(state.for_key("ink"), [(0, I, (1, "ink", 2))], Context(), out)
-    join = make_join(new)
-    slot = state.for_key("ink")
-    slot.put(join.map_rows(slot.get(), lambda r: r + (None,), lambda r: r))
-    join.process(slot, [(0, D, (1, "ink", 2, None))], Context(), out)
-    assert [kind for kind, _ in out.rows] == [I, D] and state.keys() == []
+    before = LocalRunner(make_join(old))
+    before.process([(0, I, (1, "ink", 2))])
+    after = LocalRunner(make_join(new), state=before.state)  # the same state, read by the evolved join
+    stored = after.state.for_key(("ink",))
+    stored.put(after.operator.map_rows(stored.get(), lambda r: r + (None,), lambda r: r))
+    after.process([(0, D, (1, "ink", 2, None))])
+    assert [kind for kind, _ in before.output.rows + after.output.rows] == [I, D] and after.state.keys() == []

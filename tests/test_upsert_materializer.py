@@ -1,21 +1,22 @@
 """The upsert materializer gives the same upserts whatever the interleaving of tasks."""
 import itertools
 
-from operators import Context, InMemoryState, Output, RowKind
+from operators import RowKind
+from operators.testing import LocalRunner
 from operators.upsert import UpsertMaterializer
 
 I, U, UB, D = RowKind.INSERT, RowKind.UPDATE_AFTER, RowKind.UPDATE_BEFORE, RowKind.DELETE
 
 
 def upserts(changes):
-    state, out = InMemoryState(), Output()
-    op = UpsertMaterializer()
+    """The final upsert of one key and the changelog, the changes handed over one per call."""
+    runner = LocalRunner(UpsertMaterializer(), key=lambda record: "k")
     for change in changes:
-        op.process(state.for_key("k"), [(0, *change)], Context(), out)
+        runner.process([(0, *change)])
     table = None
-    for kind, row in out.rows:
+    for kind, row in runner.output.rows:
         table = None if kind == D else row
-    return table, out.rows
+    return table, runner.output.rows
 
 
 def test_a_row_moving_between_join_keys_ends_as_its_new_version_in_any_interleaving():
