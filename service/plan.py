@@ -49,7 +49,7 @@ from .avro import (
 )
 from .config import Settings
 from .keys import KeyDecoder
-from .query import QueryError, describe, interval_sql, parse_join_sql
+from .sql import QueryError, describe, interval_sql, parse_join_sql
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,14 @@
+"""The SQL front end: ``JOIN_SQL`` (a Flink SQL query) into a :class:`JoinQuery`."""
+from .joins import (
+    IntervalBounds,
+    JoinQuery,
+    OutputColumn,
+    QueryError,
+    WindowTVF,
+    describe,
+    interval_sql,
+    parse_join_sql,
+)
+
+__all__ = ["IntervalBounds", "JoinQuery", "OutputColumn", "QueryError", "WindowTVF", "describe", "interval_sql",
+           "parse_join_sql"]
