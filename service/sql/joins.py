@@ -145,9 +145,6 @@ def _require_keys(keys: list, what: str) -> None:
         )
 
 
-# --------------------------------------------------------------------------- entry points
-
-
 def parse_join_sql(
     sql: str,
     left_table: str,
