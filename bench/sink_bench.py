@@ -33,7 +33,7 @@ import pipeline_bench  # noqa: E402
 from service.encode import OutputEncoder  # noqa: E402
 from service.envelope import Target, pack  # noqa: E402
 from service.kafka_broker import KafkaBroker  # noqa: E402
-from service.plan import build_plan  # noqa: E402
+from service.planner import build_plan  # noqa: E402
 from service.shipping import worker_config, worker_secrets  # noqa: E402
 from service.sink import KafkaSink, ensure_topics  # noqa: E402
 
