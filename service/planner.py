@@ -16,7 +16,7 @@ from .avro import SchemaRegistry, load_schema_file, output_schema, record_column
 from .config import Settings
 from .keys import KeyDecoder
 from .plan import TIME_BOUNDED_KINDS, JoinPlan, OutputMode, PlanError, PlanKind, SidePlan
-from .sql import QueryError, describe, interval_sql, parse_join_sql
+from .sql import JoinQuery, QueryError, describe, interval_sql, parse_join_sql
 
 
 def _index(columns: tuple[str, ...], name: str, what: str) -> int:
@@ -52,179 +52,106 @@ def load_input_schemas(settings: Settings, registry: SchemaRegistry | None) -> t
 
 
 def build_plan(settings: Settings, schemas: tuple[dict, dict] | None = None) -> JoinPlan:
-    """Resolve the configuration into a plan; raises PlanError/QueryError naming what to fix."""
+    """Resolve the configuration into a plan; raises PlanError naming what to fix.
+
+    Each step below decides one thing; they run in this order, which is the order in which
+    problems are reported (the first one found is the error)."""
     if schemas is None:
-        registry = None
-        if settings.schema_registry_url:
-            registry = SchemaRegistry(settings.schema_registry_url, settings.schema_registry_basic_auth_user_info)
-        schemas = load_input_schemas(settings, registry)
+        schemas = load_input_schemas(settings, _schema_registry(settings))
     columns = [record_columns(s) for s in schemas]
     names = [tuple(c.name for c in cols) for cols in columns]
+    configured_times = _configured_time_columns(settings, names)
+    query = _parse_query(settings, names, configured_times)
+    kind = _plan_kind(query)
+    keys = _join_keys(query, names)
+    pks = _primary_keys(settings, names)
+    time_columns = _time_columns(settings, kind, query, names, configured_times)
+    _check_mini_batch(settings, kind)
+    _check_time_bounded_inputs(settings, kind)
+    sides = _side_plans(settings, kind, schemas, columns, names, keys, pks, time_columns)
+    projection, output_names = _projection(query, kind, names)
+    schema = _output_schema(settings.output_topic, kind, query.join_type, sides, projection, output_names)
+    output_key = _output_key(settings, output_names)
+    plan = JoinPlan(
+        kind=kind, join_type=query.join_type, left=sides[0], right=sides[1],
+        filter_nulls=tuple(not ns for ns in query.null_safe_keys), condition_sql=query.condition_sql,
+        projection=projection, output_names=output_names, output_schema=schema, output_key=output_key,
+        mini_batch_size=settings.mini_batch_size, retention_ms=_retention(settings, kind),
+        output_mode=OutputMode(settings.output_mode), interval_ms=_interval_ms(query), window=_window(query),
+        description=describe(query),
+    )
+    _check_types(plan)
+    _compile_operator(plan)
+    return plan
+
+
+def _schema_registry(settings: Settings) -> SchemaRegistry | None:
+    """The schema registry the input schemas come from when no schema file is given."""
+    if not settings.schema_registry_url:
+        return None
+    return SchemaRegistry(settings.schema_registry_url, settings.schema_registry_basic_auth_user_info)
+
+
+def _configured_time_columns(settings: Settings, names) -> tuple[str | None, str | None]:
+    """The columns LEFT_EVENT_TIME_COLUMN / RIGHT_EVENT_TIME_COLUMN name, in the schema's spelling."""
     time_vars = ("LEFT_EVENT_TIME_COLUMN", "RIGHT_EVENT_TIME_COLUMN")
-    configured_times = tuple(
+    return tuple(
         names[i][_index(names[i], column, time_vars[i])] if column else None
         for i, column in enumerate((settings.left_event_time_column, settings.right_event_time_column))
     )
+
+
+def _parse_query(settings: Settings, names, configured_times) -> JoinQuery:
+    """JOIN_SQL, parsed against the two inputs' columns."""
     try:
-        query = parse_join_sql(
+        return parse_join_sql(
             settings.join_sql, settings.left_table_name, list(names[0]), settings.right_table_name, list(names[1]),
             time_columns=configured_times,
         )
     except QueryError as err:
         raise PlanError(f"JOIN_SQL: {err}") from None
 
+
+def _plan_kind(query: JoinQuery) -> PlanKind:
+    """Which family of join the query is."""
     if query.window is not None:
-        kind = PlanKind.WINDOW
-    elif query.interval is not None:
-        kind = PlanKind.INTERVAL_PROCESSING_TIME if query.interval.processing_time else PlanKind.INTERVAL_EVENT_TIME
-    else:
-        kind = {None: PlanKind.REGULAR, TemporalKind.EVENT_TIME: PlanKind.TEMPORAL_EVENT_TIME,
-                TemporalKind.PROCESSING_TIME: PlanKind.TEMPORAL_PROCESSING_TIME}[query.temporal]
-    keys = [tuple(_index(names[0], l, "JOIN_SQL") for l, _ in query.equi_keys),
+        return PlanKind.WINDOW
+    if query.interval is not None:
+        return PlanKind.INTERVAL_PROCESSING_TIME if query.interval.processing_time else PlanKind.INTERVAL_EVENT_TIME
+    return {None: PlanKind.REGULAR, TemporalKind.EVENT_TIME: PlanKind.TEMPORAL_EVENT_TIME,
+            TemporalKind.PROCESSING_TIME: PlanKind.TEMPORAL_PROCESSING_TIME}[query.temporal]
+
+
+def _join_keys(query: JoinQuery, names) -> list[tuple[int, ...]]:
+    """Each input's join key: the indexes of its columns in the query's equi keys, in their order."""
+    return [tuple(_index(names[0], l, "JOIN_SQL") for l, _ in query.equi_keys),
             tuple(_index(names[1], r, "JOIN_SQL") for _, r in query.equi_keys)]
+
+
+def _primary_keys(settings: Settings, names) -> list[tuple[int, ...] | None]:
+    """Each input's primary key (LEFT_PRIMARY_KEY / RIGHT_PRIMARY_KEY), as column indexes; None when unset."""
     pks = []
     for var, pk, cols in (("LEFT_PRIMARY_KEY", settings.left_primary_key, names[0]),
                           ("RIGHT_PRIMARY_KEY", settings.right_primary_key, names[1])):
         pks.append(tuple(_index(cols, c, var) for c in pk) if pk else None)
+    return pks
 
-    time_columns: list[int | None] = [None, None]
+
+def _time_columns(settings: Settings, kind: PlanKind, query: JoinQuery, names, configured_times) -> list[int | None]:
+    """Each input's time column: an interval or window join's time attributes, an event-time
+    temporal join's AS OF column and versioned table time; none for the other joins."""
     if kind in TIME_BOUNDED_KINDS:
-        time_columns = _time_attributes(settings, kind, query, names, configured_times)
-    elif kind is PlanKind.TEMPORAL_EVENT_TIME:
-        time_columns[0] = _index(names[0], query.left_time_column, "JOIN_SQL (FOR SYSTEM_TIME AS OF)")
-        if configured_times[0] is not None and configured_times[0] != names[0][time_columns[0]]:
-            raise PlanError(
-                f"LEFT_EVENT_TIME_COLUMN: is {configured_times[0]}, but JOIN_SQL joins as of "
-                f"{query.left_time_column}; the left input has one time attribute: make them the same or unset "
-                "LEFT_EVENT_TIME_COLUMN"
-            )
-        if not settings.right_event_time_column:
-            raise PlanError(
-                "RIGHT_EVENT_TIME_COLUMN: required for an event-time temporal join (the versioned table's time)"
-            )
-        time_columns[1] = _index(names[1], settings.right_event_time_column, "RIGHT_EVENT_TIME_COLUMN")
-    elif kind is PlanKind.TEMPORAL_PROCESSING_TIME and settings.right_event_time_column:
+        return _time_attributes(settings, kind, query, names, configured_times)
+    if kind is PlanKind.TEMPORAL_EVENT_TIME:
+        return _temporal_time_columns(settings, query, names, configured_times)
+    if kind is PlanKind.TEMPORAL_PROCESSING_TIME and settings.right_event_time_column:
         raise PlanError(
             "RIGHT_EVENT_TIME_COLUMN: a processing-time temporal join (FOR SYSTEM_TIME AS OF PROCTIME()) "
             "cannot use a versioned table with an event-time attribute; Flink only allows processing-time "
             "temporal joins against lookup tables. Use FOR SYSTEM_TIME AS OF <left>.<time column> instead, "
             "or unset RIGHT_EVENT_TIME_COLUMN"
         )
-    if kind is not PlanKind.REGULAR and settings.mini_batch_size:
-        raise PlanError("MINI_BATCH_SIZE: mini-batch folding applies to regular joins only")
-
-    sides = []
-    ttls = (settings.left_ttl_ms, settings.right_ttl_ms) if kind is PlanKind.REGULAR else (None, None)
-    modes = (settings.left_changelog_mode, settings.right_changelog_mode)
-    if kind in TIME_BOUNDED_KINDS:
-        what = "a window join" if kind is PlanKind.WINDOW else "an interval join"
-        for var, mode in (("LEFT_CHANGELOG_MODE", modes[0]), ("RIGHT_CHANGELOG_MODE", modes[1])):
-            if mode != "append":
-                raise PlanError(
-                    f"{var}: is {mode}, but the inputs of {what} must be append-only (every record +I), as in "
-                    f"Flink, which plans this join only for insert-only inputs; set {var}=append, or use a "
-                    "regular join for a changelog input"
-                )
-        for var, ttl in (("STATE_TTL", settings.state_ttl_ms), ("LEFT_STATE_TTL", settings.left_state_ttl_ms),
-                         ("RIGHT_STATE_TTL", settings.right_state_ttl_ms)):
-            if ttl:
-                raise PlanError(
-                    f"{var}: {what} keeps each row only while it can still match and cleans its state up by "
-                    f"{'processing ' if kind is PlanKind.INTERVAL_PROCESSING_TIME else 'event '}time itself; "
-                    f"a state TTL does not apply (and Spark refuses TTL in EventTime mode): unset {var}"
-                )
-    delays = (settings.left_watermark_delay_ms, settings.right_watermark_delay_ms)
-    topics = (settings.left_topic, settings.right_topic)
-    tables = (settings.left_table_name, settings.right_table_name)
-    key_formats = (settings.left_key_format, settings.right_key_format)
-    for i in (0, 1):
-        # An upsert input goes to the join directly when its join key is its primary key: every change
-        # of a primary key then meets the join in one join key, and the join itself turns bare +U and
-        # tombstones into a full changelog. Otherwise it is normalized first: with join-key columns
-        # beyond the primary key a row can move to another join key, where only a stage keyed by the
-        # primary key can retract it; with primary-key columns beyond the join key direct feeding would
-        # be correct too, but the normalize stage needs no key format to route tombstones.
-        direct = (kind is PlanKind.REGULAR and modes[i] == "upsert" and pks[i] is not None
-                  and set(keys[i]) == set(pks[i]))
-        sides.append(
-            SidePlan(
-                side=i, topic=topics[i], table=tables[i], columns=names[i],
-                avro_types=tuple(c.avro_type for c in columns[i]), nullable=tuple(c.nullable for c in columns[i]),
-                reader_schema=schemas[i], join_key=keys[i], primary_key=pks[i], changelog_mode=modes[i],
-                time_column=time_columns[i], watermark_delay_ms=delays[i], state_ttl_ms=ttls[i],
-                direct_upsert=direct, key_format=key_formats[i],
-            )
-        )
-        if direct:
-            try:
-                KeyDecoder(sides[i], key_formats[i], None)
-            except ValueError as err:
-                raise PlanError(f"{sides[i].name.upper()}_KEY_FORMAT: {err}") from None
-
-    joined = [names[i] + (WINDOW_COLUMNS if kind is PlanKind.WINDOW else ()) for i in (0, 1)]
-    projection = tuple((0 if c.side == "L" else 1, _index(joined[0 if c.side == "L" else 1], c.column, "JOIN_SQL"))
-                       for c in query.projection)
-    output_names = tuple(c.name for c in query.projection)
-    join_type = query.join_type
-    interval_ms = (query.interval.lower_ms, query.interval.upper_ms) if query.interval is not None else None
-    window = None
-    if query.window is not None:
-        w = query.window
-        window = {"kind": w.kind, "size_ms": w.size_ms, "slide_ms": w.slide_ms, "step_ms": w.step_ms,
-                  "offset_ms": w.offset_ms}
-    draft = JoinPlan(kind=kind, join_type=join_type, left=sides[0], right=sides[1], filter_nulls=(),
-                     condition_sql=None, projection=projection, output_names=output_names, output_schema={},
-                     output_key=None)
-    fields = []
-    for (side, index), name in zip(projection, output_names):
-        avro_type, nullable = draft.column_type(side, index)
-        padded = join_type.left_outer if side == 1 else join_type.right_outer
-        fields.append((name, avro_type, nullable or padded))
-    schema = output_schema(_record_name(settings.output_topic), fields)
-
-    output_key = None
-    if settings.output_key:
-        output_key = tuple(_index(output_names, c, "OUTPUT_KEY") for c in settings.output_key)
-
-    retention = None
-    if kind in (PlanKind.TEMPORAL_EVENT_TIME, PlanKind.TEMPORAL_PROCESSING_TIME) and settings.state_ttl_ms:
-        retention = (settings.state_ttl_ms, settings.state_ttl_ms * 3 // 2)  # Flink's min/max retention ratio
-
-    plan = JoinPlan(
-        kind=kind, join_type=join_type, left=sides[0], right=sides[1],
-        filter_nulls=tuple(not ns for ns in query.null_safe_keys), condition_sql=query.condition_sql,
-        projection=projection, output_names=output_names, output_schema=schema, output_key=output_key,
-        mini_batch_size=settings.mini_batch_size, retention_ms=retention, output_mode=OutputMode(settings.output_mode),
-        interval_ms=interval_ms, window=window, description=describe(query),
-    )
-    _check_types(plan)
-    try:
-        plan.operator  # noqa: B018 - compile (and type-check) the condition and validate the operator now
-    except (ConfigurationError, ConditionError) as err:
-        raise PlanError(f"JOIN_SQL: {err}") from None
-    return plan
-
-
-# Event times are Avro timestamps or epoch milliseconds in an int or long.
-_TIME_FAMILIES = ("timestamp", "integer")
-
-
-def _check_types(plan: JoinPlan) -> None:
-    """Refuse, naming the variable, what would fail on every record: event-time columns that hold
-    no time, and join-key pairs SQL could not compare."""
-    for side in plan.sides:
-        if side.time_column is not None and side.families[side.time_column] not in _TIME_FAMILIES:
-            column = side.columns[side.time_column]
-            var = "RIGHT_EVENT_TIME_COLUMN" if side.side == 1 else "LEFT_EVENT_TIME_COLUMN / JOIN_SQL"
-            raise PlanError(f"{var}: column {column!r} of {side.table} holds {side.families[side.time_column]} values; an "
-                            "event time is an Avro timestamp (timestamp-millis/-micros) or epoch milliseconds in "
-                            "an int or long")
-    for left, right in zip(plan.left.join_key, plan.right.join_key):
-        a, b = plan.left.families[left], plan.right.families[right]
-        if not comparable(a, b) or "other" in (a, b):
-            raise PlanError(f"JOIN_SQL: the join key {plan.left.table}.{plan.left.columns[left]} ({a}) = "
-                            f"{plan.right.table}.{plan.right.columns[right]} ({b}) compares values SQL cannot "
-                            "compare; join columns of the same type")
+    return [None, None]
 
 
 def _time_attributes(settings: Settings, kind: PlanKind, query, names, configured) -> list[int | None]:
@@ -261,9 +188,206 @@ def _time_attributes(settings: Settings, kind: PlanKind, query, names, configure
     return out
 
 
+def _temporal_time_columns(settings: Settings, query: JoinQuery, names, configured_times) -> list[int | None]:
+    """An event-time temporal join's times: the left input's AS OF column (its one time attribute)
+    and the versioned table's RIGHT_EVENT_TIME_COLUMN."""
+    left = _index(names[0], query.left_time_column, "JOIN_SQL (FOR SYSTEM_TIME AS OF)")
+    if configured_times[0] is not None and configured_times[0] != names[0][left]:
+        raise PlanError(
+            f"LEFT_EVENT_TIME_COLUMN: is {configured_times[0]}, but JOIN_SQL joins as of "
+            f"{query.left_time_column}; the left input has one time attribute: make them the same or unset "
+            "LEFT_EVENT_TIME_COLUMN"
+        )
+    if not settings.right_event_time_column:
+        raise PlanError(
+            "RIGHT_EVENT_TIME_COLUMN: required for an event-time temporal join (the versioned table's time)"
+        )
+    return [left, _index(names[1], settings.right_event_time_column, "RIGHT_EVENT_TIME_COLUMN")]
+
+
+def _check_mini_batch(settings: Settings, kind: PlanKind) -> None:
+    """Mini-batch folding (MINI_BATCH_SIZE) is for regular joins."""
+    if kind is not PlanKind.REGULAR and settings.mini_batch_size:
+        raise PlanError("MINI_BATCH_SIZE: mini-batch folding applies to regular joins only")
+
+
+def _check_time_bounded_inputs(settings: Settings, kind: PlanKind) -> None:
+    """An interval or window join takes append-only inputs and cleans its state up by time, without a TTL."""
+    if kind not in TIME_BOUNDED_KINDS:
+        return
+    what = "a window join" if kind is PlanKind.WINDOW else "an interval join"
+    for var, mode in (("LEFT_CHANGELOG_MODE", settings.left_changelog_mode),
+                      ("RIGHT_CHANGELOG_MODE", settings.right_changelog_mode)):
+        if mode != "append":
+            raise PlanError(
+                f"{var}: is {mode}, but the inputs of {what} must be append-only (every record +I), as in "
+                f"Flink, which plans this join only for insert-only inputs; set {var}=append, or use a "
+                "regular join for a changelog input"
+            )
+    for var, ttl in (("STATE_TTL", settings.state_ttl_ms), ("LEFT_STATE_TTL", settings.left_state_ttl_ms),
+                     ("RIGHT_STATE_TTL", settings.right_state_ttl_ms)):
+        if ttl:
+            raise PlanError(
+                f"{var}: {what} keeps each row only while it can still match and cleans its state up by "
+                f"{'processing ' if kind is PlanKind.INTERVAL_PROCESSING_TIME else 'event '}time itself; "
+                f"a state TTL does not apply (and Spark refuses TTL in EventTime mode): unset {var}"
+            )
+
+
+def _joins_upsert_directly(kind: PlanKind, mode: str, key: tuple[int, ...], pk: tuple[int, ...] | None) -> bool:
+    """Whether an input goes to the join without a normalize stage.
+
+    An upsert input goes to the join directly when its join key is its primary key: every change
+    of a primary key then meets the join in one join key, and the join itself turns bare +U and
+    tombstones into a full changelog. Otherwise it is normalized first: with join-key columns
+    beyond the primary key a row can move to another join key, where only a stage keyed by the
+    primary key can retract it; with primary-key columns beyond the join key direct feeding would
+    be correct too, but the normalize stage needs no key format to route tombstones."""
+    return kind is PlanKind.REGULAR and mode == "upsert" and pk is not None and set(key) == set(pk)
+
+
+def _side_plans(settings: Settings, kind: PlanKind, schemas, columns, names, keys, pks,
+                time_columns) -> list[SidePlan]:
+    """Each input's plan: its topic, columns, keys, time column, state TTL and how its rows reach the join."""
+    ttls = (settings.left_ttl_ms, settings.right_ttl_ms) if kind is PlanKind.REGULAR else (None, None)
+    modes = (settings.left_changelog_mode, settings.right_changelog_mode)
+    delays = (settings.left_watermark_delay_ms, settings.right_watermark_delay_ms)
+    topics = (settings.left_topic, settings.right_topic)
+    tables = (settings.left_table_name, settings.right_table_name)
+    key_formats = (settings.left_key_format, settings.right_key_format)
+    sides = []
+    for i in (0, 1):
+        direct = _joins_upsert_directly(kind, modes[i], keys[i], pks[i])
+        sides.append(
+            SidePlan(
+                side=i, topic=topics[i], table=tables[i], columns=names[i],
+                avro_types=tuple(c.avro_type for c in columns[i]), nullable=tuple(c.nullable for c in columns[i]),
+                reader_schema=schemas[i], join_key=keys[i], primary_key=pks[i], changelog_mode=modes[i],
+                time_column=time_columns[i], watermark_delay_ms=delays[i], state_ttl_ms=ttls[i],
+                direct_upsert=direct, key_format=key_formats[i],
+            )
+        )
+        if direct:
+            try:
+                KeyDecoder(sides[i], key_formats[i], None)
+            except ValueError as err:
+                raise PlanError(f"{sides[i].name.upper()}_KEY_FORMAT: {err}") from None
+    return sides
+
+
+def _projection(query: JoinQuery, kind: PlanKind, names) -> tuple[tuple[tuple[int, int], ...], tuple[str, ...]]:
+    """The output columns: per column (side, index of the joined column it copies), and the names."""
+    joined = [names[i] + (WINDOW_COLUMNS if kind is PlanKind.WINDOW else ()) for i in (0, 1)]
+    projection = tuple((0 if c.side == "L" else 1, _index(joined[0 if c.side == "L" else 1], c.column, "JOIN_SQL"))
+                       for c in query.projection)
+    return projection, tuple(c.name for c in query.projection)
+
+
+def _output_schema(topic: str, kind: PlanKind, join_type: JoinType, sides, projection, output_names) -> dict:
+    """The output's Avro schema: each column's input type, nullable where the input column is or
+    where an outer join pads its side with NULLs."""
+    draft = JoinPlan(kind=kind, join_type=join_type, left=sides[0], right=sides[1], filter_nulls=(),
+                     condition_sql=None, projection=projection, output_names=output_names, output_schema={},
+                     output_key=None)
+    fields = []
+    for (side, index), name in zip(projection, output_names):
+        avro_type, nullable = draft.column_type(side, index)
+        padded = join_type.left_outer if side == 1 else join_type.right_outer
+        fields.append((name, avro_type, nullable or padded))
+    return output_schema(_record_name(topic), fields)
+
+
 def _record_name(topic: str) -> str:
     cleaned = "".join(ch if ch.isalnum() else "_" for ch in topic)
     return cleaned if cleaned[:1].isalpha() else f"t_{cleaned}"
+
+
+def _output_key(settings: Settings, output_names: tuple[str, ...]) -> tuple[int, ...] | None:
+    """The output columns OUTPUT_KEY names (the message key), as output column indexes."""
+    if not settings.output_key:
+        return None
+    return tuple(_index(output_names, c, "OUTPUT_KEY") for c in settings.output_key)
+
+
+def _retention(settings: Settings, kind: PlanKind) -> tuple[int, int] | None:
+    """A temporal join's idle-state retention (min, max) from STATE_TTL."""
+    if kind in (PlanKind.TEMPORAL_EVENT_TIME, PlanKind.TEMPORAL_PROCESSING_TIME) and settings.state_ttl_ms:
+        return (settings.state_ttl_ms, settings.state_ttl_ms * 3 // 2)  # Flink's min/max retention ratio
+    return None
+
+
+def _interval_ms(query: JoinQuery) -> tuple[int, int] | None:
+    """An interval join's (lower, upper) bound in ms."""
+    return (query.interval.lower_ms, query.interval.upper_ms) if query.interval is not None else None
+
+
+def _window(query: JoinQuery) -> dict | None:
+    """A window join's window table function, as the plan carries it (WindowSpec's fields)."""
+    if query.window is None:
+        return None
+    w = query.window
+    return {"kind": w.kind, "size_ms": w.size_ms, "slide_ms": w.slide_ms, "step_ms": w.step_ms,
+            "offset_ms": w.offset_ms}
+
+
+# Event times are Avro timestamps or epoch milliseconds in an int or long.
+_TIME_FAMILIES = ("timestamp", "integer")
+
+
+def _check_types(plan: JoinPlan) -> None:
+    """Refuse, naming the variable, what would fail on every record: event-time columns that hold
+    no time, and join-key pairs SQL could not compare."""
+    for side in plan.sides:
+        if side.time_column is not None and side.families[side.time_column] not in _TIME_FAMILIES:
+            column = side.columns[side.time_column]
+            var = "RIGHT_EVENT_TIME_COLUMN" if side.side == 1 else "LEFT_EVENT_TIME_COLUMN / JOIN_SQL"
+            raise PlanError(f"{var}: column {column!r} of {side.table} holds {side.families[side.time_column]} values; an "
+                            "event time is an Avro timestamp (timestamp-millis/-micros) or epoch milliseconds in "
+                            "an int or long")
+    for left, right in zip(plan.left.join_key, plan.right.join_key):
+        a, b = plan.left.families[left], plan.right.families[right]
+        if not comparable(a, b) or "other" in (a, b):
+            raise PlanError(f"JOIN_SQL: the join key {plan.left.table}.{plan.left.columns[left]} ({a}) = "
+                            f"{plan.right.table}.{plan.right.columns[right]} ({b}) compares values SQL cannot "
+                            "compare; join columns of the same type")
+
+
+def _compile_operator(plan: JoinPlan) -> None:
+    """Build the operator now, as the workers will: this compiles (and type-checks) the condition
+    and validates the operator's spec on the driver."""
+    try:
+        plan.operator  # noqa: B018 - compile (and type-check) the condition and validate the operator now
+    except (ConfigurationError, ConditionError) as err:
+        raise PlanError(f"JOIN_SQL: {err}") from None
+
+
+def explain(plan: JoinPlan) -> str:
+    """The plan as ``check-config`` prints it."""
+    lines = [plan.description or f"{plan.join_type.value} join", f"kind: {plan.kind.value}"]
+    for s in plan.sides:
+        keys = ", ".join(s.columns[i] for i in s.join_key)
+        pk = ", ".join(s.columns[i] for i in s.primary_key) if s.primary_key else "none"
+        extra = f", event time {s.columns[s.time_column]}" if s.time_column is not None else ""
+        if plan.kind is PlanKind.INTERVAL_PROCESSING_TIME:
+            extra = ", processing time"
+        ttl = f", state TTL {s.state_ttl_ms} ms" if s.state_ttl_ms else ""
+        upsert = ""
+        if s.direct_upsert:
+            upsert = f", joined directly; tombstones by message key, {s.name.upper()}_KEY_FORMAT={s.key_format}"
+        elif s.normalized:
+            upsert = ", normalized per primary key before the join"
+        layout = "" if plan.kind in TIME_BOUNDED_KINDS else f"; state layout {s.layout.value}"
+        lines.append(
+            f"{s.name}: topic {s.topic} as {s.table} ({s.changelog_mode}{upsert}); join key ({keys}); "
+            f"primary key ({pk}){layout}{extra}{ttl}"
+        )
+    if plan.mini_batch_size:
+        lines.append(f"mini-batch: fold up to {plan.mini_batch_size} records per key")
+    lines += _explain_time(plan)
+    key = ", ".join(plan.output_names[i] for i in plan.output_key) if plan.output_key else "none"
+    lines.append(f"output: {', '.join(plan.output_names)}; message key ({key}); {plan.output_mode.value}")
+    lines.append("stages: " + "; then ".join(plan.stages()))
+    return "\n".join(lines)
 
 
 def _explain_time(plan: JoinPlan) -> list[str]:
@@ -316,32 +440,3 @@ def _explain_time(plan: JoinPlan) -> list[str]:
             "to the dead-letter topic (reason late)"
         )
     return lines
-
-
-def explain(plan: JoinPlan) -> str:
-    """The plan as ``check-config`` prints it."""
-    lines = [plan.description or f"{plan.join_type.value} join", f"kind: {plan.kind.value}"]
-    for s in plan.sides:
-        keys = ", ".join(s.columns[i] for i in s.join_key)
-        pk = ", ".join(s.columns[i] for i in s.primary_key) if s.primary_key else "none"
-        extra = f", event time {s.columns[s.time_column]}" if s.time_column is not None else ""
-        if plan.kind is PlanKind.INTERVAL_PROCESSING_TIME:
-            extra = ", processing time"
-        ttl = f", state TTL {s.state_ttl_ms} ms" if s.state_ttl_ms else ""
-        upsert = ""
-        if s.direct_upsert:
-            upsert = f", joined directly; tombstones by message key, {s.name.upper()}_KEY_FORMAT={s.key_format}"
-        elif s.normalized:
-            upsert = ", normalized per primary key before the join"
-        layout = "" if plan.kind in TIME_BOUNDED_KINDS else f"; state layout {s.layout.value}"
-        lines.append(
-            f"{s.name}: topic {s.topic} as {s.table} ({s.changelog_mode}{upsert}); join key ({keys}); "
-            f"primary key ({pk}){layout}{extra}{ttl}"
-        )
-    if plan.mini_batch_size:
-        lines.append(f"mini-batch: fold up to {plan.mini_batch_size} records per key")
-    lines += _explain_time(plan)
-    key = ", ".join(plan.output_names[i] for i in plan.output_key) if plan.output_key else "none"
-    lines.append(f"output: {', '.join(plan.output_names)}; message key ({key}); {plan.output_mode.value}")
-    lines.append("stages: " + "; then ".join(plan.stages()))
-    return "\n".join(lines)
