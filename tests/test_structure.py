@@ -115,3 +115,14 @@ def test_the_import_parser_resolves_relative_imports_in_a_subpackage(tmp_path):
                                        "import service.sql.joins\n")
     assert imports_of(tmp_path / "probe.py", "service.sql") == {
         "service.sql.model", "service.sql.dialect", "service.plan", "service.sql.joins"}
+
+
+def test_every_package_is_in_the_wheel():
+    """pyproject.toml lists the packages explicitly, and setuptools then ships no subpackage it omits."""
+    import tomllib
+
+    root = SERVICE.parent
+    listed = set(tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    packages = {".".join(p.parent.relative_to(root).parts) for top in ("operators", "service")
+                for p in (root / top).rglob("__init__.py")}
+    assert packages == listed
