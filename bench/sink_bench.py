@@ -26,7 +26,7 @@ from bench.harness.changejoin import service_settings
 from devkit.kafka_broker import KafkaBroker
 from service.encode import OutputEncoder
 from service.envelope import Target, pack
-from service.plan import build_plan
+from service.planner import build_plan
 from service.shipping import worker_config, worker_secrets
 from service.sink import KafkaSink, ensure_topics
 

@@ -28,7 +28,8 @@ from . import checkpoint
 from .config import Settings
 from .metrics import JoinMetrics, MetricsServer, ready_window_seconds
 from .pipeline import BatchCounts, JoinPipeline, spark_session
-from .plan import JoinPlan, TimeMode, build_plan
+from .plan import JoinPlan, TimeMode
+from .planner import build_plan, explain
 
 log = logging.getLogger(__name__)
 
@@ -173,7 +174,7 @@ class Service:
         return topic_partitions(bootstrap, kafka, self.settings.output_topic) or partitions
 
     def start(self):
-        log.info("join plan:\n%s", self.plan.explain())
+        log.info("join plan:\n%s", explain(self.plan))
         if self.settings.metrics_port and self.metrics_server is None:
             # First, so that /healthz answers (and /readyz says why it is not ready) while starting.
             try:

@@ -92,6 +92,7 @@ def run_demo() -> int:
     from .app import Service
     from .avro import load_schema_file
     from .config import load_settings
+    from .planner import explain
     from .sink import ensure_topics
 
     broker = None
@@ -125,7 +126,7 @@ def run_demo() -> int:
             print(f"produced {len(CHANGELOG)} changelog records to topics orders and prices")
             print(f"join: {JOIN_SQL}")
             service = Service(settings)
-            print(service.plan.explain())
+            print(explain(service.plan))
             service.start()
             service.process_available()
             service.stop()

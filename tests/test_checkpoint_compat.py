@@ -10,7 +10,7 @@ from operators.testing import LocalRunner
 from service import checkpoint
 from service.checkpoint import CheckpointMismatch, reconcile
 from service.config import load_settings
-from service.plan import build_plan
+from service.planner import build_plan
 from service.processor import SparkKeyState
 from test_config import SCHEMAS, VALID
 

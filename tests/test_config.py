@@ -445,7 +445,7 @@ PROCESSING_TIME = {
 
 
 def _warnings(env):
-    from service.plan import build_plan
+    from service.planner import build_plan
 
     s = load_settings({k: v for k, v in {**VALID, **env}.items() if v is not None})
     return _config.unused_settings(s, build_plan(s))

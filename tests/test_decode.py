@@ -7,7 +7,7 @@ from operators import RowKind
 from service.config import load_settings
 from service.decode import InputDecoder
 from service.envelope import Tag, join_key_group
-from service.plan import build_plan
+from service.planner import build_plan
 from service.source import KafkaRecord
 from service_harness import ORDERS, avro, order
 from test_config import VALID

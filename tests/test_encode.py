@@ -8,7 +8,7 @@ from operators import RowKind
 from service.config import load_settings
 from service.decode import InputDecoder
 from service.encode import OutputEncoder
-from service.plan import build_plan
+from service.planner import build_plan
 from service.envelope import Target
 from service.envelope import pack as pack_changes
 from service.envelope import unpack as unpack_changes

@@ -10,7 +10,7 @@ import pytest
 from service.config import load_settings
 from service.decode import InputDecoder
 from service.envelope import HEARTBEAT_GROUP, Tag
-from service.plan import build_plan
+from service.planner import build_plan
 from spark_fakes import FakeTimerValues
 from service_harness import TEMPORAL, JoinHarness, rate, timed_order
 

@@ -1,10 +1,10 @@
-"""Unit tests for service.query: JOIN_SQL -> JoinQuery."""
+"""Unit tests for service.sql: JOIN_SQL -> JoinQuery."""
 from __future__ import annotations
 
 import pytest
 
 from operators import compile_condition
-from service.query import JoinQuery, OutputColumn, QueryError, describe, parse_join_sql
+from service.sql import JoinQuery, OutputColumn, QueryError, describe, parse_join_sql
 
 ORDER_COLS = ["order_id", "movie_id", "order_time", "currency", "amount", "a", "c", "Name"]
 PRICE_COLS = ["order_id", "seat_price", "currency", "rate", "b", "c", "valid_from"]

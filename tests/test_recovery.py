@@ -37,7 +37,7 @@ from kafka_fixture import create_topic
 from service.config import load_settings
 from devkit.broker_process import free_port
 from devkit.kafka_broker import KafkaBroker
-from service.plan import build_plan
+from service.planner import build_plan
 from service_harness import (
     ORDERS,
     JoinHarness,

@@ -10,7 +10,7 @@ from service import deadletters
 from service.config import load_settings
 from service.decode import InputDecoder
 from service.envelope import EVENT_TIME, PAYLOAD, Target, unpack
-from service.plan import build_plan
+from service.planner import build_plan
 from service.processor import JoinProcessor
 from service.source import KafkaRecord
 from service_harness import avro

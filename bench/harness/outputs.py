@@ -143,7 +143,7 @@ def changejoin_reader(scenario: str, sql: str | None = None, timed: bool = False
 
     import fastavro
 
-    from service.plan import build_plan
+    from service.planner import build_plan
 
     extra = {"LEFT_SCHEMA_FILE": str(TIMED_SCHEMAS / "orders_timed.avsc"),
              "RIGHT_SCHEMA_FILE": str(TIMED_SCHEMAS / "prices_timed.avsc")} if timed else None
