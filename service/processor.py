@@ -1,7 +1,8 @@
-"""Join: the Spark ``StatefulProcessor`` that runs the operators on Spark's RocksDB-backed state.
+"""The join, normalize and upsert materializer stages: Spark ``StatefulProcessor``s that run the
+operators on Spark's RocksDB-backed state (its state variables and their bytes: ``sparkstate.py``).
 
-A thin adapter from ``transformWithState``'s shape to the operators' state protocol; it holds no
-join logic. Per join key and micro-batch it makes one state read and one state write (the whole
+Thin adapters from ``transformWithState``'s shape to the operators' calls; they hold no join
+logic. Per join key and micro-batch it makes one state read and one state write (the whole
 key's join state is one value), whatever the number of records.
 
 Order of a key's records within a micro-batch: Spark hands a group's rows in no particular order.
@@ -20,7 +21,6 @@ from pyspark.sql import Row
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
 
 from operators import EVENT, PROC, ChangelogNormalize, Context, Output, UpsertMaterializer
-from operators.regular import MAPS as JOIN_MAPS
 
 from . import deadletters
 from .deadletters import Reason
@@ -45,7 +45,7 @@ from .envelope import (
 )
 from .plan import JoinPlan, PlanKind, TimeMode
 from .shipping import built
-from .sparkstate import _MAP_KEY_SCHEMA, _STATE_SCHEMA, SparkKeyState, _Pending
+from .sparkstate import Pending, join_state, normalize_state, upsert_state
 
 log = logging.getLogger(__name__)
 
@@ -97,27 +97,15 @@ class JoinProcessor(StatefulProcessor):
         if self.pack is None:
             self.pack = not self.plan.upsert_materializer
         self.handle = handle
-        self.value = handle.getValueState("join", _STATE_SCHEMA)
         self.time_mode = self.plan.time_mode
         domain = {TimeMode.PROCESSING_TIME: PROC, TimeMode.EVENT_TIME: EVENT}.get(self.time_mode)
-        self._row_maps: dict = {}
-        # A regular join's side too large for the key's value keeps its rows in a map of its own.
-        maps = {name: handle.getMapState(name, _MAP_KEY_SCHEMA, _STATE_SCHEMA) for name in JOIN_MAPS} \
-            if self.plan.kind is PlanKind.REGULAR else {}
-        self.state = SparkKeyState(self.value, handle, domain, self.plan.state_generation, self._upgrade, maps)
+        self.state = join_state(handle, self.plan, domain)
         # Rows the join may drop as late carry their original record (decode.py): (row, original).
         self.original_sides = self.plan.late_sides
         self.window_join = self.plan.kind is PlanKind.WINDOW
         key = self.plan.output_key
         self.output_key = (lambda row: output_key_group(tuple(row[i] for i in key))) if key else (lambda row: b"")
         self.seq = _TaskSequence()
-
-    def _upgrade(self, value, generation: int):
-        """A stored value of an older state generation, its rows in today's input columns."""
-        maps = self._row_maps.get(generation)
-        if maps is None:  # built once per generation: the defaults are decoded from the schema
-            maps = self._row_maps[generation] = (self.plan.row_upgrade(generation, 0), self.plan.row_upgrade(generation, 1))
-        return self.operator.map_rows(value, *maps)
 
     def _context(self, timer_values) -> Context:
         now = timer_values.getCurrentProcessingTimeInMs()
@@ -141,7 +129,7 @@ class JoinProcessor(StatefulProcessor):
         if not records:
             return
         context = self._context(timerValues)
-        state = _Pending(self.state)
+        state = Pending(self.state)
         try:
             self.operator.process(state, records, context, out)
         except Exception as err:  # noqa: BLE001 - one key's failure must not stop the service
@@ -159,7 +147,7 @@ class JoinProcessor(StatefulProcessor):
     def handleExpiredTimer(self, key, timerValues, expiredTimerInfo) -> Iterator[Row]:
         out = Output()
         domain = EVENT if self.time_mode is TimeMode.EVENT_TIME else PROC
-        state = _Pending(self.state)
+        state = Pending(self.state)
         try:
             self.operator.on_timer(state, domain, expiredTimerInfo.getExpiryTimeInMs(), self._context(timerValues), out)
         except Exception as err:  # noqa: BLE001 - as in handleInputRows; a timer has no records to keep
@@ -252,17 +240,8 @@ class UpsertProcessor(StatefulProcessor):
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.operator = UpsertMaterializer()
-        generation, upgrade = 0, None
-        if self.plan_json is not None:
-            plan = _plan(self.plan_json)
-            generation = plan.output_generation
-            row_maps: dict = {}
-
-            def upgrade(value, stored_generation):  # rows of an older output, in today's
-                if stored_generation not in row_maps:
-                    row_maps[stored_generation] = plan.output_upgrade(stored_generation)
-                return self.operator.map_rows(value, row_maps[stored_generation], None)
-        self.state = SparkKeyState(handle.getValueState("rows", _STATE_SCHEMA), handle, None, generation, upgrade)
+        plan = _plan(self.plan_json) if self.plan_json is not None else None
+        self.state = upsert_state(handle, plan, self.operator)
         self.seq = _TaskSequence()
 
     def handleInputRows(self, key, rows, timerValues) -> Iterator[Row]:
@@ -298,20 +277,11 @@ class NormalizeProcessor(StatefulProcessor):
         join_key_of = plan.join_key_of(self.side)
         self.join_key = lambda row: join_key_group(join_key_of(row))
         self.operator = ChangelogNormalize()
-
-        row_maps: dict = {}
-
-        def upgrade(value, generation):
-            if generation not in row_maps:
-                row_maps[generation] = plan.row_upgrade(generation, self.side)
-            return self.operator.map_rows(value, row_maps[generation], None)
-
-        self.state = SparkKeyState(handle.getValueState("last", _STATE_SCHEMA), handle, None,
-                                   plan.state_generation, upgrade)
+        self.state = normalize_state(handle, plan, self.side, self.operator)
 
     def handleInputRows(self, key, rows, timerValues) -> Iterator[Row]:
         ordered = ordered_records(rows)
-        state = _Pending(self.state)
+        state = Pending(self.state)
         for r in ordered:
             if r[TAG] in NOT_ROWS:  # passed on to the join stage
                 yield r

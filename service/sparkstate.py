@@ -1,17 +1,115 @@
-"""The operators' state protocol over Spark's state variables."""
+"""The operators' state protocol (``operators/state.py``) over Spark's state variables: the
+service half of the checkpoint format.
+
+A checkpoint's state has three owners; none repeats the others:
+
+- ``operators/stateformat.py``: the Python value each operator keeps per key (the pickled
+  structures, :data:`~operators.STATE_FORMAT_VERSION`).
+- ``service/checkpoint.py``: what the state was made for (``changejoin-state.json``: the join's
+  facts, and the *generations*, the input schemas and upsert outputs the state has seen).
+- this module: where Spark keeps those values, and how their bytes are framed.
+
+Each stateful stage of the query (``pipeline.py``) is one ``transformWithState`` whose
+``StatefulProcessor`` (``processor.py``) opens its state variables here, per grouping key; Spark
+keeps them in RocksDB under the checkpoint's ``state/`` directory and checks their names and
+schemas on every restart, so renaming one, or changing its schema, loses that state:
+
+====================  ====================================  ==========================================
+stage (grouped by)    state variables                       value (``operators/stateformat.py``)
+====================  ====================================  ==========================================
+NormalizeProcessor    value state :data:`LAST`              the message key's last row
+(``jk``: message key)
+JoinProcessor         value state :data:`JOIN`; in a        the join key's join state; the entries
+(``jk``: join key)    regular join also the map states      of a split side (``operators/
+                      :data:`JOIN_MAPS` (``left``,          splitside.py``)
+                      ``right``)
+UpsertProcessor       value state :data:`ROWS`              the rows present for the upsert key
+(``okey``: upsert
+key)
+====================  ====================================  ==========================================
+
+Grouping keys are bytes (``envelope.py``: ``message_key_group``, ``join_key_group``,
+``output_key_group``, ``dead_letter_group``). A value state has the schema :data:`VALUE_SCHEMA`
+(one nullable binary column ``v``); a map state is keyed by :data:`MAP_KEY_SCHEMA` (one binary
+column ``k``: the entry key's :func:`~operators.stateformat.map_key` bytes) with values of
+:data:`VALUE_SCHEMA`. The join's timers (processing or event time, ``plan.time_mode``) are Spark's
+own timer state, registered in epoch milliseconds.
+
+How a value's bytes are framed:
+
+- in generation 0 (no schema evolution yet, and every checkpoint written before generations
+  existed): the value's pickle (protocol 5, whose first byte is ``0x80``);
+- in generation ``g > 0``: :data:`GENERATION` (``0x01``), ``g`` in two bytes big-endian, then the
+  pickle.
+
+The normalize and join stages write in the plan's input generation (``JoinPlan.state_generation``),
+the upsert stage in its output generation (``JoinPlan.output_generation``). A value read in an
+older generation is upgraded as it is read (:func:`upgrader`) and written back in the current one.
+A map entry's value is its pickle alone: entries are always in the generation of their key's value
+(an operator that upgrades a value rewrites its maps' entries in the same call).
+"""
 from __future__ import annotations
+
+from typing import Callable
 
 from pyspark.sql.streaming.stateful_processor import StatefulProcessorHandle
 from pyspark.sql.types import BinaryType, StructField, StructType
 
+from operators.regular import MAPS as JOIN_MAPS
 from operators.stateformat import map_key
 
 from .envelope import dumps, loads
+from .plan import JoinPlan, PlanKind
 
-_STATE_SCHEMA = StructType([StructField("v", BinaryType(), True)])
-_MAP_KEY_SCHEMA = StructType([StructField("k", BinaryType(), True)])
+VALUE_SCHEMA = StructType([StructField("v", BinaryType(), True)])
+MAP_KEY_SCHEMA = StructType([StructField("k", BinaryType(), True)])
 
-_GENERATION = 0x01  # first byte of a value stored in a state generation > 0 (pickle's own is 0x80)
+JOIN = "join"  # JoinProcessor's value state; a regular join's maps are JOIN_MAPS ("left", "right")
+ROWS = "rows"  # UpsertProcessor's
+LAST = "last"  # NormalizeProcessor's
+
+GENERATION = 0x01  # first byte of a value stored in a state generation > 0 (pickle's own is 0x80)
+
+
+def upgrader(operator, row_maps: Callable[[int], tuple]) -> Callable:
+    """The ``upgrade(value, generation)`` of a :class:`SparkKeyState`: the stored value with its
+    rows mapped by ``operator.map_rows(value, *row_maps(generation))``, the maps of each stored
+    generation built once (they decode Avro defaults)."""
+    built: dict[int, tuple] = {}
+
+    def upgrade(value, generation: int):
+        maps = built.get(generation)
+        if maps is None:
+            maps = built[generation] = row_maps(generation)
+        return operator.map_rows(value, *maps)
+
+    return upgrade
+
+
+def join_state(handle: StatefulProcessorHandle, plan: JoinPlan, timer_domain: str | None) -> SparkKeyState:
+    """The join stage's state of one join key: :data:`JOIN`, and :data:`JOIN_MAPS` where a
+    regular join's side too large for the key's value keeps its rows in a map of its own."""
+    maps = {name: handle.getMapState(name, MAP_KEY_SCHEMA, VALUE_SCHEMA) for name in JOIN_MAPS} \
+        if plan.kind is PlanKind.REGULAR else {}
+    upgrade = upgrader(plan.operator, lambda g: (plan.row_upgrade(g, 0), plan.row_upgrade(g, 1)))
+    return SparkKeyState(handle.getValueState(JOIN, VALUE_SCHEMA), handle, timer_domain, plan.state_generation,
+                         upgrade, maps)
+
+
+def upsert_state(handle: StatefulProcessorHandle, plan: JoinPlan | None, operator) -> SparkKeyState:
+    """The upsert materializer's state of one upsert key: :data:`ROWS`, output rows in the plan's
+    output generation (0 without a plan)."""
+    generation, upgrade = 0, None
+    if plan is not None:  # rows of an older output, in today's
+        generation = plan.output_generation
+        upgrade = upgrader(operator, lambda g: (plan.output_upgrade(g), None))
+    return SparkKeyState(handle.getValueState(ROWS, VALUE_SCHEMA), handle, None, generation, upgrade)
+
+
+def normalize_state(handle: StatefulProcessorHandle, plan: JoinPlan, side: int, operator) -> SparkKeyState:
+    """The normalize stage's state of one message key of input ``side``: :data:`LAST`."""
+    upgrade = upgrader(operator, lambda g: (plan.row_upgrade(g, side), None))
+    return SparkKeyState(handle.getValueState(LAST, VALUE_SCHEMA), handle, None, plan.state_generation, upgrade)
 
 
 class SparkKeyMap:
@@ -47,10 +145,9 @@ class SparkKeyState:
     """The operators' ``KeyState`` over one Spark ``ValueState``, the key's timers, and the maps
     the operator declares (``maps``: name -> ``MapState``).
 
-    A value is stored as its pickle, prefixed with ``0x01`` and two bytes of the state generation
-    it was written in when that is not 0 (``checkpoint.py``): a value of an older generation is
-    upgraded by ``upgrade(value, generation)`` when it is read, and stored in the current one when
-    it is written back."""
+    A value is framed with the state generation it was written in (see the module docstring): a
+    value of an older generation than ``generation`` is upgraded by ``upgrade(value, generation)``
+    when it is read, and stored in the current one when it is written back."""
 
     __slots__ = ("_value", "_handle", "_domain", "_generation", "_prefix", "_upgrade", "_maps")
 
@@ -61,7 +158,7 @@ class SparkKeyState:
         self._handle = handle
         self._domain = timer_domain
         self._generation = generation
-        self._prefix = bytes([_GENERATION]) + generation.to_bytes(2, "big") if generation else b""
+        self._prefix = bytes([GENERATION]) + generation.to_bytes(2, "big") if generation else b""
         self._upgrade = upgrade
 
     def get(self):
@@ -69,7 +166,7 @@ class SparkKeyState:
         if value is None:
             return None
         data = value[0]
-        if data[0] != _GENERATION:
+        if data[0] != GENERATION:
             generation, value = 0, loads(data)
         else:
             generation, value = int.from_bytes(data[1:3], "big"), loads(data[3:])
@@ -95,7 +192,7 @@ class SparkKeyState:
             self._handle.deleteTimer(int(ts))
 
 
-class _Pending:
+class Pending:
     """A KeyState that reads the underlying state at most once and keeps every change (value,
     maps and timers) until :meth:`flush`: a call that fails leaves the key's state as it was."""
 
@@ -111,7 +208,7 @@ class _Pending:
             store = self._state.map(name)
             if store is None:
                 return None
-            pending = self._maps[name] = _PendingMap(store)
+            pending = self._maps[name] = PendingMap(store)
         return pending
 
     def get(self):
@@ -143,8 +240,8 @@ class _Pending:
             (self._state.register_timer if register else self._state.delete_timer)(domain, ts)
 
 
-class _PendingMap:
-    """A ``KeyMap`` whose changes wait for :meth:`flush` (see :class:`_Pending`)."""
+class PendingMap:
+    """A ``KeyMap`` whose changes wait for :meth:`flush` (see :class:`Pending`)."""
 
     __slots__ = ("_store", "_changes", "_cleared")
 

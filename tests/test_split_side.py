@@ -209,7 +209,7 @@ def test_stored_rows_of_an_older_schema_are_upgraded_in_a_split_side():
     rows = join.split_at + 1
     join.process(state, [(0, RowKind.INSERT, (7, i, i)) for i in range(rows)], Context(), Output())
     # a field was added to both inputs: rows stored before get its default, as the host upgrades
-    # a value of an older state generation when it reads it (service/processor.py)
+    # a value of an older state generation when it reads it (service/sparkstate.py)
     upgraded = join.map_rows(state.get(), lambda row: row + ("d",), lambda row: row + ("d",))
     state.get = lambda: upgraded
     out = Output()
