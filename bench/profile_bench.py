@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 import pipeline_bench  # noqa: E402
 
 from service.kafka_broker import KafkaBroker  # noqa: E402
-from service.pipeline import LOG4J_CONFIG  # noqa: E402
+from service.session import LOG4J_CONFIG  # noqa: E402
 
 
 # -- JVM threads ---------------------------------------------------------------------------------

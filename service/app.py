@@ -27,8 +27,9 @@ from pyspark.sql.streaming import StreamingQueryListener
 from . import checkpoint
 from .config import Settings
 from .metrics import JoinMetrics, MetricsServer, ready_window_seconds
-from .pipeline import BatchCounts, JoinPipeline, spark_session
+from .pipeline import BatchCounts, JoinPipeline
 from .plan import JoinPlan, TimeMode, build_plan
+from .session import spark_session
 
 log = logging.getLogger(__name__)
 
