@@ -34,7 +34,8 @@ sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 import ab_bench  # noqa: E402
 import pipeline_bench  # noqa: E402
 
-from service.config import ROCKSDB_CHANGELOG_CONF, SPARK_CONF_PREFIX  # noqa: E402
+from service.config import SPARK_CONF_PREFIX  # noqa: E402
+from service.session import ROCKSDB_CHANGELOG_CONF  # noqa: E402
 
 DEFAULT_VARIANTS = ["changelog:", f"snapshots:{SPARK_CONF_PREFIX}{ROCKSDB_CHANGELOG_CONF.replace('.', '_')}=false"]
 
