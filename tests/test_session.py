@@ -181,6 +181,30 @@ def test_the_settings_keep_the_spark_conf_variables_as_set():
         "spark.executor.instances": "4"}
 
 
+# -- the documentation names every property the service chooses ------------------------------------
+
+SPARK_SETTINGS = "**Spark settings**"  # the paragraph that starts with it (README.md, or a docs/ page)
+
+
+def spark_settings_paragraph() -> str:
+    """The paragraph of the README (or of a page under docs/) that starts with ``**Spark settings**``,
+    up to the next blank line."""
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("**/*.md"))]:
+        text = page.read_text() if page.exists() else ""
+        start = text.find(SPARK_SETTINGS)
+        if start >= 0:
+            end = text.find("\n\n", start)
+            return text[start:end if end >= 0 else len(text)]
+    raise AssertionError(f"no paragraph starting with {SPARK_SETTINGS} in README.md or docs/")
+
+
+def test_the_spark_settings_paragraph_names_every_property_the_service_sets():
+    named = set(re.findall(r"`(spark\.[A-Za-z0-9.]+)", spark_settings_paragraph()))
+    chosen = set(properties()) | set(properties(CHECKPOINT_LOCATION="s3a://bucket/cp"))
+    assert not chosen - named, f"name them in the {SPARK_SETTINGS} paragraph: {sorted(chosen - named)}"
+    assert not named - chosen, f"the service does not set {sorted(named - chosen)}"
+
+
 def test_check_config_prints_the_spark_properties_with_secrets_hidden():
     from test_config import changejoin
 
