@@ -10,30 +10,24 @@ A checkpoint's state has three owners; none repeats the others:
 - this module: where Spark keeps those values, and how their bytes are framed.
 
 Each stateful stage of the query (``pipeline.py``) is one ``transformWithState`` whose
-``StatefulProcessor`` (``processor.py``) opens its state variables here, per grouping key; Spark
-keeps them in RocksDB under the checkpoint's ``state/`` directory and checks their names and
-schemas on every restart, so renaming one, or changing its schema, loses that state:
+``StatefulProcessor`` (``processor.py``) opens its state variables here, per grouping key. Spark
+keeps them in RocksDB under the checkpoint's ``state/`` directory, by name, and checks each one's
+schema against the one it recorded: a name or a schema is part of the format (a renamed variable
+starts empty).
 
-====================  ====================================  ==========================================
-stage (grouped by)    state variables                       value (``operators/stateformat.py``)
-====================  ====================================  ==========================================
-NormalizeProcessor    value state :data:`LAST`              the message key's last row
-(``jk``: message key)
-JoinProcessor         value state :data:`JOIN`; in a        the join key's join state; the entries
-(``jk``: join key)    regular join also the map states      of a split side (``operators/
-                      :data:`JOIN_MAPS` (``left``,          splitside.py``)
-                      ``right``)
-UpsertProcessor       value state :data:`ROWS`              the rows present for the upsert key
-(``okey``: upsert
-key)
-====================  ====================================  ==========================================
+- ``NormalizeProcessor``, per message key (column ``jk``: ``envelope.message_key_group``): the
+  value state :data:`LAST` (``"last"``), the key's last row;
+- ``JoinProcessor``, per join key (``jk``: ``envelope.join_key_group``): the value state
+  :data:`JOIN` (``"join"``), the key's join state, and in a regular join the map states
+  :data:`JOIN_MAPS` (``"left"``, ``"right"``), the entries of a split side
+  (``operators/splitside.py``); its timers (processing or event time, ``JoinPlan.time_mode``) are
+  Spark's own timer state, in epoch milliseconds;
+- ``UpsertProcessor``, per upsert key (``okey``: ``envelope.output_key_group``): the value state
+  :data:`ROWS` (``"rows"``), the rows present for the key.
 
-Grouping keys are bytes (``envelope.py``: ``message_key_group``, ``join_key_group``,
-``output_key_group``, ``dead_letter_group``). A value state has the schema :data:`VALUE_SCHEMA`
-(one nullable binary column ``v``); a map state is keyed by :data:`MAP_KEY_SCHEMA` (one binary
-column ``k``: the entry key's :func:`~operators.stateformat.map_key` bytes) with values of
-:data:`VALUE_SCHEMA`. The join's timers (processing or event time, ``plan.time_mode``) are Spark's
-own timer state, registered in epoch milliseconds.
+A value state has the schema :data:`VALUE_SCHEMA` (one nullable binary column ``v``); a map state
+is keyed by :data:`MAP_KEY_SCHEMA` (one nullable binary column ``k``: the entry key's
+:func:`~operators.stateformat.map_key` bytes) with values of :data:`VALUE_SCHEMA`.
 
 How a value's bytes are framed:
 
