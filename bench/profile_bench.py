@@ -34,7 +34,7 @@ from bench.harness.changejoin import run_changejoin
 from bench.harness.data import load
 from bench.harness.processes import proc_stat, process_tree, processes
 from devkit.kafka_broker import KafkaBroker
-from service.pipeline import LOG4J_CONFIG
+from service.session import LOG4J_CONFIG
 
 
 # -- JVM threads ---------------------------------------------------------------------------------

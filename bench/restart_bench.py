@@ -30,7 +30,8 @@ import time
 from bench.harness.changejoin import parse_variant, service_settings
 from bench.harness.data import changelogs, preload, price_partition, schemas
 from bench.harness.processes import child_result
-from service.config import ROCKSDB_CHANGELOG_CONF, SPARK_CONF_PREFIX
+from service.config import SPARK_CONF_PREFIX
+from service.session import ROCKSDB_CHANGELOG_CONF
 
 DEFAULT_VARIANTS = ["changelog:", f"snapshots:{SPARK_CONF_PREFIX}{ROCKSDB_CHANGELOG_CONF.replace('.', '_')}=false"]
 

@@ -1,8 +1,8 @@
 """What each operator keeps per key: the checkpoint format.
 
-The service pickles the value an operator ``put``s for a key into Spark's RocksDB state store, so
-the structures below are what a checkpoint holds, and a running service must read the values an
-earlier run wrote. They are builtins only (tuples, lists, dicts, ints, floats, strings, bytes,
+The service pickles the value an operator ``put``s for a key into Spark's RocksDB state store
+(``service/sparkstate.py``: in which state variables, framed how), so the structures below are
+what a checkpoint holds, and a running service must read the values an earlier run wrote. They are builtins only (tuples, lists, dicts, ints, floats, strings, bytes,
 None, bools, and the row values Avro decoding gives: ``datetime``, ``Decimal``), never a class of
 this project, so unpickling needs no code of ours and renaming a class cannot break a checkpoint.
 

@@ -6,7 +6,7 @@ import json
 import logging
 import sys
 
-from .config import ConfigError, load_settings, unused_settings
+from .config import ConfigError, load_settings, redact, unused_settings
 
 log = logging.getLogger("service.cli")
 
@@ -57,6 +57,11 @@ def cmd_check_config(args) -> int:
     print("configuration:")
     for name, value in sorted(settings.redacted().items()):
         print(f"  {name}={value}")
+    from .session import spark_properties
+
+    print("spark properties:")  # the service's own and SPARK_CONF_'s, as Spark gets them
+    for key, value in sorted(spark_properties(settings).items()):
+        print(f"  {key}={redact(key, value)}")
     print("plan:")
     from .planner import explain
 

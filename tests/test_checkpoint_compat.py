@@ -11,7 +11,7 @@ from service import checkpoint
 from service.checkpoint import CheckpointMismatch, reconcile
 from service.config import load_settings
 from service.planner import build_plan
-from service.processor import SparkKeyState
+from service.sparkstate import SparkKeyState
 from test_config import SCHEMAS, VALID
 
 ORDERS = json.loads((SCHEMAS / "orders.avsc").read_text())

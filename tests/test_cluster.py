@@ -41,7 +41,7 @@ import pytest
 from kafka_fixture import consume_all, create_topic
 from service.config import load_settings
 from devkit.broker_process import free_port
-from service.pipeline import QUIET_JVM_LINES
+from service.session import QUIET_JVM_LINES
 from service_harness import SCHEMAS, JoinHarness, drop_replays, read_changelog, retract_table
 from spark_cluster import SparkCluster, listening_ports
 from test_recovery import PARTITIONS, Changelogs, ServiceProcess, caught_up, drive, send, service_env

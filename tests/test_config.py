@@ -383,48 +383,10 @@ def test_check_config_exits_2_naming_a_refused_variable():
     assert "KAFKA_CLIENT_ACKS" in proc.stderr and "did you mean STATE_TTL?" in proc.stderr
 
 
-# --------------------------------------------------------------------------------------------
-# the Spark UI
-
-def test_spark_ui_is_off_unless_enabled():
-    assert load_settings(VALID).spark_conf["spark.ui.enabled"] == "false"
-    assert load_settings({**VALID, "SPARK_UI_ENABLED": "true"}).spark_conf["spark.ui.enabled"] == "true"
-    assert load_settings({**VALID, "SPARK_CONF_spark_ui_enabled": "true"}).spark_conf["spark.ui.enabled"] == "true"
-    # Spark's own redaction covers the same secrets and URL user info.
-    conf = load_settings(VALID).spark_conf
-    import re
-
-    for name in ("spark.hadoop.fs.azure.account.key.a.blob.core.windows.net", "sasl.oauthbearer.config"):
-        assert re.search(conf["spark.redaction.regex"], name)
-    assert re.search(conf["spark.redaction.string.regex"].replace("(?i)", ""), "https://u:p@h")
-
-
 def test_trigger_interval_defaults_to_500ms_and_takes_durations():
     assert load_settings(VALID).trigger_interval_ms == 500  # docs/configuration.md (bench/results/RESULTS.md, latency)
     assert load_settings({**VALID, "TRIGGER_INTERVAL": "2s"}).trigger_interval_ms == 2000
     assert load_settings({**VALID, "TRIGGER_INTERVAL": "0"}).trigger_interval_ms == 0
-
-
-def test_spark_defaults_filesystem_checkpoints_unix_sockets_rocksdb_changelogs_unless_spark_conf_says_otherwise():
-    key = "spark.sql.streaming.checkpointFileManagerClass"
-    for local in ("checkpoints", "/var/lib/changejoin/cp", "file:///var/lib/changejoin/cp"):
-        conf = load_settings({**VALID, "CHECKPOINT_LOCATION": local}).spark_conf
-        assert conf[key].endswith(".FileSystemBasedCheckpointFileManager"), local
-    for remote in ("s3a://bucket/cp", "hdfs://namenode/cp"):  # Spark's own choice for other file systems
-        assert key not in load_settings({**VALID, "CHECKPOINT_LOCATION": remote}).spark_conf, remote
-    # the JVM and its Python workers (and the state server) talk over Unix domain sockets
-    assert load_settings(VALID).spark_conf["spark.python.unix.domain.socket.enabled"] == "true"
-    conf = load_settings({**VALID, "SPARK_CONF_spark_python_unix_domain_socket_enabled": "false"}).spark_conf
-    assert conf["spark.python.unix.domain.socket.enabled"] == "false"
-    # RocksDB commits a micro-batch as a changelog file, not a new snapshot
-    changelog = "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"
-    assert load_settings(VALID).spark_conf[changelog] == "true"
-    conf = load_settings({**VALID, "SPARK_CONF_spark_sql_streaming_stateStore_rocksdb_changelogCheckpointing_enabled":
-                          "false"}).spark_conf
-    assert conf[changelog] == "false"
-    mine = "org.example.MyCheckpointFileManager"
-    conf = load_settings({**VALID, "SPARK_CONF_spark_sql_streaming_checkpointFileManagerClass": mine}).spark_conf
-    assert conf[key] == mine
 
 
 # --------------------------------------------------------------------------------------------

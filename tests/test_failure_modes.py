@@ -9,8 +9,8 @@ import pytest
 from service.app import Service, log_fatal
 from service.config import load_settings
 from service.logs import JsonFormatter
-from service.pipeline import TASK_ATTEMPTS, _relay_jvm_stderr, with_task_retries
 from service.planner import build_plan
+from service.session import TASK_ATTEMPTS, _relay_jvm_stderr, with_task_retries
 from test_config import VALID
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from service.checkpoint import CheckpointMismatch
-from service.config import ROCKSDB_CHANGELOG_CONF
+from service.session import ROCKSDB_CHANGELOG_CONF
 from service_harness import ORDERS, JoinHarness, drop_replays, order, price, retract_table, upsert_table
 
 pytestmark = pytest.mark.integration

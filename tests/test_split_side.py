@@ -170,7 +170,7 @@ def test_stored_rows_of_an_older_schema_are_upgraded_in_a_split_side():
     rows = runner.operator.split_at + 1
     runner.process(inserts(0, range(rows)))
     # a field was added to both inputs: rows stored before get its default, as the host upgrades
-    # a value of an older state generation when it reads it (service/processor.py)
+    # a value of an older state generation when it reads it (service/sparkstate.py)
     stored = runner.state.for_key(KEY)
     stored.put(runner.operator.map_rows(stored.get(), lambda row: row + ("d",), lambda row: row + ("d",)))
     runner.process([(1, RowKind.INSERT, (7, 0, 0, "x"))])

@@ -3,6 +3,7 @@ What the workers run never loads the driver's planner or SQL front end, and the 
 modules each import only those above them. And the service stands apart from the tooling: no
 service module imports devkit at module level."""
 import ast
+import re
 from pathlib import Path
 
 SERVICE = Path(__file__).resolve().parent.parent / "service"
@@ -61,7 +62,38 @@ def test_no_step_of_the_record_path_imports_another_step():
 
 def test_the_steps_do_not_import_the_wiring():
     for step in STEPS:
-        assert not service_imports(step) & {"pipeline", "app", "cli"}, step
+        assert not service_imports(step) & {"pipeline", "app", "cli", "session"}, step
+
+
+def modules() -> list[str]:
+    return sorted(path.stem for path in SERVICE.glob("*.py"))
+
+
+def test_only_the_processors_use_spark_state_and_it_knows_no_step_and_no_wiring():
+    """sparkstate.py is the service half of the checkpoint format: the processors' alone."""
+    assert [m for m in modules() if "sparkstate" in service_imports(m)] == ["processor"]
+    assert not service_imports("sparkstate") & (set(STEPS) | {"pipeline", "app", "cli", "session"})
+
+
+def test_the_spark_session_knows_no_step_and_no_state():
+    assert not service_imports("session") & (set(STEPS) | {"sparkstate", "pipeline", "app", "cli"})
+
+
+SPARK_PROPERTY = re.compile(r"^spark\.[A-Za-z0-9]+(\.[A-Za-z0-9]+)*$")
+
+
+def test_only_the_session_names_spark_properties():
+    """Every Spark property the service sets comes from session.spark_properties; config.py only
+    reads the user's spark.ui.enabled to check it against SPARK_UI_ENABLED (and jars.py reads
+    spark.version, a property of Spark's Maven pom)."""
+    allowed = {"config": {"spark.ui.enabled"}, "jars": {"spark.version"}}
+    for module in modules():
+        if module == "session":
+            continue
+        tree = ast.parse((SERVICE / f"{module}.py").read_text())
+        named = {node.value for node in ast.walk(tree)
+                 if isinstance(node, ast.Constant) and isinstance(node.value, str) and SPARK_PROPERTY.match(node.value)}
+        assert named <= allowed.get(module, set()), f"service/{module}.py names {sorted(named)}: use session.py"
 
 
 def test_the_import_parser_sees_relative_absolute_and_function_level_imports(tmp_path, monkeypatch):
