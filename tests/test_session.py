@@ -183,25 +183,23 @@ def test_the_settings_keep_the_spark_conf_variables_as_set():
 
 # -- the documentation names every property the service chooses ------------------------------------
 
-SPARK_SETTINGS = "**Spark settings**"  # the paragraph that starts with it (README.md, or a docs/ page)
+SPARK_SETTINGS = "## Spark settings"  # the section of docs/configuration.md that names them
+CONFIGURATION_DOC = ROOT / "docs" / "configuration.md"
 
 
 def spark_settings_paragraph() -> str:
-    """The paragraph of the README (or of a page under docs/) that starts with ``**Spark settings**``,
-    up to the next blank line."""
-    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("**/*.md"))]:
-        text = page.read_text() if page.exists() else ""
-        start = text.find(SPARK_SETTINGS)
-        if start >= 0:
-            end = text.find("\n\n", start)
-            return text[start:end if end >= 0 else len(text)]
-    raise AssertionError(f"no paragraph starting with {SPARK_SETTINGS} in README.md or docs/")
+    """The section of ``docs/configuration.md`` headed ``## Spark settings``, up to the next heading."""
+    text = CONFIGURATION_DOC.read_text()
+    start = text.find(SPARK_SETTINGS + "\n")
+    assert start >= 0, f"no section {SPARK_SETTINGS!r} in {CONFIGURATION_DOC}"
+    end = text.find("\n## ", start + len(SPARK_SETTINGS))
+    return text[start:end if end >= 0 else len(text)]
 
 
 def test_the_spark_settings_paragraph_names_every_property_the_service_sets():
     named = set(re.findall(r"`(spark\.[A-Za-z0-9.]+)", spark_settings_paragraph()))
     chosen = set(properties()) | set(properties(CHECKPOINT_LOCATION="s3a://bucket/cp"))
-    assert not chosen - named, f"name them in the {SPARK_SETTINGS} paragraph: {sorted(chosen - named)}"
+    assert not chosen - named, f"name them in the {SPARK_SETTINGS} section: {sorted(chosen - named)}"
     assert not named - chosen, f"the service does not set {sorted(named - chosen)}"
 
 

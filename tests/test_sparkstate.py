@@ -3,7 +3,8 @@ each stage opens, with which schemas, and the one upgrade of values stored in an
 The bytes of a value are held by test_checkpoint_compat.py and the golden files of test_state_format.py."""
 import pickle
 
-from operators import Context, InMemoryState, Output
+from operators import Context, Output
+from operators.testing import InMemoryState
 from service import sparkstate
 from service.checkpoint import reconcile
 from service.plan import JoinPlan
