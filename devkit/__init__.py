@@ -8,6 +8,6 @@
 - :mod:`devkit.broker_process`: what the two brokers share (a child process on loopback).
 
 The service (``service/``) never imports devkit at module level; only ``changejoin demo`` does,
-inside the function that starts its broker (tests/test_structure.py checks both). The image
-(deploy/Dockerfile) copies neither devkit/ nor bench/ (tests/test_deploy_docker.py).
+inside the function that starts its broker (tests/service/test_structure.py checks both). The image
+(deploy/Dockerfile) copies neither devkit/ nor bench/ (tests/deploy/test_deploy_docker.py).
 """

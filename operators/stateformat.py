@@ -7,7 +7,7 @@ None, bools, and the row values Avro decoding gives: ``datetime``, ``Decimal``),
 this project, so unpickling needs no code of ours and renaming a class cannot break a checkpoint.
 
 Any change to a structure below is a new :data:`STATE_FORMAT_VERSION`, with a migration from the
-previous one: ``tests/test_state_format.py`` reads state written by the current version (golden
+previous one: ``tests/operators/test_state_format.py`` reads state written by the current version (golden
 bytes under ``tests/data/state/``) and fails until both are updated.
 
 Rows are tuples in the input's schema order. An *entry* (``layouts.py``) is a list

@@ -86,7 +86,7 @@ def read_output(bootstrap: str, topic: str, schema: dict) -> list[tuple[str, dic
 
 def run_demo() -> int:
     # devkit (development tooling, not in the image) only here, never at module level:
-    # tests/test_structure.py
+    # tests/service/test_structure.py
     from devkit.embedded_broker import EmbeddedBroker
 
     from .app import Service

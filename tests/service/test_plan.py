@@ -62,7 +62,7 @@ def test_an_event_time_join_drops_the_versioned_tables_update_before():
     from operators import EVENT, RowKind
     from operators.testing import LocalRunner
 
-    data = Path(__file__).parent / "data"
+    data = Path(__file__).resolve().parents[1] / "data"
     _, plan = plan_for(
         LEFT_SCHEMA_FILE=str(data / "orders_timed.avsc"), RIGHT_SCHEMA_FILE=str(data / "rates.avsc"),
         RIGHT_TABLE="rates", RIGHT_PRIMARY_KEY="currency", RIGHT_EVENT_TIME_COLUMN="rate_time",
@@ -135,7 +135,7 @@ def test_numbers_of_different_types_meet_under_one_join_key(tmp_path):
 
 
 # -- interval and window joins ------------------------------------------------------------------
-DATA = __import__("pathlib").Path(__file__).parent / "data"
+DATA = __import__("pathlib").Path(__file__).resolve().parents[1] / "data"
 TIMED = dict(
     LEFT_SCHEMA_FILE=str(DATA / "orders_timed.avsc"), RIGHT_SCHEMA_FILE=str(DATA / "shipments.avsc"),
     RIGHT_TABLE="shipments", LEFT_PRIMARY_KEY="order_id", RIGHT_PRIMARY_KEY="ship_id",

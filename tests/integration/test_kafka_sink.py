@@ -1,4 +1,4 @@
-"""service/sink.py against a real broker (see tests/kafka_fixture.py for where it comes from)."""
+"""service/sink.py against a real broker (see tests/support/kafka_fixture.py for where it comes from)."""
 
 from __future__ import annotations
 

@@ -24,7 +24,7 @@ from operators.testing import InMemoryState, LocalRunner, PickledMap
 
 from test_operators_property import CONDITIONS, build, bundles, changelog, layouts_, ops, settings_
 
-CASES = Path(__file__).resolve().parent / "conformance" / "cases.json"
+CASES = Path(__file__).resolve().parents[1] / "conformance" / "cases.json"
 REGULAR_KINDS = {"regular", "semi_anti", "mini_batch"}
 
 

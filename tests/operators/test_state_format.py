@@ -5,7 +5,7 @@ leaves, as the service pickles it. The current operators must write exactly thos
 read them back and carry on as if they had never stopped. A change of layout fails here until
 STATE_FORMAT_VERSION is raised and a migration is written.
 
-    python tests/test_state_format.py --write    # (re)write the golden files of the current version
+    python tests/operators/test_state_format.py --write    # (re)write the golden files of the current version
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from operators import (  # noqa: E402
     EVENT,
@@ -41,7 +41,7 @@ from operators import (  # noqa: E402
 from operators.stateformat import map_key  # noqa: E402
 from operators.testing import InMemoryState, LocalRunner  # noqa: E402
 
-GOLDEN = Path(__file__).resolve().parent / "data" / "state" / f"v{STATE_FORMAT_VERSION}"
+GOLDEN = Path(__file__).resolve().parents[1] / "data" / "state" / f"v{STATE_FORMAT_VERSION}"
 I, UB, UA, D = (int(k) for k in RowKind)
 ORDERS = ("order_id", "product", "quantity")
 PRICES = ("product", "price")
@@ -187,7 +187,7 @@ def _dump(name) -> bytes:
 def test_the_operators_write_the_golden_state_of_this_format_version(name):
     assert _dump(name) == (GOLDEN / f"{name}.pickle").read_bytes(), (
         f"the state layout of {name} changed: raise STATE_FORMAT_VERSION, write a migration from "
-        f"v{STATE_FORMAT_VERSION}, and regenerate the golden files (python tests/test_state_format.py --write)"
+        f"v{STATE_FORMAT_VERSION}, and regenerate the golden files (python tests/operators/test_state_format.py --write)"
     )
 
 

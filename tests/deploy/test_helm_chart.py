@@ -1,7 +1,7 @@
 """Offline tests of the Helm chart in helm/changejoin.
 
-helm (see tests/helm_tool.py) lints and renders the chart for three values files in
-tests/values/; every rendered manifest is validated against the Kubernetes OpenAPI schemas
+helm (see tests/support/helm_tool.py) lints and renders the chart for three values files in
+tests/deploy/values/; every rendered manifest is validated against the Kubernetes OpenAPI schemas
 that kubernetes-validate ships, in strict mode (unknown fields are errors). Then the
 rendered objects are checked for what the deployment relies on.
 
@@ -779,7 +779,7 @@ def test_spark_ui_off_unless_enabled(helm, rendered):
 
 def test_the_chart_refuses_the_secrets_the_service_hides(helm, tmp_path):
     """The chart's check of extraEnv, kafka.properties and spark.conf names agrees with the
-    service's rule (service.config.is_secret_name) on every name of tests/test_config.py."""
+    service's rule (service.config.is_secret_name) on every name of tests/service/test_config.py."""
     from test_config import PUBLIC_NAMES, SECRET_NAMES
 
     from service import config

@@ -10,7 +10,7 @@ from service.config import load_settings
 from service.session import launch_properties, query_start_properties, spark_properties
 from test_config import VALID
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 IDLE = "spark.sql.streaming.noDataProgressEventInterval"
 
 

@@ -54,7 +54,7 @@ from tcp_proxy import TcpProxy
 
 pytestmark = pytest.mark.integration
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 PARTITIONS = 2
 JOIN_SQL = (
     "SELECT o.order_id, o.product, o.quantity, p.price FROM orders AS o LEFT JOIN prices AS p ON o.product = p.product"

@@ -5,7 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 FORBIDDEN = (
     "pyspark", "py4j", "confluent_kafka", "kafka", "fastavro", "requests", "urllib3", "httpx",
     "socket", "ssl", "http", "urllib", "asyncio", "aiohttp", "grpc", "service",

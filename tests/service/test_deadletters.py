@@ -7,7 +7,7 @@ from service.deadletters import Reason
 from service.kafka_records import record_bytes
 from service.source import KafkaRecord
 
-SEMANTICS = Path(__file__).resolve().parent.parent / "docs" / "semantics.md"
+SEMANTICS = Path(__file__).resolve().parents[2] / "docs" / "semantics.md"
 
 
 def test_the_semantics_reference_lists_exactly_the_reasons_the_service_uses():

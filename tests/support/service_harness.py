@@ -19,8 +19,8 @@ from kafka_fixture import consume_all, produce
 from service.app import Service
 from service.config import load_settings
 
-SCHEMAS = Path(__file__).resolve().parent.parent / "schemas"
-DATA = Path(__file__).resolve().parent / "data"
+SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
+DATA = Path(__file__).resolve().parents[1] / "data"
 ORDERS = json.loads((SCHEMAS / "orders.avsc").read_text())
 PRICES = json.loads((SCHEMAS / "prices.avsc").read_text())
 TIMED_ORDERS = json.loads((DATA / "orders_timed.avsc").read_text())

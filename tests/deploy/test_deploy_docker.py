@@ -21,7 +21,7 @@ import yaml
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "deploy" / "Dockerfile"
 DOCKERIGNORE = ROOT / ".dockerignore"
 SPARK_DEFAULTS = ROOT / "deploy" / "spark-defaults.conf"
@@ -358,7 +358,7 @@ def test_dockerignore_excludes_local_state():
     patterns = _ignore_patterns()
     for path in (".venv", ".git", ".cache/helm/2.2.2/helm", ".pytest_cache", ".hypothesis",
                  "service/__pycache__/x.cpython-311.pyc", "checkpoints", "spark-warehouse",
-                 "tests/test_avro.py", "changejoin.egg-info", "dist/x.whl", "build/lib"):
+                 "tests/service/test_avro.py", "changejoin.egg-info", "dist/x.whl", "build/lib"):
         assert _ignored(path, patterns), path
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "tests" / "conformance" / "README.md"  # the cases' format, cited by section
 CASES = ROOT / "tests" / "conformance" / "cases.json"
 INTERVAL_WINDOW_CASES = ROOT / "tests" / "conformance" / "cases-interval-window.json"

@@ -6,7 +6,7 @@ import ast
 import re
 from pathlib import Path
 
-SERVICE = Path(__file__).resolve().parent.parent / "service"
+SERVICE = Path(__file__).resolve().parents[2] / "service"
 STEPS = ("source", "decode", "processor", "encode", "sink")
 # The modules Spark's workers run (the record path, and the plan's trip to them).
 WORKERS = STEPS + ("shipping",)

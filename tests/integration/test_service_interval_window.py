@@ -12,7 +12,7 @@ from service_harness import JoinHarness
 
 pytestmark = pytest.mark.integration
 
-DATA = Path(__file__).resolve().parent / "data"
+DATA = Path(__file__).resolve().parents[1] / "data"
 TIMED_ORDERS = json.loads((DATA / "orders_timed.avsc").read_text())
 SHIPMENTS = json.loads((DATA / "shipments.avsc").read_text())
 FAR_FUTURE = 100_000  # a record at this time on both inputs moves the watermark past everything before it

@@ -5,7 +5,7 @@ exactly those bytes, and the workers must read them back into the same plan. A c
 until the golden files are rewritten on purpose (a checkpoint-facts change also needs a look at
 service/checkpoint.py's compatibility rules).
 
-    python tests/test_plan_golden.py --write    # (re)write the golden files
+    python tests/service/test_plan_golden.py --write    # (re)write the golden files
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from service import checkpoint  # noqa: E402

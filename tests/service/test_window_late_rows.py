@@ -18,7 +18,7 @@ from spark_fakes import FakeHandle, FakeTimerValues
 from test_config import VALID
 from test_plan import TIMED
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).resolve().parents[1] / "data"
 TIMED_ORDERS = json.loads((DATA / "orders_timed.avsc").read_text())
 SHIPMENTS = json.loads((DATA / "shipments.avsc").read_text())
 

@@ -8,7 +8,7 @@ import pytest
 from service.kafka_records import output_framing_bytes
 from service.config import ConfigError, env_var_names, load_settings, parse_duration_ms
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SCHEMAS = ROOT / "schemas"
 VALID = {
     "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1",
