@@ -1,15 +1,15 @@
 """Side-by-side runs of the service under configuration variants, alternating, on the same topics.
 
-    python bench/ab_bench.py --variant base: --variant c1:SPARK_CONF_spark_driver_extraJavaOptions=... \
+    python -m bench.ab_bench --variant base: --variant c1:SPARK_CONF_spark_driver_extraJavaOptions=... \
         [--scenario left-pk] [--rows 200000] [--keys 10000] [--rounds 3] [--no-check]
 
-Each ``--variant NAME:VAR=VALUE,VAR=VALUE`` is a set of service variables added to
-pipeline_bench's (empty for the defaults). Every round runs each variant once, in turn, as a
-fresh child process (a fresh Spark JVM, as ``compare.py`` does), on the scenario's topics preloaded
-once. Printed per scenario and variant: input rows/s min and median, CPU seconds by process kind
-(median) and the ratio of medians to the first variant; and, unless ``--no-check``, the output's
-count by kind and the digest of the final table it materializes to (first round), which must be
-the same for every variant.
+Each ``--variant NAME:VAR=VALUE,VAR=VALUE`` is a set of service variables added to the
+benchmarks' own (bench/harness/changejoin.py; empty for the defaults). Every round runs each
+variant once, in turn, as a fresh child process (a fresh Spark JVM, as ``bench.compare`` does),
+on the scenario's topics preloaded once. Printed per scenario and variant: input rows/s min and
+median, CPU seconds by process kind (median) and the ratio of medians to the first variant; and,
+unless ``--no-check``, the output's count by kind and the digest of the final table it
+materializes to (first round), which must be the same for every variant.
 
 ``--without-output NAME`` makes variant NAME write nothing: its micro-batches count the join's
 output rows where the others encode and produce them (the join's output still reaches the
@@ -24,20 +24,18 @@ import contextlib
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
+from bench.harness.changejoin import parse_variant, run_changejoin
+from bench.harness.data import load
+from bench.harness.outputs import changejoin_reader, output_counts
+from bench.harness.processes import broker_pid, child_result, process_tree, processes
 
-import pipeline_bench  # noqa: E402
 
 def tree_cpu(root: int, broker: int | None) -> dict[str, float]:
-    stats = pipeline_bench.processes()
-    tree = pipeline_bench.process_tree(stats, root)
+    stats = processes()
+    tree = process_tree(stats, root)
     out: collections.Counter = collections.Counter()
     for pid in tree:
         _, comm, cpu, _ = stats[pid]
@@ -78,38 +76,18 @@ def child(args) -> None:
         after = tree_cpu(os.getpid(), args.broker_pid)
         state["cpu"] = {k: round(after.get(k, 0) - state["cpu"].get(k, 0), 1) for k in after}
 
-    result = pipeline_bench.run_changejoin(args.bootstrap, args.scenario[0], args.rows, args.max_per_trigger,
-                                           args.shuffle_partitions, out=args.out, on_start=on_start,
-                                           on_end=on_end, extra=extra)
+    result = run_changejoin(args.bootstrap, args.scenario[0], args.rows, args.max_per_trigger,
+                            args.shuffle_partitions, out=args.out, on_start=on_start, on_end=on_end, extra=extra)
     print(json.dumps({"event": "end", "elapsed": result["elapsed"], "cpu": state["cpu"],
                       "batches": len(result["durations"])}), flush=True)
 
 
 def run_one(args, scenario: str, extra: dict, out: str, broker_pid: int | None, without_output: bool = False) -> dict:
-    cmd = [sys.executable, __file__, "--child", "--bootstrap", args.bootstrap, "--scenario", scenario,
+    cmd = [sys.executable, "-m", "bench.ab_bench", "--child", "--bootstrap", args.bootstrap, "--scenario", scenario,
            "--rows", str(args.rows), "--max-per-trigger", str(args.max_per_trigger),
            "--shuffle-partitions", str(args.shuffle_partitions), "--out", out, "--extra", json.dumps(extra),
            "--broker-pid", str(broker_pid or 0)] + (["--count-only"] if without_output else [])
     return child_result(cmd)
-
-
-def child_result(cmd: list[str]) -> dict:
-    """Run a child benchmark process (this checkout on its Python path); the JSON line it prints
-    as ``{"event": "end", ...}``."""
-    proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
-    for line in proc.stdout.splitlines():
-        if line.startswith('{"event": "end"'):
-            return json.loads(line)
-    raise RuntimeError(f"run failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
-
-
-def parse_variant(text: str) -> tuple[str, dict]:
-    name, _, assignments = text.partition(":")
-    extra = {}
-    for item in filter(None, assignments.split(",,")):
-        key, _, value = item.partition("=")
-        extra[key.strip()] = value
-    return name, extra
 
 
 def main() -> None:
@@ -136,25 +114,23 @@ def main() -> None:
         child(args)
         return
     variants = [parse_variant(v) for v in args.variant] or [("base", {})]
-    from service.kafka_broker import KafkaBroker
-
-    import compare
+    from devkit.kafka_broker import KafkaBroker
 
     external = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
     results: dict = collections.defaultdict(list)
     with contextlib.nullcontext(external) if external else KafkaBroker(heap="1g") as bootstrap:
         args.bootstrap = bootstrap
-        broker = None if external else compare.broker_pid()
+        broker = None if external else broker_pid()
         for scenario in args.scenario or ["left-pk", "inner-nopk"]:
-            pipeline_bench.load(bootstrap, scenario, args.rows, args.keys)
-            reader = None if args.no_check else compare.changejoin_reader(scenario)
+            load(bootstrap, scenario, args.rows, args.keys)
+            reader = None if args.no_check else changejoin_reader(scenario)
             for round_ in range(args.rounds):
                 for name, extra in variants:
                     out = f"ab-{scenario}-{round_}-{time.time_ns()}"
                     silent = name in args.without_output
                     r = run_one(args, scenario, extra, out, broker, silent)
                     if reader is not None and round_ == 0 and not silent:  # reading 3-4 M records back takes a while
-                        count, kinds, digest = compare.output_counts(bootstrap, out, reader)
+                        count, kinds, digest = output_counts(bootstrap, out, reader)
                         r["output"] = {"records": count, **kinds, "digest": digest}
                     r["rows_s"] = 2 * args.rows / r["elapsed"]
                     results[(scenario, name)].append(r)

@@ -1,12 +1,12 @@
 """Output records per second through the encode step: fastavro's writer against the record writer
 compiled per schema, side by side in one run.
 
-    python bench/encode_bench.py [--records 200000] [--rounds 5] [--record-results]
+    python -m bench.encode_bench [--records 200000] [--rounds 5] [--record-results]
 
 The rows are the left-pk scenario's output (order_id long, product string, quantity int, price
 nullable double) and a 9-column output with enums and nullable strings; each round encodes every
 row with both writers, alternating which goes first. Prints min and median records/s per writer
-and their ratio; with --record-results appends the round to bench/RESULTS.md.
+and their ratio; with --record-results appends the round to bench/results/RESULTS.md.
 """
 from __future__ import annotations
 
@@ -16,11 +16,9 @@ import random
 import statistics
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from service.avro import ValueEncoder  # noqa: E402
+from bench.harness.report import append_results
+from service.avro import ValueEncoder
 
 SCHEMAS = {
     "left-pk output (4 columns)": {"type": "record", "name": "out", "fields": [
@@ -83,12 +81,10 @@ def main() -> int:
     print(f"records/s encoding {args.records:,} rows, {args.rounds} rounds")
     print("\n".join(lines))
     if args.record_results:
-        results = Path(__file__).with_name("RESULTS.md")
-        with results.open("a") as f:
-            f.write(f"\n## {dt.date.today()} encode: fastavro vs the compiled record writer\n\n"
-                    f"`python bench/encode_bench.py --records {args.records} --rounds {args.rounds} --record-results`"
-                    f" (records/s, one process, both writers in every round; this machine is shared, compare the "
-                    f"ratio)\n\n" + "\n".join(lines) + "\n")
+        append_results(f"\n## {dt.date.today()} encode: fastavro vs the compiled record writer\n\n"
+                       f"`python -m bench.encode_bench --records {args.records} --rounds {args.rounds} --record-results`"
+                       f" (records/s, one process, both writers in every round; this machine is shared, compare the "
+                       f"ratio)\n\n" + "\n".join(lines) + "\n")
     return 0
 
 

@@ -1,18 +1,18 @@
 """The Flink 2.3 peer of bench/compare.py: the scenario's join as a PyFlink Table API job.
 
-Runs in Flink's own virtualenv (``.cache/flink-venv``, made by compare.py), never in the
+Runs in Flink's own virtualenv (``.cache/flink-venv``, made by bench/harness/peers.py), never in the
 project's: PyFlink pins packages PySpark needs in other versions. Everything runs in Flink's JVM
 (SQL only, no Python functions); local mini-cluster, streaming mode, RocksDB state backend
 (its working directory under ``--state-dir``), no checkpoints.
 
-    python bench/flink_job.py --bootstrap HOST:PORT --scenario left-pk --parallelism 2 \\
+    python -m bench.flink_job --bootstrap HOST:PORT --scenario left-pk --parallelism 2 \\
         --orders TOPIC --prices TOPIC --format debezium-json --sink kafka --out TOPIC --jars A.jar,B.jar
 
-Scenarios (bench/pipeline_bench.py): ``left-pk``, ``inner-nopk``, their mini-batch variants
+Scenarios (bench/harness/data.py): ``left-pk``, ``inner-nopk``, their mini-batch variants
 ``left-pk-mb`` / ``inner-nopk-mb`` (``table.exec.mini-batch.enabled``, ``allow-latency``,
 ``size`` = ``--mini-batch-size``: Flink's mini-batch join), and ``temporal-left``, an event-time
 temporal LEFT join (insert-only Avro orders, debezium-json prices with a primary key; both with
-a watermark ``pipeline_bench.WATERMARK_DELAY_S`` behind their event time, as changejoin's).
+a watermark ``harness.data.WATERMARK_DELAY_S`` behind their event time, as changejoin's).
 
 By default the sources are bounded at the topics' end offsets when the job starts
 ('scan.bounded.mode' = 'latest-offset'), so the job finishes when every preloaded row is
@@ -30,7 +30,7 @@ import sys
 import time
 from pathlib import Path
 
-WATERMARK_DELAY_S = 300  # pipeline_bench.WATERMARK_DELAY_S, whole minutes (this runs in Flink's venv: no import)
+WATERMARK_DELAY_S = 300  # harness.data.WATERMARK_DELAY_S, whole minutes (this runs in Flink's venv: no import)
 
 
 def emit(event: str, **fields) -> None:

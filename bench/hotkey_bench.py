@@ -1,6 +1,6 @@
 """A hot join key, end to end: what one update costs on a key holding many rows vs a small key.
 
-    python bench/hotkey_bench.py [--hot-rows 1000000] [--small-rows 10] [--updates 8]
+    python -m bench.hotkey_bench [--hot-rows 1000000] [--small-rows 10] [--updates 8]
                                  [--before PATH] [--record]
 
 A LEFT join of orders (primary key order_id) with prices (primary key product) on product. The
@@ -12,13 +12,16 @@ duration (Spark's ``triggerExecution``), min and median per kind, and their rati
 target: an update to the hot key within 3x of one to a small key.
 
 First, without Spark: the state work of one such update in the operators themselves, on a state
-that keeps values and map entries pickled as Spark does (``InMemoryState(pickled=True)``), for
-keys of 10 to ``--hot-rows`` rows, with the key's side in one value (``split_at`` beyond the key's
-size: the layout before split sides) and split (the default).
+that keeps values and map entries pickled as Spark does
+(``operators.testing.InMemoryState(pickled=True)``, one ``process`` call timed alone), for keys of
+10 to ``--hot-rows`` rows, with the key's side in one value (``split_at`` beyond the key's size:
+the layout before split sides) and split (the default).
 
 ``--before PATH`` runs the same with the code of another checkout (e.g. a ``git worktree`` of
 the commit before a change) in the same invocation, one system after the other, each on topics
-of its own. Each system runs in a child process (``--child``) whose Python path is its checkout.
+of its own. Each system runs in a child process (``--child``) whose Python path is its checkout:
+this file run by its path (not ``-m``, which would import the other checkout's copy of it), with
+``PYTHONPATH`` and the working directory set to the checkout.
 """
 from __future__ import annotations
 
@@ -67,8 +70,8 @@ def produce(bootstrap: str, topic: str, schema, changes) -> None:
 
 
 def child(args) -> None:
-    """One system: preload its topics, join them, then the alternating updates; prints JSON."""
-    sys.path.insert(0, args.checkout)
+    """One system: preload its topics, join them, then the alternating updates; prints JSON. The
+    checkout's ``service`` is the one imported: run_system puts it on ``PYTHONPATH``."""
     import fastavro
 
     from service.app import Service
@@ -124,8 +127,8 @@ def child(args) -> None:
 def operator_costs(sizes: list[int], repeats: int = 5) -> list[tuple[int, float, float]]:
     """(rows in the key, ms per update with the side in one value, ms per update split): min of
     ``repeats`` updates, each a -U/+U pair of one row of the key, in the operators alone."""
-    sys.path.insert(0, str(ROOT))
-    from operators import Context, InMemoryState, InputSpec, JoinSpec, JoinType, Output, RowKind, make_join
+    from operators import Context, InputSpec, JoinSpec, JoinType, Output, RowKind, make_join
+    from operators.testing import InMemoryState
 
     columns = ("order_id", "product", "quantity")
     spec = JoinSpec(JoinType.LEFT, InputSpec(columns, (1,), (0,)), InputSpec(("product", "price"), (0,), (0,)))
@@ -161,7 +164,7 @@ def operator_table(results) -> str:
 
 def run_system(name: str, checkout: str, bootstrap: str, args) -> dict:
     env = dict(os.environ, PYTHONPATH=checkout)
-    cmd = [sys.executable, __file__, "--child", "--checkout", checkout, "--bootstrap", bootstrap,
+    cmd = [sys.executable, __file__, "--child", "--bootstrap", bootstrap,
            "--tag", f"{name}-{int(time.time())}", "--hot-rows", str(args.hot_rows),
            "--small-rows", str(args.small_rows), "--updates", str(args.updates)]
     # cwd too: Spark's Python workers (python -m pyspark.daemon) look in their working directory first
@@ -217,9 +220,8 @@ def main() -> None:
     parser.add_argument("--updates", type=int, default=8)
     parser.add_argument("--operators-only", action="store_true", help="only the operators' part, no Kafka or Spark")
     parser.add_argument("--before", help="another checkout to run first, for a before/after comparison")
-    parser.add_argument("--record", action="store_true", help="append the table to bench/RESULTS.md")
+    parser.add_argument("--record", action="store_true", help="append the table to bench/results/RESULTS.md")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--checkout", default=str(ROOT), help=argparse.SUPPRESS)
     parser.add_argument("--bootstrap", help=argparse.SUPPRESS)
     parser.add_argument("--tag", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -231,7 +233,9 @@ def main() -> None:
     print(operator_table(costs))
     if args.operators_only:
         return
-    from service.kafka_broker import KafkaBroker
+    # here, not at the top: a --child (this file run by its path) may have another checkout on its path
+    from bench.harness.report import append_results, results_png
+    from devkit.kafka_broker import KafkaBroker
 
     external = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
     systems = ([("before", args.before)] if args.before else []) + [("after" if args.before else "changejoin", str(ROOT))]
@@ -244,16 +248,15 @@ def main() -> None:
                   f"small {r['durations']['small']}", flush=True)
     print(table(results))
     if args.record:
-        command = "python bench/hotkey_bench.py " + " ".join(sys.argv[1:])
+        command = "python -m bench.hotkey_bench " + " ".join(sys.argv[1:])
         now = _dt.datetime.now(_dt.timezone.utc)
         when = now.strftime("%Y-%m-%d %H:%M UTC")
-        png = ROOT / "bench" / f"hotkey-{now.strftime('%Y-%m-%d-%H%M')}.png"
+        png = results_png("hotkey", now)
         plot(costs, results, png)
-        with open(ROOT / "bench" / "RESULTS.md", "a") as f:
-            f.write(f"\n## {when} hot key: one update to a key of {args.hot_rows:,} rows vs one of "
-                    f"{args.small_rows}\n\n`{command}`\n\nThe operators alone, state pickled as in Spark:\n\n"
-                    f"{operator_table(costs)}\n\nEnd to end, micro-batch of one update:\n\n{table(results)}\n\n"
-                    f"![hot key]({png.name})\n")
+        append_results(f"\n## {when} hot key: one update to a key of {args.hot_rows:,} rows vs one of "
+                       f"{args.small_rows}\n\n`{command}`\n\nThe operators alone, state pickled as in Spark:\n\n"
+                       f"{operator_table(costs)}\n\nEnd to end, micro-batch of one update:\n\n{table(results)}\n\n"
+                       f"![hot key]({png.name})\n")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """What an idle service costs: CPU of the service's process tree (Spark JVM, Python workers,
 driver; the broker is a separate process) while no input arrives, per ``TRIGGER_INTERVAL``.
 
-    python bench/idle_bench.py [--trigger 1s --trigger 500ms --trigger 0] [--seconds 30] [--rounds 2]
+    python -m bench.idle_bench [--trigger 1s --trigger 500ms --trigger 0] [--seconds 30] [--rounds 2]
 
 A shorter trigger interval makes the query look for new records more often: each look asks Kafka
 for both topics' end offsets (and Spark plans nothing). Each setting runs a fresh service on the
@@ -11,24 +11,20 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import tempfile
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
-
-import compare  # noqa: E402
-import pipeline_bench  # noqa: E402
+from bench.harness.changejoin import service_settings
+from bench.harness.data import topics
+from bench.harness.processes import broker_pid, process_tree, processes
 
 
 def tree_cpu(root: int, skip: int | None) -> float:
     """CPU seconds of ``root`` and its descendants, less ``skip``'s subtree (the broker)."""
-    procs = pipeline_bench.processes()
-    tree = pipeline_bench.process_tree(procs, root)
+    procs = processes()
+    tree = process_tree(procs, root)
     if skip is not None:
-        tree -= pipeline_bench.process_tree(procs, skip)
+        tree -= process_tree(procs, skip)
     return sum(procs[p][2] for p in tree)
 
 
@@ -41,17 +37,17 @@ def main() -> None:
     triggers = args.trigger or ["1s", "500ms", "0"]
 
     from service.app import Service
-    from service.kafka_broker import KafkaBroker
+    from devkit.kafka_broker import KafkaBroker
     from service.sink import ensure_topics
 
     with KafkaBroker(heap="1g") as bootstrap, tempfile.TemporaryDirectory() as work:
-        broker = compare.broker_pid()
-        orders, prices, _ = pipeline_bench.topics("left-pk")
+        broker = broker_pid()
+        orders, prices, _ = topics("left-pk")
         ensure_topics(bootstrap, {}, {orders: 2, prices: 2})
         results: dict[str, list[float]] = {t: [] for t in triggers}
         for rnd in range(args.rounds):
             for trigger in triggers:
-                settings = pipeline_bench.service_settings(
+                settings = service_settings(
                     bootstrap, "left-pk", None, 2, f"{work}/cp-{rnd}-{trigger}", extra={"TRIGGER_INTERVAL": trigger})
                 service = Service(settings)
                 service.spark  # noqa: B018

@@ -1,6 +1,6 @@
 """Events per second through the interval and window join operators on in-memory state.
 
-    python bench/interval_window_bench.py [--events 200000] [--keys 10000] [--batch 5000]
+    python -m bench.interval_window_bench [--events 200000] [--keys 10000] [--batch 5000]
                                           [--pipeline] [--pipeline-rows 50000]
 
 Two append-only streams share ``--keys`` join keys: orders at a steady 10 ms apart in event time
@@ -21,28 +21,23 @@ from __future__ import annotations
 
 import argparse
 import random
-import sys
 import time
 from collections import defaultdict
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from operators import (  # noqa: E402
+from operators import (
     EVENT,
     PROC,
-    Context,
-    InMemoryState,
     InputSpec,
     IntervalJoinSpec,
     JoinType,
-    Output,
     WindowJoinSpec,
     WindowKind,
     WindowSpec,
     make_interval_join,
     make_window_join,
 )
+from operators.testing import InMemoryState, LocalRunner  # noqa: E402
 
 DELAY_MS = 5_000
 MINUTE = 60_000
@@ -81,18 +76,13 @@ def joins():
     }
 
 
-def fire(operator, state: InMemoryState, domain: str, upto: int, ctx: Context, out: Output) -> None:
-    for ts, key in list(state.due_timers(domain, upto)):
-        if state.has_timer(key, domain, ts):
-            state.consume_timer(key, domain, ts)
-            operator.on_timer(state.for_key(key), domain, ts, ctx, out)
-
-
 def replay(operator, records: list, batch: int) -> dict:
-    state = InMemoryState()
+    # As Spark runs a micro-batch: its records at the clock and the watermark of the batch before,
+    # then the due timers. The protocol checks are left out: what is timed is the operators.
+    runner = LocalRunner(operator, key=lambda record: record[2][1], check=False)
     domain = operator.time_domain
     largest = [None, None]
-    watermark, clock = None, 0
+    clock = 0
     output = late = 0
     peak_keys = 0
     stored = []  # rows held in state after each micro-batch
@@ -100,32 +90,24 @@ def replay(operator, records: list, batch: int) -> dict:
     for first in range(0, len(records), batch):
         chunk = records[first:first + batch]
         clock += len(chunk) * 5  # processing time keeps pace with event time (two records per 10 ms)
-        by_key = defaultdict(list)
-        for record in chunk:
-            by_key[record[2][1]].append(record)
-        out = Output()
-        ctx = Context(now=clock, watermark=watermark)
-        for key, key_records in by_key.items():
-            operator.process(state.for_key(key), key_records, ctx, out)
+        runner.now = clock
+        runner.process(chunk)
         for side, _, row in chunk:
             largest[side] = row[2] if largest[side] is None else max(largest[side], row[2])
         if None not in largest:
-            watermark = max(watermark or 0, min(largest) - DELAY_MS)
-        ctx = Context(now=clock, watermark=watermark)
-        if domain == EVENT and watermark is not None:
-            fire(operator, state, EVENT, watermark, ctx, out)
-        elif domain == PROC:
-            fire(operator, state, PROC, clock, ctx, out)
-        output += len(out.rows)
-        late += len(out.late)
-        peak_keys = max(peak_keys, len(state.keys()))
-        stored.append(stored_rows(state))
+            runner.watermark = max(runner.watermark or 0, min(largest) - DELAY_MS)
+        runner.fire(domain)
+        rows, dropped = runner.drain()
+        output += len(rows)
+        late += len(dropped)
+        peak_keys = max(peak_keys, len(runner.state.keys()))
+        stored.append(stored_rows(runner.state))
     elapsed = time.perf_counter() - start
-    end_keys = len(state.keys())
-    out = Output()  # end of input: everything fires
-    fire(operator, state, domain, 1 << 62, Context(now=1 << 62, watermark=1 << 62), out)
-    return dict(elapsed=elapsed, output=output + len(out.rows), late=late, peak_keys=peak_keys, end_keys=end_keys,
-                left=len(state.keys()), stored=stored)
+    end_keys = len(runner.state.keys())
+    runner.now = runner.watermark = 1 << 62  # end of input: everything fires
+    runner.fire(domain)
+    return dict(elapsed=elapsed, output=output + len(runner.drain()[0]), late=late, peak_keys=peak_keys,
+                end_keys=end_keys, left=len(runner.state.keys()), stored=stored)
 
 
 def stored_rows(state: InMemoryState) -> int:
@@ -169,7 +151,7 @@ def pipeline(rows: int, keys: int) -> None:
 
     from service.app import Service
     from service.config import load_settings
-    from service.embedded_broker import EmbeddedBroker
+    from devkit.embedded_broker import EmbeddedBroker
     from service.sink import ensure_topics
 
     records = streams(2 * rows, keys)

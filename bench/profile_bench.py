@@ -1,6 +1,6 @@
 """Where changejoin's CPU goes: one pipeline_bench run profiled in the JVM and in Python.
 
-    python bench/profile_bench.py [--scenario left-pk] [--rows 200000] [--keys 10000]
+    python -m bench.profile_bench [--scenario left-pk] [--rows 200000] [--keys 10000]
                                   [--no-py-spy] [--out DIR]
 
 Between the query's start and the end of ``process_available()`` (Spark already up):
@@ -27,18 +27,14 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-
-import pipeline_bench  # noqa: E402
-
-from service.kafka_broker import KafkaBroker  # noqa: E402
-from service.pipeline import LOG4J_CONFIG  # noqa: E402
+from bench.harness.changejoin import run_changejoin
+from bench.harness.data import load
+from bench.harness.processes import proc_stat, process_tree, processes
+from devkit.kafka_broker import KafkaBroker
+from service.session import LOG4J_CONFIG
 
 
 # -- JVM threads ---------------------------------------------------------------------------------
@@ -56,7 +52,7 @@ THREAD_GROUPS = [  # (group, prefixes of /proc comm, which the kernel cuts to 15
 def jvm_threads(pid: int) -> dict[int, tuple[str, float]]:
     out = {}
     for tid in os.listdir(f"/proc/{pid}/task"):
-        stat = pipeline_bench.proc_stat(f"/proc/{pid}/task/{tid}/stat")
+        stat = proc_stat(f"/proc/{pid}/task/{tid}/stat")
         if stat is not None:
             out[int(tid)] = (stat[1], stat[2])
     return out
@@ -308,9 +304,9 @@ def main() -> None:
 
     external = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
     with contextlib.nullcontext(external) if external else KafkaBroker(heap="1g") as bootstrap:
-        pipeline_bench.load(bootstrap, args.scenario, args.rows, args.keys)
-        result = pipeline_bench.run_changejoin(bootstrap, args.scenario, args.rows, args.max_per_trigger,
-                                               args.shuffle_partitions, on_start=on_start, on_end=on_end, extra=extra)
+        load(bootstrap, args.scenario, args.rows, args.keys)
+        result = run_changejoin(bootstrap, args.scenario, args.rows, args.max_per_trigger,
+                                args.shuffle_partitions, on_start=on_start, on_end=on_end, extra=extra)
     rows = 2 * args.rows
     groups, names = thread_cpu(state["threads"], state["threads_after"])
     jvm_cpu = sum(groups.values())
@@ -349,8 +345,8 @@ def _cmdline(pid: int) -> bytes:
 
 def process_cpu() -> dict[str, float]:
     """CPU seconds of this process's tree by kind (jvm, python) plus the broker's."""
-    stats = pipeline_bench.processes()
-    tree = pipeline_bench.process_tree(stats, os.getpid())
+    stats = processes()
+    tree = process_tree(stats, os.getpid())
     out: collections.Counter = collections.Counter()
     for pid in tree:
         _, comm, cpu, _ = stats[pid]

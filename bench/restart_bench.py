@@ -2,7 +2,7 @@
 configuration variant (default: RocksDB changelog checkpointing, the service's default, against
 snapshots at every commit).
 
-    python bench/restart_bench.py [--rows 200000] [--keys 10000] [--first 0.75]
+    python -m bench.restart_bench [--rows 200000] [--keys 10000] [--first 0.75]
                                   [--per-trigger 10000] [--rounds 3] [--variant NAME:VAR=VALUE,,...]
 
 Each round uses new left-pk topics. It preloads the first ``--first`` of each side's changelog,
@@ -26,15 +26,12 @@ import statistics
 import sys
 import tempfile
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
-
-import ab_bench  # noqa: E402
-import pipeline_bench  # noqa: E402
-
-from service.config import ROCKSDB_CHANGELOG_CONF, SPARK_CONF_PREFIX  # noqa: E402
+from bench.harness.changejoin import parse_variant, service_settings
+from bench.harness.data import changelogs, preload, price_partition, schemas
+from bench.harness.processes import child_result
+from service.config import SPARK_CONF_PREFIX
+from service.session import ROCKSDB_CHANGELOG_CONF
 
 DEFAULT_VARIANTS = ["changelog:", f"snapshots:{SPARK_CONF_PREFIX}{ROCKSDB_CHANGELOG_CONF.replace('.', '_')}=false"]
 
@@ -55,7 +52,7 @@ def child(args) -> None:
     """One start of the service on ``args.checkpoint``: until everything is read, then stop."""
     from service.app import Service
 
-    settings = pipeline_bench.service_settings(
+    settings = service_settings(
         args.bootstrap, "left-pk", args.per_trigger, 2, args.checkpoint, args.out,
         orders_topic=args.orders, prices_topic=args.prices, extra=json.loads(args.extra))
     batch_done: list[float] = []
@@ -73,10 +70,10 @@ def child(args) -> None:
 
 
 def run_child(args, extra: dict, checkpoint: str, orders: str, prices: str, out: str) -> dict:
-    cmd = [sys.executable, __file__, "--child", "--bootstrap", args.bootstrap, "--checkpoint", checkpoint,
+    cmd = [sys.executable, "-m", "bench.restart_bench", "--child", "--bootstrap", args.bootstrap, "--checkpoint", checkpoint,
            "--orders", orders, "--prices", prices, "--out", out, "--per-trigger", str(args.per_trigger),
            "--extra", json.dumps(extra)]
-    return ab_bench.child_result(cmd)
+    return child_result(cmd)
 
 
 def restart_figures(first_run: dict, restart: dict) -> dict:
@@ -103,14 +100,14 @@ def main() -> None:
     if args.child:
         child(args)
         return
-    variants = [ab_bench.parse_variant(v) for v in args.variant or DEFAULT_VARIANTS]
+    variants = [parse_variant(v) for v in args.variant or DEFAULT_VARIANTS]
 
-    from service.kafka_broker import KafkaBroker
+    from devkit.kafka_broker import KafkaBroker
     from service.sink import ensure_topics
 
-    orders_all, prices_all = pipeline_bench.changelogs(args.rows, args.keys, "left-pk")
+    orders_all, prices_all = changelogs(args.rows, args.keys, "left-pk")
     split = int(args.rows * args.first)
-    orders_schema, prices_schema = pipeline_bench.schemas("left-pk")
+    orders_schema, prices_schema = schemas("left-pk")
     results: dict[str, list[dict]] = collections.defaultdict(list)
     with KafkaBroker(heap="1g") as bootstrap, tempfile.TemporaryDirectory() as work:
         args.bootstrap = bootstrap
@@ -119,8 +116,8 @@ def main() -> None:
             ensure_topics(bootstrap, {}, {orders: 2, prices: 2})
 
             def load(part: slice) -> None:
-                pipeline_bench.preload(bootstrap, orders, orders_schema, orders_all[part], lambda r: r["order_id"] % 2)
-                pipeline_bench.preload(bootstrap, prices, prices_schema, prices_all[part], pipeline_bench.price_partition)
+                preload(bootstrap, orders, orders_schema, orders_all[part], lambda r: r["order_id"] % 2)
+                preload(bootstrap, prices, prices_schema, prices_all[part], price_partition)
 
             order = variants if rnd % 2 == 0 else variants[::-1]  # alternate who goes first
             load(slice(0, split))
@@ -136,7 +133,7 @@ def main() -> None:
 
 
 def render(args, variants, results) -> str:
-    lines = [f"`python bench/restart_bench.py --rows {args.rows} --keys {args.keys} --first {args.first} "
+    lines = [f"`python -m bench.restart_bench --rows {args.rows} --keys {args.keys} --first {args.first} "
              f"--per-trigger {args.per_trigger} --rounds {args.rounds}`", "",
              "| variant | state files at the stop (per round) | first batch of the first start (no state) ms, median "
              "| first batch after the restart ms, min / median "

@@ -1,7 +1,7 @@
 """Output records per second through the producing task's Python path, outside Spark: the packed
 rows the join emits -> ``OutputEncoder.records`` -> ``KafkaSink.produce_all`` into a real broker.
 
-    python bench/sink_bench.py [--scenario inner-nopk] [--records 1000000] [--rounds 5] [--per-key 10]
+    python -m bench.sink_bench [--scenario inner-nopk] [--records 1000000] [--rounds 5] [--per-key 10]
 
 The rows are shaped like the scenario's join output (inner-nopk: order_id long, price double,
 ``--per-key`` changes per PACKED row, as a key's call emits them). Each round measures, in this
@@ -9,8 +9,8 @@ process, (a) encode only: the records are built and dropped; (b) encode and prod
 delivered to a topic of the broker (started from the cached Kafka jars unless
 KAFKA_BOOTSTRAP_SERVERS is set). Prints min and median records/s and µs per record for each.
 
-To compare two versions of the code, run this file from each checkout (its own directory first on
-the path), one after the other, and compare the ratios within a run of both.
+To compare two versions of the code, run ``python -m bench.sink_bench`` in each checkout (its own
+directory first on the path), one after the other, and compare the ratios within a run of both.
 """
 from __future__ import annotations
 
@@ -19,23 +19,16 @@ import contextlib
 import os
 import random
 import statistics
-import sys
 import tempfile
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-
-import pipeline_bench  # noqa: E402
-
-from service.encode import OutputEncoder  # noqa: E402
-from service.envelope import Target, pack  # noqa: E402
-from service.kafka_broker import KafkaBroker  # noqa: E402
-from service.plan import build_plan  # noqa: E402
-from service.shipping import worker_config, worker_secrets  # noqa: E402
-from service.sink import KafkaSink, ensure_topics  # noqa: E402
+from bench.harness.changejoin import service_settings
+from devkit.kafka_broker import KafkaBroker
+from service.encode import OutputEncoder
+from service.envelope import Target, pack
+from service.planner import build_plan
+from service.shipping import worker_config, worker_secrets
+from service.sink import KafkaSink, ensure_topics
 
 PACKED = int(Target.PACKED)
 
@@ -67,7 +60,7 @@ def main() -> None:
     with contextlib.nullcontext(external) if external else KafkaBroker(heap="1g") as bootstrap, \
             tempfile.TemporaryDirectory() as work:
         topic = f"sink-bench-{os.getpid()}"
-        settings = pipeline_bench.service_settings(bootstrap, args.scenario, None, 2, f"{work}/cp", out=topic)
+        settings = service_settings(bootstrap, args.scenario, None, 2, f"{work}/cp", out=topic)
         plan = build_plan(settings)
         config = {**worker_config(settings, plan, 2), **worker_secrets(settings)}
         ensure_topics(bootstrap, {}, {topic: 2})

@@ -6,7 +6,7 @@ Parquet files that compare.py writes once (one file per micro-batch and side,
 is kept, like the changejoin and Flink jobs without TTL) on RocksDB state, and writes to the
 ``noop`` sink, with the availableNow trigger: the query stops when every file is processed.
 
-    python bench/spark_native_job.py --orders DIR --prices DIR [--shuffle-partitions 2]
+    python -m bench.spark_native_job --orders DIR --prices DIR [--shuffle-partitions 2]
 
 Prints one JSON line per event (``start``, ``end`` with elapsed seconds, output rows, micro-batch
 duration p50/p99 in ms, the checkpoint's size at the end and the time to the end of the first

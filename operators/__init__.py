@@ -1,7 +1,8 @@
 """changejoin's join state machines: Flink SQL streaming join semantics in pure Python.
 
 Nothing here imports Spark, Kafka or anything that talks to a network: the service wraps these
-operators, tests replay changelogs through them on in-memory state. Every operator is a
+operators; tests, the conformance runner and benchmarks replay changelogs through them on
+in-memory state (``operators.testing.LocalRunner``, not imported here). Every operator is a
 :class:`KeyedOperator` (``state.py`` states the contract); what each stores per key is the
 checkpoint format (``stateformat.py``).
 """
@@ -25,7 +26,7 @@ from .spec import (
     WindowSpec,
     choose_layout,
 )
-from .state import EVENT, PROC, Change, Context, InMemoryState, KeyedOperator, KeyState, Output, Record
+from .state import EVENT, PROC, Change, Context, KeyedOperator, KeyState, Output, Record
 from .stateformat import STATE_FORMAT_VERSION
 from .temporal import EventTimeTemporalJoin, ProcessingTimeTemporalJoin, make_temporal_join
 from .upsert import UpsertMaterializer
@@ -33,7 +34,7 @@ from .window import WindowJoin, make_window_join
 
 __all__ = [
     "ACCUMULATE", "EVENT", "PROC", "STATE_FORMAT_VERSION", "Change", "ChangelogNormalize", "ConditionError",
-    "ConfigurationError", "Context", "EventTimeTemporalJoin", "InMemoryState", "InputSpec", "IntervalJoin",
+    "ConfigurationError", "Context", "EventTimeTemporalJoin", "InputSpec", "IntervalJoin",
     "IntervalJoinSpec", "JoinSpec", "JoinType", "KeyState", "KeyedOperator", "MiniBatchJoin",
     "NegativeSizeIntervalJoin", "Output", "ProcessingTimeTemporalJoin", "Record", "RegularJoin", "RowKind",
     "SemiAntiJoin", "StateLayout", "TemporalJoinSpec", "TemporalKind", "UpsertMaterializer", "WindowJoin",

@@ -21,7 +21,7 @@ class ConditionError(ValueError):
 
 
 # The one list of what a join condition may contain, as sqlglot expression class names; the SQL
-# front end (service/query.py) checks a query against it before compiling.
+# front end (service/sql/) checks a query against it before compiling.
 SUPPORTED_NODES = (
     "Paren", "Column", "Literal", "Null", "Boolean", "Not", "Neg", "Is", "Like", "ILike", "Escape", "In",
     "Between", "EQ", "NEQ", "LT", "LTE", "GT", "GTE", "Add", "Sub", "Mul", "Div", "Mod", "And", "Or", "NullSafeEQ",

@@ -5,14 +5,16 @@
 Each case of a ``flink-join-conformance/1`` file is run through the operators of this package on
 in-memory state, exactly as the service runs them on Spark state: records are routed by join key,
 the processing-time clock and the watermarks come from the case's events, timers fire when due.
-The output is cut into segments at the case's checkpoints, written to OBSERVED (format: the cases
-README, section 8), compared with the expectation, and reported as ``PASS``/``FAIL`` per case with
-a last line ``N passed, M failed`` (exit status 1 if any case fails).
+The output is cut into segments at the case's checkpoints, written to OBSERVED (format:
+tests/conformance/README.md section 8), compared with the expectation, and reported as
+``PASS``/``FAIL`` per case with a last line ``N passed, M failed`` (exit status 1 if any case
+fails). The cases are in tests/conformance/ (``cases.json``, ``cases-interval-window.json``).
 
-Event-time joins (temporal, interval, window) mark every advance of the combined watermark in the
-output, held back by the operator's ``output_watermark_delay_ms`` (interval joins, README section
-10.5). Window cases also report their late windowed copies per input side (``late_rows_dropped``),
-counted from what each ``process`` call puts in ``Output.late``.
+The host is :class:`~operators.testing.LocalRunner`, which also checks the state protocol on
+every call. Event-time joins (temporal, interval, window) mark every advance of the combined
+watermark in the output, held back by the operator's ``output_watermark_delay_ms`` (interval joins,
+tests/conformance/README.md section 10.5). Window cases also report their late windowed copies per
+input side (``late_rows_dropped``), counted from what each ``process`` call puts in ``Output.late``.
 """
 from __future__ import annotations
 
@@ -25,15 +27,11 @@ from typing import Any
 
 from . import (
     EVENT,
-    PROC,
     ConfigurationError,
-    Context,
-    InMemoryState,
     InputSpec,
     IntervalJoinSpec,
     JoinSpec,
     JoinType,
-    Output,
     RowKind,
     StateLayout,
     TemporalJoinSpec,
@@ -49,6 +47,7 @@ from . import (
     make_window_join,
 )
 from .spec import WINDOW_COLUMNS
+from .testing import InMemoryState, LocalRunner
 
 SIDES = {"L": 0, "R": 1}
 
@@ -132,7 +131,7 @@ def _time_column(value):
 
 
 def _build_time_bounded(case, kind, join_type, filter_nulls, condition, projection):
-    """An interval or window join (README sections 10 and 11)."""
+    """An interval or window join (tests/conformance/README.md sections 10 and 11)."""
     left = InputSpec(tuple(case["left_schema"]), tuple(case["left_join_key"]))
     right = InputSpec(tuple(case["right_schema"]), tuple(case["right_join_key"]))
     attr = case["time_attribute"]
@@ -193,87 +192,55 @@ def run_case(case: dict, state: InMemoryState | None = None) -> dict:
     if case["kind"] == "config_error":
         return {"segments": []}  # a join that should have been refused was accepted
 
-    keys = (tuple(case["left_join_key"]), tuple(case["right_join_key"]))
-    state = InMemoryState() if state is None else state
-    out = Output()
+    runner = LocalRunner(operator, state=state)
     segments: list[list] = [[]]
     # Event-time joins report each advance of the combined watermark, held back by the join's delay.
     marks = case["kind"] == "temporal_event_time" or getattr(operator, "time_domain", None) == EVENT
     delay = getattr(operator, "output_watermark_delay_ms", 0)
-    now = 0
-    watermarks: list[Any] = [None, None]
-    combined = None
     late = 0
-    late_by_side = [0, 0]
     bundle: list = []
     bundle_size = case.get("mini_batch_size") if case["kind"] == "mini_batch" else None
 
-    def drain(side=None):
+    def drain():
         nonlocal late
-        for kind, row in out.rows:
-            segments[-1].append({"kind": RowKind(kind).short, "row": to_json(row)})
-        late += len(out.late)
-        if side is not None:
-            late_by_side[side] += len(out.late)
-        out.rows.clear()
-        out.late.clear()
-
-    def fire(domain, upto):
-        for ts, key in list(state.due_timers(domain, upto)):
-            if state.has_timer(key, domain, ts):  # an earlier timer may have deleted it
-                state.consume_timer(key, domain, ts)
-                operator.on_timer(state.for_key(key), domain, ts, Context(now, combined), out)
-        drain()
-
-    def flush():
-        by_key: dict = {}
-        for key, record in bundle:
-            by_key.setdefault(key, []).append(record)
-        bundle.clear()
-        for key, records in by_key.items():  # each key's share of the bundle: one call, folded
-            operator.process(state.for_key(key), records, Context(now, combined), out)
-        drain()
+        rows, dropped = runner.drain()
+        segments[-1].extend({"kind": RowKind(kind).short, "row": to_json(row)} for kind, row in rows)
+        late += len(dropped)
 
     for event in case["events"]:
         if "expect" in event:
             segments.append([])
         elif "proctime" in event:
-            now = max(now, event["proctime"])
-            fire(PROC, now)
+            runner.advance_clock(event["proctime"])
         elif "watermark" in event:
-            watermarks[SIDES[event["side"]]] = _watermark(event["watermark"])
-            if None not in watermarks:
-                new = min(watermarks)
-                if combined is None or new > combined:
-                    combined = new
-                    fire(EVENT, combined)
-                    if marks:
-                        segments[-1].append({"watermark": "+inf" if new == float("inf") else new - delay})
+            if runner.advance_watermark(SIDES[event["side"]], _watermark(event["watermark"])) and marks:
+                drain()
+                new = runner.watermark
+                segments[-1].append({"watermark": "+inf" if new == float("inf") else new - delay})
         else:
-            side = SIDES[event["side"]]
-            row = to_tuple(event["row"])
-            record = (side, int(RowKind.parse(event["kind"])), row)
-            key = tuple(row[i] for i in keys[side])
-            if bundle_size is not None:
-                bundle.append((key, record))
+            record = (SIDES[event["side"]], int(RowKind.parse(event["kind"])), to_tuple(event["row"]))
+            if bundle_size is None:
+                runner.process([record])
+            else:  # the count trigger: each key's share of a full bundle in one call, folded
+                bundle.append(record)
                 if len(bundle) >= bundle_size:
-                    flush()
-            else:
-                operator.process(state.for_key(key), [record], Context(now, combined), out)
-                drain(side)
+                    runner.process(bundle)
+                    bundle.clear()
+        drain()
     if bundle and not any("expect" in e for e in case["events"]):
-        flush()  # end of input; with checkpoints, anything after the last one would be a failure
+        runner.process(bundle)  # end of input; with checkpoints, anything after the last one would be a failure
+        drain()
     if segments[-1] == [] and len(segments) > 1:
         segments.pop()
     observed: dict = {"segments": segments}
     if case["kind"] == "temporal_event_time":
         observed["late_probe_rows_dropped"] = late
-    if case["kind"] == "window":  # late windowed copies, per input side (README section 11.4)
-        observed["late_rows_dropped"] = {"left": late_by_side[0], "right": late_by_side[1]}
+    if case["kind"] == "window":  # late windowed copies, per input side (tests/conformance/README.md section 11.4)
+        observed["late_rows_dropped"] = {"left": runner.late_by_side[0], "right": runner.late_by_side[1]}
     return observed
 
 
-# -- comparison (the rules of the cases README, section 8) -----------------------------------------
+# -- comparison (the rules of tests/conformance/README.md section 8) ---------------------------------
 def _canon(value: Any) -> Any:
     if isinstance(value, list):
         return tuple(_canon(v) for v in value)

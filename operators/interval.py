@@ -1,7 +1,7 @@
 """Interval joins: ``l.k = r.k AND r.t + lower <= l.t <= r.t + upper`` over append-only inputs.
 
 The rules are those of Flink's ``TimeIntervalJoin`` (``RowTimeIntervalJoin`` for event time,
-``ProcTimeIntervalJoin`` for processing time), as the conformance README (section 10) states them.
+``ProcTimeIntervalJoin`` for processing time), as tests/conformance/README.md section 10 states them.
 With ``relL = -lower`` and ``relR = upper``, a left row at time ``t`` matches right rows with time
 in ``[t - relR, t + relL]`` and a right row at ``t`` matches left rows in ``[t - relL, t + relR]``.
 

@@ -1,5 +1,5 @@
-"""The operator contract: what a host (the Spark processor, the conformance runner, tests,
-benchmarks) and a keyed operator promise each other.
+"""The operator contract: what a host (the Spark processor in ``service/``; in memory, the
+``LocalRunner`` of ``testing.py``) and a keyed operator promise each other.
 
 Every operator in this package is a :class:`KeyedOperator`. The host groups records by the
 operator's key (the join key; the message key for the normalize stage, the upsert key for the
@@ -27,9 +27,8 @@ operator asks for them through its :class:`KeyState`.
 """
 from __future__ import annotations
 
-import pickle
-from dataclasses import dataclass, field
-from typing import Any, Callable, Hashable, Iterable, Iterator, NamedTuple, Protocol
+from dataclasses import dataclass
+from typing import Any, Callable, Hashable, Iterable, NamedTuple, Protocol
 
 PROC = "proc"
 EVENT = "event"
@@ -122,116 +121,3 @@ class KeyedOperator(Protocol):
         """A stored value (``stateformat.py``) with every left input row passed through ``left``
         and every right one through ``right``: how stored rows follow an evolved input schema."""
         ...
-
-
-@dataclass
-class _Slot:
-    value: Any = None
-    timers: set = field(default_factory=set)
-    maps: dict = field(default_factory=dict)
-
-
-class InMemoryMap(dict):
-    """A :class:`KeyMap` in a dict."""
-
-    def put(self, key, value):
-        self[key] = value
-
-    def remove(self, key):
-        self.pop(key, None)
-
-
-class PickledMap(InMemoryMap):
-    """A :class:`KeyMap` that keeps its values pickled, as a real store does: an operator that
-    changes an entry in place and forgets to ``put`` it loses the change, as it would in Spark."""
-
-    def get(self, key, default=None):
-        data = super().get(key)
-        return default if data is None else pickle.loads(data)
-
-    def put(self, key, value):
-        self[key] = pickle.dumps(value)
-
-    def items(self):
-        return [(k, pickle.loads(v)) for k, v in super().items()]
-
-
-class InMemoryState:
-    """State for all keys in a dict: the backend of unit tests, the conformance runner and benchmarks.
-
-    With ``pickled``, values and map entries are kept pickled, as Spark keeps them: what an
-    operator reads is a copy, and only what it writes back is kept."""
-
-    def __init__(self, pickled: bool = False):
-        self.pickled = pickled
-        self._slots: dict[Hashable, _Slot] = {}
-        self.reads = 0
-        self.writes = 0
-
-    def for_key(self, key: Hashable) -> "_InMemoryKeyState":
-        return _InMemoryKeyState(self, key)
-
-    def keys(self) -> list[Hashable]:
-        return [k for k, s in self._slots.items() if s.value is not None or s.timers or any(s.maps.values())]
-
-    def due_timers(self, domain: str, upto: Any) -> Iterator[tuple[Any, Hashable]]:
-        """Registered timers of ``domain`` with time <= ``upto``, in time order (key order on ties)."""
-        order = {k: i for i, k in enumerate(self._slots)}
-        due = [
-            (ts, order[key], key)
-            for key, slot in self._slots.items()
-            for (d, ts) in slot.timers
-            if d == domain and ts <= upto
-        ]
-        due.sort(key=lambda t: (t[0], t[1]))
-        for ts, _, key in due:
-            yield ts, key
-
-    def has_timer(self, key: Hashable, domain: str, ts: Any) -> bool:
-        slot = self._slots.get(key)
-        return slot is not None and (domain, ts) in slot.timers
-
-    def consume_timer(self, key: Hashable, domain: str, ts: Any) -> None:
-        self._slots[key].timers.discard((domain, ts))
-
-
-class _InMemoryKeyState:
-    __slots__ = ("_backend", "_key")
-
-    def __init__(self, backend: InMemoryState, key: Hashable):
-        self._backend = backend
-        self._key = key
-
-    def _slot(self) -> _Slot:
-        slot = self._backend._slots.get(self._key)
-        if slot is None:
-            slot = self._backend._slots[self._key] = _Slot()
-        return slot
-
-    def get(self):
-        self._backend.reads += 1
-        slot = self._backend._slots.get(self._key)
-        if slot is None or slot.value is None:
-            return None
-        return pickle.loads(slot.value) if self._backend.pickled else slot.value
-
-    def put(self, value):
-        self._backend.writes += 1
-        self._slot().value = pickle.dumps(value) if self._backend.pickled else value
-
-    def clear(self):
-        self._backend.writes += 1
-        self._slot().value = None
-
-    def map(self, name):
-        slot = self._slot()
-        found = slot.maps.get(name)
-        if found is None:
-            found = slot.maps[name] = PickledMap() if self._backend.pickled else InMemoryMap()
-        return found
-
-    def register_timer(self, domain, ts):
-        self._slot().timers.add((domain, ts))
-
-    def delete_timer(self, domain, ts):
-        self._slot().timers.discard((domain, ts))

@@ -1,13 +1,13 @@
 """What each operator keeps per key: the checkpoint format.
 
-The service pickles the value an operator ``put``s for a key into Spark's RocksDB state store, so
-the structures below are what a checkpoint holds, and a running service must read the values an
-earlier run wrote. They are builtins only (tuples, lists, dicts, ints, floats, strings, bytes,
+The service pickles the value an operator ``put``s for a key into Spark's RocksDB state store
+(``service/sparkstate.py``: in which state variables, framed how), so the structures below are
+what a checkpoint holds, and a running service must read the values an earlier run wrote. They are builtins only (tuples, lists, dicts, ints, floats, strings, bytes,
 None, bools, and the row values Avro decoding gives: ``datetime``, ``Decimal``), never a class of
 this project, so unpickling needs no code of ours and renaming a class cannot break a checkpoint.
 
 Any change to a structure below is a new :data:`STATE_FORMAT_VERSION`, with a migration from the
-previous one: ``tests/test_state_format.py`` reads state written by the current version (golden
+previous one: ``tests/operators/test_state_format.py`` reads state written by the current version (golden
 bytes under ``tests/data/state/``) and fails until both are updated.
 
 Rows are tuples in the input's schema order. An *entry* (``layouts.py``) is a list

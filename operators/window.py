@@ -1,6 +1,6 @@
 """Window joins: two window table functions (TUMBLE, HOP, CUMULATE) joined on window equality and
 the join key, over append-only inputs, in event time (Flink's ``WindowJoinOperator``; the rules
-of the conformance README, section 11).
+of tests/conformance/README.md section 11).
 
 Each input row is assigned to its windows (``WindowSpec.windows``); every window gives one
 *windowed copy* (the row followed by ``window_start``, ``window_end``, ``window_time``), handled

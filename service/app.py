@@ -27,13 +27,12 @@ from pyspark.sql.streaming import StreamingQueryListener
 from . import checkpoint
 from .config import Settings
 from .metrics import JoinMetrics, MetricsServer, ready_window_seconds
-from .pipeline import BatchCounts, JoinPipeline, spark_session
-from .plan import JoinPlan, TimeMode, build_plan
+from .pipeline import BatchCounts, JoinPipeline
+from .plan import JoinPlan, TimeMode
+from .planner import build_plan, explain
+from .session import query_start_properties, spark_session
 
 log = logging.getLogger(__name__)
-
-# How often Spark reports an idle query (no new data); readiness needs it well within its window.
-IDLE_EVENT_CONF = "spark.sql.streaming.noDataProgressEventInterval"
 
 
 class _QueryListener(StreamingQueryListener):
@@ -45,7 +44,7 @@ class _QueryListener(StreamingQueryListener):
     Python copy of every event field by field, a py4j call per value; each Java map it copies ends
     in a Java exception, which PySpark classifies by looking up exception classes by name through
     py4j, a search of the whole class path per lookup. At 1,000 input rows/s that was a quarter of
-    the Spark JVM's Java samples (Java Flight Recorder; bench/RESULTS.md)."""
+    the Spark JVM's Java samples (Java Flight Recorder; bench/results/RESULTS.md)."""
 
     def __init__(self, service: "Service"):
         self._service = service
@@ -173,7 +172,7 @@ class Service:
         return topic_partitions(bootstrap, kafka, self.settings.output_topic) or partitions
 
     def start(self):
-        log.info("join plan:\n%s", self.plan.explain())
+        log.info("join plan:\n%s", explain(self.plan))
         if self.settings.metrics_port and self.metrics_server is None:
             # First, so that /healthz answers (and /readyz says why it is not ready) while starting.
             try:
@@ -206,21 +205,25 @@ class Service:
     def _idle_events_within_ready_window(self):
         """Spark reports an idle query every ``noDataProgressEventInterval`` (10 s by default),
         which can be longer than the readiness window: the query is started with a third of the
-        window (at least 1 s) unless SPARK_CONF_ sets it. Spark copies the session's SQL
-        configuration when a query starts, so the session's own value is restored afterwards."""
-        if IDLE_EVENT_CONF in self.settings.spark_conf:
+        window (at least 1 s) unless SPARK_CONF_ sets it (``session.query_start_properties``).
+        Spark copies the session's SQL configuration when a query starts, so the session's own
+        values are restored afterwards."""
+        properties = query_start_properties(self.settings)
+        if not properties:
             yield
             return
         conf = self.spark.conf
-        previous = conf.get(IDLE_EVENT_CONF, None)
-        conf.set(IDLE_EVENT_CONF, f"{max(1000, int(self.metrics.ready_window_s * 1000 // 3))}ms")
+        previous = {key: conf.get(key, None) for key in properties}
+        for key, value in properties.items():
+            conf.set(key, value)
         try:
             yield
         finally:
-            if previous is None:
-                conf.unset(IDLE_EVENT_CONF)
-            else:
-                conf.set(IDLE_EVENT_CONF, previous)
+            for key, value in previous.items():
+                if value is None:
+                    conf.unset(key)
+                else:
+                    conf.set(key, value)
 
     def process_available(self, timeout_s: float = 900.0) -> None:
         """Block until every record available now has been joined and written.

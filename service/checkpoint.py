@@ -12,7 +12,7 @@ checked on every start (:func:`reconcile`):
   join does not use removed, int -> long and float -> double widening) is accepted: the stored
   rows are upgraded as they are read. Each schema the state has seen is a *generation*
   (``JoinPlan.state_generations``, the column names of both inputs); a key's stored value
-  carries the generation it was written in (``processor.SparkKeyState``).
+  carries the generation it was written in (its framing: ``sparkstate.py``).
 
 Changes that leave the state valid (state TTL, mini-batch, trigger, the SELECT list when no
 upsert materializer keeps output rows, ...) are not facts and need nothing.

@@ -6,7 +6,7 @@ import json
 import logging
 import sys
 
-from .config import ConfigError, load_settings, unused_settings
+from .config import ConfigError, load_settings, redact, unused_settings
 
 log = logging.getLogger("service.cli")
 
@@ -23,7 +23,7 @@ def _configure_logging(level: str = "INFO", fmt: str = "text", secrets=()) -> No
 
 
 def _settings_and_plan():
-    from .plan import build_plan
+    from .planner import build_plan
 
     settings = load_settings()
     return settings, build_plan(settings)
@@ -33,7 +33,8 @@ def cmd_run(args) -> int:
     settings = load_settings()
     _configure_logging(settings.log_level, settings.log_format, settings.secret_values())
     from .app import Service, log_fatal
-    from .plan import PlanError, build_plan
+    from .plan import PlanError
+    from .planner import build_plan
 
     try:
         plan = build_plan(settings)
@@ -56,8 +57,15 @@ def cmd_check_config(args) -> int:
     print("configuration:")
     for name, value in sorted(settings.redacted().items()):
         print(f"  {name}={value}")
+    from .session import spark_properties
+
+    print("spark properties:")  # the service's own and SPARK_CONF_'s, as Spark gets them
+    for key, value in sorted(spark_properties(settings).items()):
+        print(f"  {key}={redact(key, value)}")
     print("plan:")
-    for line in plan.explain().splitlines():
+    from .planner import explain
+
+    for line in explain(plan).splitlines():
         print(f"  {line}")
     from . import checkpoint
 

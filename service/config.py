@@ -20,9 +20,6 @@ from .kafka_records import LIBRDKAFKA_MESSAGE_MAX_BYTES, output_framing_bytes
 
 KAFKA_CLIENT_PREFIX = "KAFKA_CLIENT_"
 SPARK_CONF_PREFIX = "SPARK_CONF_"
-CHECKPOINT_FILE_MANAGER_CONF = "spark.sql.streaming.checkpointFileManagerClass"
-LOCAL_CHECKPOINT_FILE_MANAGER = "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
-ROCKSDB_CHANGELOG_CONF = "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"
 ENV_PREFIXES = (KAFKA_CLIENT_PREFIX, SPARK_CONF_PREFIX)
 
 # -- secrets -------------------------------------------------------------------------------------
@@ -186,10 +183,10 @@ class Settings(BaseModel):
     max_output_record_bytes: int | None = Field(None, alias="MAX_OUTPUT_RECORD_BYTES", gt=0)
     checkpoint_location: str = Field("checkpoints", alias="CHECKPOINT_LOCATION", min_length=1)
     spark_master: str = Field("local[*]", alias="SPARK_MASTER", min_length=1)
-    spark_conf: dict[str, str] = Field(default_factory=dict, exclude=True)
+    spark_conf: dict[str, str] = Field(default_factory=dict, exclude=True)  # as set; all Spark gets: session.py
     spark_ui_enabled: bool = Field(False, alias="SPARK_UI_ENABLED")
     shuffle_partitions: int = Field(8, alias="SHUFFLE_PARTITIONS", ge=1)
-    trigger_interval_ms: int = Field(500, alias="TRIGGER_INTERVAL", ge=0)  # bench/RESULTS.md, latency
+    trigger_interval_ms: int = Field(500, alias="TRIGGER_INTERVAL", ge=0)  # bench/results/RESULTS.md, latency
     max_records_per_trigger: int | None = Field(100_000, alias="MAX_RECORDS_PER_TRIGGER", ge=1)
     starting_offsets: Literal["earliest", "latest"] = Field("earliest", alias="STARTING_OFFSETS")
     fail_on_data_loss: bool = Field(True, alias="FAIL_ON_DATA_LOSS")
@@ -244,7 +241,6 @@ class Settings(BaseModel):
         # Derived defaults, fixed here so that everything downstream reads plain values.
         if self.max_output_record_bytes is None:
             object.__setattr__(self, "max_output_record_bytes", self.producer_message_max_bytes - self.record_framing_bytes)
-        object.__setattr__(self, "spark_conf", {**self._spark_defaults(), **self.spark_conf})
         return self
 
     def _topic_problems(self) -> list[str]:
@@ -307,38 +303,6 @@ class Settings(BaseModel):
                 and ui.strip().lower() != str(self.spark_ui_enabled).lower()):
             problems.append("SPARK_CONF_spark_ui_enabled: contradicts SPARK_UI_ENABLED; set only SPARK_UI_ENABLED")
         return problems
-
-    def _spark_defaults(self) -> dict[str, str]:
-        """Spark properties the service sets unless SPARK_CONF_ does: the UI (off unless
-        SPARK_UI_ENABLED), and Spark's own redaction of its UI, event log and plans extended to
-        this module's secret names and to URL user info.
-
-        A local checkpoint directory is written through Hadoop's ``FileSystem`` rather than its
-        ``FileContext``: without Hadoop's native library (pip's PySpark has none) every
-        ``FileContext`` rename looks up its source and target with the ``readlink`` command, twice
-        each, for the file and its checksum alike: 8 processes per file written, 32 per micro-batch
-        on two partitions (offsets, commits, each state store's snapshot), ~3 ms each from a large
-        JVM. A local rename is atomic either way.
-
-        The JVM talks to its Python workers, and they to its state server (three calls per join
-        key and micro-batch), over Unix domain sockets rather than TCP on loopback: small
-        micro-batches ~10 % shorter (bench/RESULTS.md).
-
-        The RocksDB state store commits a micro-batch by writing its changes to a changelog file
-        rather than uploading a new snapshot of the store's files (snapshots are made in the
-        background, every few versions): the state commit of a small micro-batch falls from ~80
-        ms per partition to a few ms. Spark reads a checkpoint written either way, and switches
-        an existing one in both directions."""
-        defaults = {
-            "spark.ui.enabled": "true" if self.spark_ui_enabled else "false",
-            "spark.redaction.regex": SPARK_REDACTION_REGEX,
-            "spark.redaction.string.regex": URL_USER_INFO.pattern,
-            "spark.python.unix.domain.socket.enabled": "true",
-            ROCKSDB_CHANGELOG_CONF: "true",
-        }
-        if local_directory(self.checkpoint_location) is not None:
-            defaults[CHECKPOINT_FILE_MANAGER_CONF] = LOCAL_CHECKPOINT_FILE_MANAGER
-        return defaults
 
     # -- derived values --------------------------------------------------------------------------
     @property
@@ -418,7 +382,7 @@ class Settings(BaseModel):
 MIN_SCRUBBED_LENGTH = 4
 
 # Spark's own redaction of its UI, event logs and plans (default: secret|password|token|access.key),
-# widened towards the rule of is_secret_name. Spark also matches it against values.
+# widened towards the rule of is_secret_name (session.py sets it). Spark also matches it against values.
 SPARK_REDACTION_REGEX = (r"(?i)secret|password|passwd|passphrase|token|credential|jaas|access[.]?key"
                          r"|account[.]key|private[.]key|encryption[.]key|oauthbearer[.]config|user[._]?info")
 
@@ -590,7 +554,7 @@ def unknown_env_vars(environ: Mapping[str, str]) -> list[str]:
         if name.startswith(ENV_PREFIXES) and len(name) > max(len(p) for p in ENV_PREFIXES if name.startswith(p)):
             continue
         close = difflib.get_close_matches(name, candidates, n=1, cutoff=0.6)
-        hint = f"; did you mean {close[0]}?" if close else " (see the README's configuration table)"
+        hint = f"; did you mean {close[0]}?" if close else " (see docs/configuration.md)"
         problems.append(f"{name}: not a changejoin variable{hint}")
     return problems
 

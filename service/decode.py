@@ -67,7 +67,7 @@ class InputDecoder:
         # join) carry their original record, so that the dead letter holds its key, value and headers.
         self.keep_original = side in plan.late_sides
         self.topic = sp.topic
-        # An upsert input joined directly (plan.py): rows are keyed by join key like any changelog,
+        # An upsert input joined directly (planner.py): rows are keyed by join key like any changelog,
         # tombstones by the primary key their message key holds (keys.py).
         self.keys = KeyDecoder(sp, sp.key_format, registry) if sp.direct_upsert else None
         self.primary_key_of = _getter(sp.primary_key or ())

@@ -85,10 +85,14 @@ def read_output(bootstrap: str, topic: str, schema: dict) -> list[tuple[str, dic
 
 
 def run_demo() -> int:
+    # devkit (development tooling, not in the image) only here, never at module level:
+    # tests/service/test_structure.py
+    from devkit.embedded_broker import EmbeddedBroker
+
     from .app import Service
     from .avro import load_schema_file
     from .config import load_settings
-    from .embedded_broker import EmbeddedBroker
+    from .planner import explain
     from .sink import ensure_topics
 
     broker = None
@@ -122,7 +126,7 @@ def run_demo() -> int:
             print(f"produced {len(CHANGELOG)} changelog records to topics orders and prices")
             print(f"join: {JOIN_SQL}")
             service = Service(settings)
-            print(service.plan.explain())
+            print(explain(service.plan))
             service.start()
             service.process_available()
             service.stop()

@@ -1,7 +1,7 @@
 """Message keys of upsert topics -> primary-key values.
 
 On an upsert topic a record with a null value (a tombstone) deletes the row of its message key.
-When the join takes such a topic directly (its join key is its primary key, see ``plan.py``), the
+When the join takes such a topic directly (its join key is its primary key, see ``planner.py``), the
 join key of a tombstone can only come from its message key, which is decoded here, per
 ``LEFT_KEY_FORMAT`` / ``RIGHT_KEY_FORMAT``:
 

@@ -1,7 +1,8 @@
-"""Join: the Spark ``StatefulProcessor`` that runs the operators on Spark's RocksDB-backed state.
+"""The join, normalize and upsert materializer stages: Spark ``StatefulProcessor``s that run the
+operators on Spark's RocksDB-backed state (its state variables and their bytes: ``sparkstate.py``).
 
-A thin adapter from ``transformWithState``'s shape to the operators' state protocol; it holds no
-join logic. Per join key and micro-batch it makes one state read and one state write (the whole
+Thin adapters from ``transformWithState``'s shape to the operators' calls; they hold no join
+logic. Per join key and micro-batch it makes one state read and one state write (the whole
 key's join state is one value), whatever the number of records.
 
 Order of a key's records within a micro-batch: Spark hands a group's rows in no particular order.
@@ -18,11 +19,8 @@ from typing import Iterator
 
 from pyspark.sql import Row
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
-from pyspark.sql.types import BinaryType, StructField, StructType
 
 from operators import EVENT, PROC, ChangelogNormalize, Context, Output, UpsertMaterializer
-from operators.regular import MAPS as JOIN_MAPS
-from operators.stateformat import map_key
 
 from . import deadletters
 from .deadletters import Reason
@@ -47,11 +45,10 @@ from .envelope import (
 )
 from .plan import JoinPlan, PlanKind, TimeMode
 from .shipping import built
+from .sparkstate import Pending, join_state, normalize_state, upsert_state
 
 log = logging.getLogger(__name__)
 
-_STATE_SCHEMA = StructType([StructField("v", BinaryType(), True)])
-_MAP_KEY_SCHEMA = StructType([StructField("k", BinaryType(), True)])
 _OUTPUT, _DEAD_LETTER, _PACKED = int(Target.OUTPUT), int(Target.DEAD_LETTER), int(Target.PACKED)
 _DEAD_LETTER_TAG = int(Tag.DEAD_LETTER)
 
@@ -63,90 +60,6 @@ def _plan(plan_json: str) -> JoinPlan:
 
 def _plan_from_config(config: dict) -> JoinPlan:
     return JoinPlan.from_json(config["plan"])
-
-
-_GENERATION = 0x01  # first byte of a value stored in a state generation > 0 (pickle's own is 0x80)
-
-
-class SparkKeyMap:
-    """The operators' ``KeyMap`` over a Spark ``MapState``: keys stored as ``map_key`` bytes
-    (``operators/stateformat.py``), values as their pickle. A map's entries are always in the
-    generation of the key's value: an operator that upgrades a value rewrites its maps' entries
-    in the same call (``operators/splitside.py``)."""
-
-    __slots__ = ("_state",)
-
-    def __init__(self, map_state):
-        self._state = map_state
-
-    def get(self, key):
-        value = self._state.getValue((map_key(key),))
-        return None if value is None else loads(value[0])
-
-    def put(self, key, value) -> None:
-        self._state.updateValue((map_key(key),), (dumps(value),))
-
-    def remove(self, key) -> None:
-        self._state.removeKey((map_key(key),))
-
-    def items(self):
-        for key, value in self._state.iterator():
-            yield loads(key[0]), loads(value[0])
-
-    def clear(self) -> None:
-        self._state.clear()
-
-
-class SparkKeyState:
-    """The operators' ``KeyState`` over one Spark ``ValueState``, the key's timers, and the maps
-    the operator declares (``maps``: name -> ``MapState``).
-
-    A value is stored as its pickle, prefixed with ``0x01`` and two bytes of the state generation
-    it was written in when that is not 0 (``checkpoint.py``): a value of an older generation is
-    upgraded by ``upgrade(value, generation)`` when it is read, and stored in the current one when
-    it is written back."""
-
-    __slots__ = ("_value", "_handle", "_domain", "_generation", "_prefix", "_upgrade", "_maps")
-
-    def __init__(self, value_state, handle: StatefulProcessorHandle, timer_domain: str | None,
-                 generation: int = 0, upgrade=None, maps: dict | None = None):
-        self._maps = {name: SparkKeyMap(state) for name, state in (maps or {}).items()}
-        self._value = value_state
-        self._handle = handle
-        self._domain = timer_domain
-        self._generation = generation
-        self._prefix = bytes([_GENERATION]) + generation.to_bytes(2, "big") if generation else b""
-        self._upgrade = upgrade
-
-    def get(self):
-        value = self._value.get()  # None when the key has no state: one call to the JVM, not two
-        if value is None:
-            return None
-        data = value[0]
-        if data[0] != _GENERATION:
-            generation, value = 0, loads(data)
-        else:
-            generation, value = int.from_bytes(data[1:3], "big"), loads(data[3:])
-        if generation != self._generation:
-            value = self._upgrade(value, generation)
-        return value
-
-    def put(self, value) -> None:
-        self._value.update((self._prefix + dumps(value),))
-
-    def clear(self) -> None:
-        self._value.clear()
-
-    def map(self, name: str) -> SparkKeyMap | None:
-        return self._maps.get(name)
-
-    def register_timer(self, domain: str, ts: int) -> None:
-        if domain == self._domain:
-            self._handle.registerTimer(int(ts))
-
-    def delete_timer(self, domain: str, ts: int) -> None:
-        if domain == self._domain:
-            self._handle.deleteTimer(int(ts))
 
 
 def ordered_records(rows) -> list:
@@ -184,27 +97,15 @@ class JoinProcessor(StatefulProcessor):
         if self.pack is None:
             self.pack = not self.plan.upsert_materializer
         self.handle = handle
-        self.value = handle.getValueState("join", _STATE_SCHEMA)
         self.time_mode = self.plan.time_mode
         domain = {TimeMode.PROCESSING_TIME: PROC, TimeMode.EVENT_TIME: EVENT}.get(self.time_mode)
-        self._row_maps: dict = {}
-        # A regular join's side too large for the key's value keeps its rows in a map of its own.
-        maps = {name: handle.getMapState(name, _MAP_KEY_SCHEMA, _STATE_SCHEMA) for name in JOIN_MAPS} \
-            if self.plan.kind is PlanKind.REGULAR else {}
-        self.state = SparkKeyState(self.value, handle, domain, self.plan.state_generation, self._upgrade, maps)
+        self.state = join_state(handle, self.plan, domain)
         # Rows the join may drop as late carry their original record (decode.py): (row, original).
         self.original_sides = self.plan.late_sides
         self.window_join = self.plan.kind is PlanKind.WINDOW
         key = self.plan.output_key
         self.output_key = (lambda row: output_key_group(tuple(row[i] for i in key))) if key else (lambda row: b"")
         self.seq = _TaskSequence()
-
-    def _upgrade(self, value, generation: int):
-        """A stored value of an older state generation, its rows in today's input columns."""
-        maps = self._row_maps.get(generation)
-        if maps is None:  # built once per generation: the defaults are decoded from the schema
-            maps = self._row_maps[generation] = (self.plan.row_upgrade(generation, 0), self.plan.row_upgrade(generation, 1))
-        return self.operator.map_rows(value, *maps)
 
     def _context(self, timer_values) -> Context:
         now = timer_values.getCurrentProcessingTimeInMs()
@@ -228,7 +129,7 @@ class JoinProcessor(StatefulProcessor):
         if not records:
             return
         context = self._context(timerValues)
-        state = _Pending(self.state)
+        state = Pending(self.state)
         try:
             self.operator.process(state, records, context, out)
         except Exception as err:  # noqa: BLE001 - one key's failure must not stop the service
@@ -246,7 +147,7 @@ class JoinProcessor(StatefulProcessor):
     def handleExpiredTimer(self, key, timerValues, expiredTimerInfo) -> Iterator[Row]:
         out = Output()
         domain = EVENT if self.time_mode is TimeMode.EVENT_TIME else PROC
-        state = _Pending(self.state)
+        state = Pending(self.state)
         try:
             self.operator.on_timer(state, domain, expiredTimerInfo.getExpiryTimeInMs(), self._context(timerValues), out)
         except Exception as err:  # noqa: BLE001 - as in handleInputRows; a timer has no records to keep
@@ -339,17 +240,8 @@ class UpsertProcessor(StatefulProcessor):
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.operator = UpsertMaterializer()
-        generation, upgrade = 0, None
-        if self.plan_json is not None:
-            plan = _plan(self.plan_json)
-            generation = plan.output_generation
-            row_maps: dict = {}
-
-            def upgrade(value, stored_generation):  # rows of an older output, in today's
-                if stored_generation not in row_maps:
-                    row_maps[stored_generation] = plan.output_upgrade(stored_generation)
-                return self.operator.map_rows(value, row_maps[stored_generation], None)
-        self.state = SparkKeyState(handle.getValueState("rows", _STATE_SCHEMA), handle, None, generation, upgrade)
+        plan = _plan(self.plan_json) if self.plan_json is not None else None
+        self.state = upsert_state(handle, plan, self.operator)
         self.seq = _TaskSequence()
 
     def handleInputRows(self, key, rows, timerValues) -> Iterator[Row]:
@@ -385,20 +277,11 @@ class NormalizeProcessor(StatefulProcessor):
         join_key_of = plan.join_key_of(self.side)
         self.join_key = lambda row: join_key_group(join_key_of(row))
         self.operator = ChangelogNormalize()
-
-        row_maps: dict = {}
-
-        def upgrade(value, generation):
-            if generation not in row_maps:
-                row_maps[generation] = plan.row_upgrade(generation, self.side)
-            return self.operator.map_rows(value, row_maps[generation], None)
-
-        self.state = SparkKeyState(handle.getValueState("last", _STATE_SCHEMA), handle, None,
-                                   plan.state_generation, upgrade)
+        self.state = normalize_state(handle, plan, self.side, self.operator)
 
     def handleInputRows(self, key, rows, timerValues) -> Iterator[Row]:
         ordered = ordered_records(rows)
-        state = _Pending(self.state)
+        state = Pending(self.state)
         for r in ordered:
             if r[TAG] in NOT_ROWS:  # passed on to the join stage
                 yield r
@@ -414,93 +297,3 @@ class NormalizeProcessor(StatefulProcessor):
 
     def close(self) -> None:
         pass
-
-
-class _Pending:
-    """A KeyState that reads the underlying state at most once and keeps every change (value,
-    maps and timers) until :meth:`flush`: a call that fails leaves the key's state as it was."""
-
-    __slots__ = ("_state", "_value", "_loaded", "_dirty", "_timers", "_maps")
-
-    def __init__(self, state):
-        self._state, self._value, self._loaded, self._dirty, self._timers = state, None, False, False, []
-        self._maps: dict = {}
-
-    def map(self, name: str):
-        pending = self._maps.get(name)
-        if pending is None:
-            store = self._state.map(name)
-            if store is None:
-                return None
-            pending = self._maps[name] = _PendingMap(store)
-        return pending
-
-    def get(self):
-        if not self._loaded:
-            self._value, self._loaded = self._state.get(), True
-        return self._value
-
-    def put(self, value) -> None:
-        self._value, self._loaded, self._dirty = value, True, True
-
-    def clear(self) -> None:
-        self.put(None)
-
-    def register_timer(self, domain: str, ts: int) -> None:
-        self._timers.append((True, domain, ts))
-
-    def delete_timer(self, domain: str, ts: int) -> None:
-        self._timers.append((False, domain, ts))
-
-    def flush(self) -> None:
-        if self._dirty:
-            if self._value is None:
-                self._state.clear()
-            else:
-                self._state.put(self._value)
-        for pending in self._maps.values():
-            pending.flush()
-        for register, domain, ts in self._timers:
-            (self._state.register_timer if register else self._state.delete_timer)(domain, ts)
-
-
-class _PendingMap:
-    """A ``KeyMap`` whose changes wait for :meth:`flush` (see :class:`_Pending`)."""
-
-    __slots__ = ("_store", "_changes", "_cleared")
-
-    def __init__(self, store):
-        self._store, self._changes, self._cleared = store, {}, False
-
-    def get(self, key):
-        if key in self._changes:
-            return self._changes[key]
-        return None if self._cleared else self._store.get(key)
-
-    def put(self, key, value) -> None:
-        self._changes[key] = value
-
-    def remove(self, key) -> None:
-        self._changes[key] = None
-
-    def items(self):
-        if not self._cleared:
-            for key, value in self._store.items():
-                if key not in self._changes:
-                    yield key, value
-        for key, value in self._changes.items():
-            if value is not None:
-                yield key, value
-
-    def clear(self) -> None:
-        self._changes.clear()
-        self._cleared = True
-
-    def flush(self) -> None:
-        if self._cleared:
-            self._store.clear()
-        for key, value in self._changes.items():
-            if value is not None:
-                self._store.put(key, value)
-            elif not self._cleared:
-                self._store.remove(key)

@@ -12,20 +12,39 @@ import pytest
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TESTS_DIR = Path(__file__).resolve().parent
 
-# The repository (for `service`, `operators`) and tests/ (for test helper modules such as test
-# mappers) must be importable here and by Spark's Python workers, which inherit PYTHONPATH.
-for _p in (str(TESTS_DIR), str(REPO_ROOT)):
+#: The tests' folders, mirroring the code; each folder's tests carry its name as a marker
+#: (``pytest -m operators``, ``-m "not integration"``).
+FOLDERS = {
+    "operators": "the join state machines in operators/, on the in-memory host (no Spark, no Kafka)",
+    "service": "service/ without a broker or a Spark query: config, SQL, plan, formats, state bytes, layout",
+    "integration": "a real Kafka broker and a real Spark query (or cluster)",
+    "deploy": "the Dockerfile and the Helm chart",
+}
+SUPPORT = TESTS_DIR / "support"  # what the tests share: brokers, fakes, the service harness
+
+# The repository (for `service`, `operators`), the test helpers and the test folders (tests import
+# constants from one another, and Spark's Python workers load test mappers) must be importable here
+# and by Spark's Python workers, which inherit PYTHONPATH.
+_paths = [str(REPO_ROOT), str(SUPPORT), *(str(TESTS_DIR / folder) for folder in FOLDERS)]
+for _p in reversed(_paths):
     if _p not in sys.path:
         sys.path.insert(0, _p)
-_pythonpath = [str(REPO_ROOT), str(TESTS_DIR)]
+_pythonpath = list(_paths)
 if os.environ.get("PYTHONPATH"):
     _pythonpath.append(os.environ["PYTHONPATH"])
 os.environ["PYTHONPATH"] = os.pathsep.join(_pythonpath)
 
-# Kafka: kafka_bootstrap (session), restartable_broker, new_topic; see tests/kafka_fixture.py.
+# Kafka: kafka_bootstrap (session), restartable_broker, new_topic; see tests/support/kafka_fixture.py.
 from kafka_fixture import kafka_bootstrap, new_topic, restartable_broker  # noqa: E402,F401
-# A Spark standalone cluster on this machine (module scope): spark_cluster; see tests/spark_cluster.py.
+# A Spark standalone cluster on this machine (module scope): spark_cluster; see tests/support/spark_cluster.py.
 from spark_cluster import spark_cluster  # noqa: E402,F401
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    for item in items:
+        folder = Path(str(item.fspath)).resolve().relative_to(TESTS_DIR).parts[0]
+        if folder in FOLDERS:
+            item.add_marker(getattr(pytest.mark, folder))
 
 
 @pytest.fixture(scope="session")

@@ -174,7 +174,7 @@ by the Deployment so that every install, upgrade, template and lint runs them.
 {{/*
 "true" when a variable or property name names a secret: the rule of the service's
 service.config.is_secret_name (words split at ".", "_", "-" and camelCase), which
-tests/test_helm_chart.py checks this against.
+tests/deploy/test_helm_chart.py checks this against.
 */}}
 {{- define "changejoin.isSecretName" -}}
 {{- $n := . | replace "." "_" | replace "-" "_" | snakecase | lower | replace "-" "_" -}}

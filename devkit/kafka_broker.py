@@ -1,0 +1,233 @@
+"""A single-node Apache Kafka broker (KRaft, broker and controller in one JVM) for the tests and
+the benchmarks, started from the jars :mod:`devkit.jars` fetches from Maven Central. The service
+never uses it.
+
+    with KafkaBroker() as bootstrap:      # "127.0.0.1:PORT"; the data directory is removed after
+        ...
+
+    broker = KafkaBroker()
+    bootstrap = broker.start()            # formats a fresh data directory on the first start
+    broker.stop()                         # the data stays on disk
+    broker.start()                        # same ports, same data: topics, records, producer ids
+    broker.close()                        # stop and remove the data directory (if it made it)
+
+Loopback only, on free ports picked at the first start and kept for restarts. One partition per
+topic by default, replication factor 1 everywhere (internal topics included), no automatic topic
+creation unless asked for. The JVM is stopped when the Python process exits (atexit; on Linux the
+kernel also kills it if the thread that started it dies). Needs ``java`` (17+) on the PATH, or
+``JAVA_HOME``.
+
+``python -m devkit.kafka_broker [PORT]`` runs one until interrupted.
+"""
+from __future__ import annotations
+
+import base64
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+from typing import Dict, List, Optional
+
+from .broker_process import BrokerProcess, free_port, serve
+
+__all__ = ["KafkaBroker", "KafkaBrokerError", "free_port"]
+
+BROKER_JARS = "kafka-broker"  # the jar group (jars/kafka-broker/pom.xml)
+NODE_ID = 1
+
+
+class KafkaBrokerError(RuntimeError):
+    """The broker cannot be started."""
+
+
+def java_executable() -> str:
+    home = os.environ.get("JAVA_HOME")
+    if home and os.access(os.path.join(home, "bin", "java"), os.X_OK):
+        return os.path.join(home, "bin", "java")
+    found = shutil.which("java")
+    if found is None:
+        raise KafkaBrokerError("the Kafka broker needs Java 17 or later: no `java` on the PATH and no JAVA_HOME")
+    return found
+
+
+def new_cluster_id() -> str:
+    """A random cluster id as Kafka writes one (URL-safe base64 of 16 bytes, not starting with '-')."""
+    while True:
+        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not text.startswith("-"):
+            return text
+
+
+LOG4J2 = """\
+# Written by devkit/kafka_broker.py: warnings and errors only, on stdout (the broker's log file).
+status = warn
+appender.out.type = Console
+appender.out.name = out
+appender.out.layout.type = PatternLayout
+appender.out.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = warn
+rootLogger.appenderRef.out.ref = out
+logger.started.name = kafka.server.KafkaRaftServer
+logger.started.level = info
+"""
+
+
+class KafkaBroker(BrokerProcess):
+    """Start, stop and restart one KRaft broker+controller on loopback.
+
+    ``advertised`` (``host:port``) is the address the broker gives clients in its metadata, when
+    they must reach it some other way (through a proxy); by default its own listener.
+    ``properties`` add to or override the generated ``server.properties``."""
+
+    Error = KafkaBrokerError
+    label = "Kafka broker"
+
+    def __init__(
+        self,
+        port: Optional[int] = None,
+        host: str = "127.0.0.1",
+        advertised: Optional[str] = None,
+        data_dir: Optional[str] = None,
+        heap: str = "512m",
+        auto_create_topics: bool = False,
+        properties: Optional[Dict[str, str]] = None,
+        startup_timeout: float = 180.0,
+    ):
+        super().__init__(port, host, startup_timeout)
+        self._port_given = port is not None
+        self.controller_port: Optional[int] = None
+        self.advertised = advertised
+        self.heap = heap
+        self.auto_create_topics = auto_create_topics
+        self.extra_properties = dict(properties or {})
+        self._own_dir = data_dir is None
+        self.data_dir = Path(data_dir) if data_dir else None
+        self._classpath: Optional[str] = None
+
+    # ---- addresses and files ----------------------------------------------------------------
+
+    @property
+    def log_path(self) -> Optional[Path]:
+        return self.data_dir / "broker.log" if self.data_dir else None
+
+    def server_properties(self) -> Dict[str, str]:
+        assert self.data_dir is not None and self.port is not None and self.controller_port is not None
+        advertised = self.advertised or self.bootstrap
+        props = {
+            "process.roles": "broker,controller",
+            "node.id": str(NODE_ID),
+            "controller.quorum.voters": f"{NODE_ID}@{self.host}:{self.controller_port}",
+            "listeners": f"PLAINTEXT://{self.host}:{self.port},CONTROLLER://{self.host}:{self.controller_port}",
+            "advertised.listeners": f"PLAINTEXT://{advertised}",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "log.dirs": str(self.data_dir / "logs"),
+            "num.partitions": "1",
+            "default.replication.factor": "1",
+            "min.insync.replicas": "1",
+            "offsets.topic.replication.factor": "1",
+            "offsets.topic.num.partitions": "1",
+            "transaction.state.log.replication.factor": "1",
+            "transaction.state.log.min.isr": "1",
+            "transaction.state.log.num.partitions": "1",
+            "share.coordinator.state.topic.replication.factor": "1",
+            "share.coordinator.state.topic.min.isr": "1",
+            "group.initial.rebalance.delay.ms": "0",
+            "auto.create.topics.enable": str(self.auto_create_topics).lower(),
+            # Small: a test broker holds little, and two or three may run beside Spark.
+            "log.segment.bytes": str(16 * 2**20),
+            "log.index.size.max.bytes": str(2**20),
+            "log.cleaner.dedupe.buffer.size": str(8 * 2**20),
+            "num.network.threads": "2",
+            "num.io.threads": "2",
+            "background.threads": "2",
+            "num.recovery.threads.per.data.dir": "1",
+            "log.cleaner.threads": "1",
+        }
+        props.update(self.extra_properties)
+        return props
+
+    def _write_config(self) -> Path:
+        assert self.data_dir is not None
+        path = self.data_dir / "server.properties"
+        path.write_text("".join(f"{k}={v}\n" for k, v in self.server_properties().items()))
+        (self.data_dir / "log4j2.properties").write_text(LOG4J2)
+        return path
+
+    def _java(self, main_class: str, *args: str) -> List[str]:
+        if self._classpath is None:
+            from . import jars
+
+            self._classpath = jars.classpath(BROKER_JARS)
+        assert self.data_dir is not None
+        return [
+            java_executable(), f"-Xmx{self.heap}", "-Xms64m", "-XX:+UseSerialGC", "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={self.data_dir / 'log4j2.properties'}",
+            "-cp", self._classpath, main_class, *args,
+        ]
+
+    # ---- lifecycle ----------------------------------------------------------------------------
+
+    def _format(self, config: Path) -> None:
+        """Format the storage once (``kafka-storage.sh format``); a restart reuses it."""
+        assert self.data_dir is not None
+        if (self.data_dir / "logs" / "meta.properties").is_file():
+            return
+        cmd = self._java("kafka.tools.StorageTool", "format", "--cluster-id", new_cluster_id(),
+                         "--config", str(config), "--ignore-formatted")
+        proc = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True, timeout=self.startup_timeout)
+        if proc.returncode != 0:
+            raise KafkaBrokerError(f"formatting {self.data_dir} failed (exit {proc.returncode}):\n{proc.stdout[-3000:]}")
+
+    def start(self) -> str:
+        """Start the broker (same ports and data as before if it ran already), wait until it
+        answers with itself in its metadata, and return the bootstrap string."""
+        if self.is_running():
+            return self.bootstrap
+        if self.data_dir is None:
+            self.data_dir = Path(tempfile.mkdtemp(prefix="changejoin-kafka-"))
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        first = self.port is None or self.controller_port is None
+        for attempt in range(3 if first else 1):
+            if self.port is None or (attempt and not self._port_given):
+                self.port = free_port(self.host)
+            if self.controller_port is None or attempt:
+                self.controller_port = free_port(self.host)
+            config = self._write_config()
+            self._format(config)
+            self._spawn(self._java("kafka.Kafka", str(config)))
+            try:
+                self._wait_ready(lambda admin: NODE_ID in admin.list_topics(timeout=1.0).brokers)
+                return self.bootstrap
+            except KafkaBrokerError as exc:
+                self._terminate(kill=True)
+                # Only a port taken between picking and binding is worth another try.
+                if not first or "Address already in use" not in str(exc) or attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
+
+    def stop(self, kill: bool = False) -> None:
+        """Stop the broker, keeping its data; ``kill`` skips the clean shutdown (SIGKILL)."""
+        self._terminate(kill=kill)
+
+    def close(self) -> None:
+        """Stop the broker and remove its data directory if this object created it."""
+        self._terminate()
+        if self._own_dir and self.data_dir is not None:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+            self.data_dir = None
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """``python -m devkit.kafka_broker [PORT]``: run a broker until interrupted."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    return serve(KafkaBroker(port=int(args[0]) if args else None))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

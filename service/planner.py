@@ -1,0 +1,442 @@
+"""The planner: the configuration resolved against the input schemas into a :class:`JoinPlan`.
+
+``build_plan`` runs once on the driver (``run`` and ``check-config``). It loads the input schemas,
+parses ``JOIN_SQL`` (``service.sql``), resolves every column to its index, chooses each input's
+state layout from its join key and primary key, and derives the output schema. The plan it
+returns is what the workers receive (``service/plan.py``); this module and the SQL front end
+stay on the driver. :func:`explain` renders a plan for ``check-config`` and the start-up log.
+"""
+from __future__ import annotations
+
+from operators import ConditionError, ConfigurationError, JoinType, TemporalKind, WindowKind
+from operators.condition import comparable
+from operators.spec import WINDOW_COLUMNS
+
+from .avro import SchemaRegistry, load_schema_file, output_schema, record_columns
+from .config import Settings
+from .keys import KeyDecoder
+from .plan import TIME_BOUNDED_KINDS, JoinPlan, OutputMode, PlanError, PlanKind, SidePlan
+from .sql import JoinQuery, QueryError, describe, interval_sql, parse_join_sql
+
+
+def _index(columns: tuple[str, ...], name: str, what: str) -> int:
+    if name in columns:
+        return columns.index(name)
+    lowered = [c for c in columns if c.lower() == name.lower()]
+    if len(lowered) == 1:
+        return columns.index(lowered[0])
+    raise PlanError(f"{what}: no column {name!r}; the columns are {', '.join(columns)}")
+
+
+def load_input_schemas(settings: Settings, registry: SchemaRegistry | None) -> tuple[dict, dict]:
+    """Reader schemas: the local .avsc files if given, else the registry's latest `<topic>-value`."""
+    schemas = []
+    for var, path, topic in (
+        ("LEFT_SCHEMA_FILE", settings.left_schema_file, settings.left_topic),
+        ("RIGHT_SCHEMA_FILE", settings.right_schema_file, settings.right_topic),
+    ):
+        if path:
+            try:
+                schemas.append(load_schema_file(path))
+            except Exception as err:
+                raise PlanError(f"{var}: {err}") from None
+        else:
+            try:
+                schemas.append(registry.latest(f"{topic}-value")[1])
+            except Exception as err:
+                raise PlanError(
+                    f"SCHEMA_REGISTRY_URL: cannot get the latest schema of subject {topic}-value ({err}); "
+                    f"register it or set {var}"
+                ) from None
+    return schemas[0], schemas[1]
+
+
+def build_plan(settings: Settings, schemas: tuple[dict, dict] | None = None) -> JoinPlan:
+    """Resolve the configuration into a plan; raises PlanError naming what to fix.
+
+    Each step below decides one thing; they run in this order, which is the order in which
+    problems are reported (the first one found is the error)."""
+    if schemas is None:
+        schemas = load_input_schemas(settings, _schema_registry(settings))
+    columns = [record_columns(s) for s in schemas]
+    names = [tuple(c.name for c in cols) for cols in columns]
+    configured_times = _configured_time_columns(settings, names)
+    query = _parse_query(settings, names, configured_times)
+    kind = _plan_kind(query)
+    keys = _join_keys(query, names)
+    pks = _primary_keys(settings, names)
+    time_columns = _time_columns(settings, kind, query, names, configured_times)
+    _check_mini_batch(settings, kind)
+    _check_time_bounded_inputs(settings, kind)
+    sides = _side_plans(settings, kind, schemas, columns, names, keys, pks, time_columns)
+    projection, output_names = _projection(query, kind, names)
+    schema = _output_schema(settings.output_topic, kind, query.join_type, sides, projection, output_names)
+    output_key = _output_key(settings, output_names)
+    plan = JoinPlan(
+        kind=kind, join_type=query.join_type, left=sides[0], right=sides[1],
+        filter_nulls=tuple(not ns for ns in query.null_safe_keys), condition_sql=query.condition_sql,
+        projection=projection, output_names=output_names, output_schema=schema, output_key=output_key,
+        mini_batch_size=settings.mini_batch_size, retention_ms=_retention(settings, kind),
+        output_mode=OutputMode(settings.output_mode), interval_ms=_interval_ms(query), window=_window(query),
+        description=describe(query),
+    )
+    _check_types(plan)
+    _compile_operator(plan)
+    return plan
+
+
+def _schema_registry(settings: Settings) -> SchemaRegistry | None:
+    """The schema registry the input schemas come from when no schema file is given."""
+    if not settings.schema_registry_url:
+        return None
+    return SchemaRegistry(settings.schema_registry_url, settings.schema_registry_basic_auth_user_info)
+
+
+def _configured_time_columns(settings: Settings, names) -> tuple[str | None, str | None]:
+    """The columns LEFT_EVENT_TIME_COLUMN / RIGHT_EVENT_TIME_COLUMN name, in the schema's spelling."""
+    time_vars = ("LEFT_EVENT_TIME_COLUMN", "RIGHT_EVENT_TIME_COLUMN")
+    return tuple(
+        names[i][_index(names[i], column, time_vars[i])] if column else None
+        for i, column in enumerate((settings.left_event_time_column, settings.right_event_time_column))
+    )
+
+
+def _parse_query(settings: Settings, names, configured_times) -> JoinQuery:
+    """JOIN_SQL, parsed against the two inputs' columns."""
+    try:
+        return parse_join_sql(
+            settings.join_sql, settings.left_table_name, list(names[0]), settings.right_table_name, list(names[1]),
+            time_columns=configured_times,
+        )
+    except QueryError as err:
+        raise PlanError(f"JOIN_SQL: {err}") from None
+
+
+def _plan_kind(query: JoinQuery) -> PlanKind:
+    """Which family of join the query is."""
+    if query.window is not None:
+        return PlanKind.WINDOW
+    if query.interval is not None:
+        return PlanKind.INTERVAL_PROCESSING_TIME if query.interval.processing_time else PlanKind.INTERVAL_EVENT_TIME
+    return {None: PlanKind.REGULAR, TemporalKind.EVENT_TIME: PlanKind.TEMPORAL_EVENT_TIME,
+            TemporalKind.PROCESSING_TIME: PlanKind.TEMPORAL_PROCESSING_TIME}[query.temporal]
+
+
+def _join_keys(query: JoinQuery, names) -> list[tuple[int, ...]]:
+    """Each input's join key: the indexes of its columns in the query's equi keys, in their order."""
+    return [tuple(_index(names[0], l, "JOIN_SQL") for l, _ in query.equi_keys),
+            tuple(_index(names[1], r, "JOIN_SQL") for _, r in query.equi_keys)]
+
+
+def _primary_keys(settings: Settings, names) -> list[tuple[int, ...] | None]:
+    """Each input's primary key (LEFT_PRIMARY_KEY / RIGHT_PRIMARY_KEY), as column indexes; None when unset."""
+    pks = []
+    for var, pk, cols in (("LEFT_PRIMARY_KEY", settings.left_primary_key, names[0]),
+                          ("RIGHT_PRIMARY_KEY", settings.right_primary_key, names[1])):
+        pks.append(tuple(_index(cols, c, var) for c in pk) if pk else None)
+    return pks
+
+
+def _time_columns(settings: Settings, kind: PlanKind, query: JoinQuery, names, configured_times) -> list[int | None]:
+    """Each input's time column: an interval or window join's time attributes, an event-time
+    temporal join's AS OF column and versioned table time; none for the other joins."""
+    if kind in TIME_BOUNDED_KINDS:
+        return _time_attributes(settings, kind, query, names, configured_times)
+    if kind is PlanKind.TEMPORAL_EVENT_TIME:
+        return _temporal_time_columns(settings, query, names, configured_times)
+    if kind is PlanKind.TEMPORAL_PROCESSING_TIME and settings.right_event_time_column:
+        raise PlanError(
+            "RIGHT_EVENT_TIME_COLUMN: a processing-time temporal join (FOR SYSTEM_TIME AS OF PROCTIME()) "
+            "cannot use a versioned table with an event-time attribute; Flink only allows processing-time "
+            "temporal joins against lookup tables. Use FOR SYSTEM_TIME AS OF <left>.<time column> instead, "
+            "or unset RIGHT_EVENT_TIME_COLUMN"
+        )
+    return [None, None]
+
+
+def _time_attributes(settings: Settings, kind: PlanKind, query, names, configured) -> list[int | None]:
+    """Each input's time column of an interval or window join: the one JOIN_SQL uses, which must be
+    the input's configured ``*_EVENT_TIME_COLUMN`` (processing time: none may be configured)."""
+    if kind is PlanKind.WINDOW:
+        used = (query.window.left_time_column, query.window.right_time_column)
+        where = "the DESCRIPTOR of its window table function"
+    else:
+        used = (query.interval.left_time_column, query.interval.right_time_column)
+        where = "its interval bound"
+    out: list[int | None] = []
+    for i, (var, column, name) in enumerate(zip(("LEFT_EVENT_TIME_COLUMN", "RIGHT_EVENT_TIME_COLUMN"), used, configured)):
+        side = "left" if i == 0 else "right"
+        if column is None:  # processing time
+            if name is not None:
+                raise PlanError(
+                    f"{var}: is {name}, but JOIN_SQL's interval bound uses the {side} input's processing time "
+                    f"(proctime); bound on its event-time column {name} instead, or unset {var}"
+                )
+            out.append(None)
+            continue
+        if name is None:
+            raise PlanError(
+                f"{var}: required: JOIN_SQL uses the {side} input's column {column} as its time attribute in "
+                f"{where}; set {var}={column} (with {side.upper()}_WATERMARK_DELAY for out-of-order rows)"
+            )
+        if name != column:
+            raise PlanError(
+                f"{var}: is {name}, but JOIN_SQL uses the {side} input's column {column} as its time attribute "
+                f"in {where}; an input has one time attribute: use {name} in JOIN_SQL or set {var}={column}"
+            )
+        out.append(_index(names[i], column, var))
+    return out
+
+
+def _temporal_time_columns(settings: Settings, query: JoinQuery, names, configured_times) -> list[int | None]:
+    """An event-time temporal join's times: the left input's AS OF column (its one time attribute)
+    and the versioned table's RIGHT_EVENT_TIME_COLUMN."""
+    left = _index(names[0], query.left_time_column, "JOIN_SQL (FOR SYSTEM_TIME AS OF)")
+    if configured_times[0] is not None and configured_times[0] != names[0][left]:
+        raise PlanError(
+            f"LEFT_EVENT_TIME_COLUMN: is {configured_times[0]}, but JOIN_SQL joins as of "
+            f"{query.left_time_column}; the left input has one time attribute: make them the same or unset "
+            "LEFT_EVENT_TIME_COLUMN"
+        )
+    if not settings.right_event_time_column:
+        raise PlanError(
+            "RIGHT_EVENT_TIME_COLUMN: required for an event-time temporal join (the versioned table's time)"
+        )
+    return [left, _index(names[1], settings.right_event_time_column, "RIGHT_EVENT_TIME_COLUMN")]
+
+
+def _check_mini_batch(settings: Settings, kind: PlanKind) -> None:
+    """Mini-batch folding (MINI_BATCH_SIZE) is for regular joins."""
+    if kind is not PlanKind.REGULAR and settings.mini_batch_size:
+        raise PlanError("MINI_BATCH_SIZE: mini-batch folding applies to regular joins only")
+
+
+def _check_time_bounded_inputs(settings: Settings, kind: PlanKind) -> None:
+    """An interval or window join takes append-only inputs and cleans its state up by time, without a TTL."""
+    if kind not in TIME_BOUNDED_KINDS:
+        return
+    what = "a window join" if kind is PlanKind.WINDOW else "an interval join"
+    for var, mode in (("LEFT_CHANGELOG_MODE", settings.left_changelog_mode),
+                      ("RIGHT_CHANGELOG_MODE", settings.right_changelog_mode)):
+        if mode != "append":
+            raise PlanError(
+                f"{var}: is {mode}, but the inputs of {what} must be append-only (every record +I), as in "
+                f"Flink, which plans this join only for insert-only inputs; set {var}=append, or use a "
+                "regular join for a changelog input"
+            )
+    for var, ttl in (("STATE_TTL", settings.state_ttl_ms), ("LEFT_STATE_TTL", settings.left_state_ttl_ms),
+                     ("RIGHT_STATE_TTL", settings.right_state_ttl_ms)):
+        if ttl:
+            raise PlanError(
+                f"{var}: {what} keeps each row only while it can still match and cleans its state up by "
+                f"{'processing ' if kind is PlanKind.INTERVAL_PROCESSING_TIME else 'event '}time itself; "
+                f"a state TTL does not apply (and Spark refuses TTL in EventTime mode): unset {var}"
+            )
+
+
+def _joins_upsert_directly(kind: PlanKind, mode: str, key: tuple[int, ...], pk: tuple[int, ...] | None) -> bool:
+    """Whether an input goes to the join without a normalize stage.
+
+    An upsert input goes to the join directly when its join key is its primary key: every change
+    of a primary key then meets the join in one join key, and the join itself turns bare +U and
+    tombstones into a full changelog. Otherwise it is normalized first: with join-key columns
+    beyond the primary key a row can move to another join key, where only a stage keyed by the
+    primary key can retract it; with primary-key columns beyond the join key direct feeding would
+    be correct too, but the normalize stage needs no key format to route tombstones."""
+    return kind is PlanKind.REGULAR and mode == "upsert" and pk is not None and set(key) == set(pk)
+
+
+def _side_plans(settings: Settings, kind: PlanKind, schemas, columns, names, keys, pks,
+                time_columns) -> list[SidePlan]:
+    """Each input's plan: its topic, columns, keys, time column, state TTL and how its rows reach the join."""
+    ttls = (settings.left_ttl_ms, settings.right_ttl_ms) if kind is PlanKind.REGULAR else (None, None)
+    modes = (settings.left_changelog_mode, settings.right_changelog_mode)
+    delays = (settings.left_watermark_delay_ms, settings.right_watermark_delay_ms)
+    topics = (settings.left_topic, settings.right_topic)
+    tables = (settings.left_table_name, settings.right_table_name)
+    key_formats = (settings.left_key_format, settings.right_key_format)
+    sides = []
+    for i in (0, 1):
+        direct = _joins_upsert_directly(kind, modes[i], keys[i], pks[i])
+        sides.append(
+            SidePlan(
+                side=i, topic=topics[i], table=tables[i], columns=names[i],
+                avro_types=tuple(c.avro_type for c in columns[i]), nullable=tuple(c.nullable for c in columns[i]),
+                reader_schema=schemas[i], join_key=keys[i], primary_key=pks[i], changelog_mode=modes[i],
+                time_column=time_columns[i], watermark_delay_ms=delays[i], state_ttl_ms=ttls[i],
+                direct_upsert=direct, key_format=key_formats[i],
+            )
+        )
+        if direct:
+            try:
+                KeyDecoder(sides[i], key_formats[i], None)
+            except ValueError as err:
+                raise PlanError(f"{sides[i].name.upper()}_KEY_FORMAT: {err}") from None
+    return sides
+
+
+def _projection(query: JoinQuery, kind: PlanKind, names) -> tuple[tuple[tuple[int, int], ...], tuple[str, ...]]:
+    """The output columns: per column (side, index of the joined column it copies), and the names."""
+    joined = [names[i] + (WINDOW_COLUMNS if kind is PlanKind.WINDOW else ()) for i in (0, 1)]
+    projection = tuple((0 if c.side == "L" else 1, _index(joined[0 if c.side == "L" else 1], c.column, "JOIN_SQL"))
+                       for c in query.projection)
+    return projection, tuple(c.name for c in query.projection)
+
+
+def _output_schema(topic: str, kind: PlanKind, join_type: JoinType, sides, projection, output_names) -> dict:
+    """The output's Avro schema: each column's input type, nullable where the input column is or
+    where an outer join pads its side with NULLs."""
+    draft = JoinPlan(kind=kind, join_type=join_type, left=sides[0], right=sides[1], filter_nulls=(),
+                     condition_sql=None, projection=projection, output_names=output_names, output_schema={},
+                     output_key=None)
+    fields = []
+    for (side, index), name in zip(projection, output_names):
+        avro_type, nullable = draft.column_type(side, index)
+        padded = join_type.left_outer if side == 1 else join_type.right_outer
+        fields.append((name, avro_type, nullable or padded))
+    return output_schema(_record_name(topic), fields)
+
+
+def _record_name(topic: str) -> str:
+    cleaned = "".join(ch if ch.isalnum() else "_" for ch in topic)
+    return cleaned if cleaned[:1].isalpha() else f"t_{cleaned}"
+
+
+def _output_key(settings: Settings, output_names: tuple[str, ...]) -> tuple[int, ...] | None:
+    """The output columns OUTPUT_KEY names (the message key), as output column indexes."""
+    if not settings.output_key:
+        return None
+    return tuple(_index(output_names, c, "OUTPUT_KEY") for c in settings.output_key)
+
+
+def _retention(settings: Settings, kind: PlanKind) -> tuple[int, int] | None:
+    """A temporal join's idle-state retention (min, max) from STATE_TTL."""
+    if kind in (PlanKind.TEMPORAL_EVENT_TIME, PlanKind.TEMPORAL_PROCESSING_TIME) and settings.state_ttl_ms:
+        return (settings.state_ttl_ms, settings.state_ttl_ms * 3 // 2)  # Flink's min/max retention ratio
+    return None
+
+
+def _interval_ms(query: JoinQuery) -> tuple[int, int] | None:
+    """An interval join's (lower, upper) bound in ms."""
+    return (query.interval.lower_ms, query.interval.upper_ms) if query.interval is not None else None
+
+
+def _window(query: JoinQuery) -> dict | None:
+    """A window join's window table function, as the plan carries it (WindowSpec's fields)."""
+    if query.window is None:
+        return None
+    w = query.window
+    return {"kind": w.kind, "size_ms": w.size_ms, "slide_ms": w.slide_ms, "step_ms": w.step_ms,
+            "offset_ms": w.offset_ms}
+
+
+# Event times are Avro timestamps or epoch milliseconds in an int or long.
+_TIME_FAMILIES = ("timestamp", "integer")
+
+
+def _check_types(plan: JoinPlan) -> None:
+    """Refuse, naming the variable, what would fail on every record: event-time columns that hold
+    no time, and join-key pairs SQL could not compare."""
+    for side in plan.sides:
+        if side.time_column is not None and side.families[side.time_column] not in _TIME_FAMILIES:
+            column = side.columns[side.time_column]
+            var = "RIGHT_EVENT_TIME_COLUMN" if side.side == 1 else "LEFT_EVENT_TIME_COLUMN / JOIN_SQL"
+            raise PlanError(f"{var}: column {column!r} of {side.table} holds {side.families[side.time_column]} values; an "
+                            "event time is an Avro timestamp (timestamp-millis/-micros) or epoch milliseconds in "
+                            "an int or long")
+    for left, right in zip(plan.left.join_key, plan.right.join_key):
+        a, b = plan.left.families[left], plan.right.families[right]
+        if not comparable(a, b) or "other" in (a, b):
+            raise PlanError(f"JOIN_SQL: the join key {plan.left.table}.{plan.left.columns[left]} ({a}) = "
+                            f"{plan.right.table}.{plan.right.columns[right]} ({b}) compares values SQL cannot "
+                            "compare; join columns of the same type")
+
+
+def _compile_operator(plan: JoinPlan) -> None:
+    """Build the operator now, as the workers will: this compiles (and type-checks) the condition
+    and validates the operator's spec on the driver."""
+    try:
+        plan.operator  # noqa: B018 - compile (and type-check) the condition and validate the operator now
+    except (ConfigurationError, ConditionError) as err:
+        raise PlanError(f"JOIN_SQL: {err}") from None
+
+
+def explain(plan: JoinPlan) -> str:
+    """The plan as ``check-config`` prints it."""
+    lines = [plan.description or f"{plan.join_type.value} join", f"kind: {plan.kind.value}"]
+    for s in plan.sides:
+        keys = ", ".join(s.columns[i] for i in s.join_key)
+        pk = ", ".join(s.columns[i] for i in s.primary_key) if s.primary_key else "none"
+        extra = f", event time {s.columns[s.time_column]}" if s.time_column is not None else ""
+        if plan.kind is PlanKind.INTERVAL_PROCESSING_TIME:
+            extra = ", processing time"
+        ttl = f", state TTL {s.state_ttl_ms} ms" if s.state_ttl_ms else ""
+        upsert = ""
+        if s.direct_upsert:
+            upsert = f", joined directly; tombstones by message key, {s.name.upper()}_KEY_FORMAT={s.key_format}"
+        elif s.normalized:
+            upsert = ", normalized per primary key before the join"
+        layout = "" if plan.kind in TIME_BOUNDED_KINDS else f"; state layout {s.layout.value}"
+        lines.append(
+            f"{s.name}: topic {s.topic} as {s.table} ({s.changelog_mode}{upsert}); join key ({keys}); "
+            f"primary key ({pk}){layout}{extra}{ttl}"
+        )
+    if plan.mini_batch_size:
+        lines.append(f"mini-batch: fold up to {plan.mini_batch_size} records per key")
+    lines += _explain_time(plan)
+    key = ", ".join(plan.output_names[i] for i in plan.output_key) if plan.output_key else "none"
+    lines.append(f"output: {', '.join(plan.output_names)}; message key ({key}); {plan.output_mode.value}")
+    lines.append("stages: " + "; then ".join(plan.stages()))
+    return "\n".join(lines)
+
+
+def _explain_time(plan: JoinPlan) -> list[str]:
+    """The time semantics and the state kept per key, for the joins on time."""
+    lines = []
+    if plan.is_event_time:
+        lines.append(
+            f"watermark: the smaller of the inputs' watermarks (largest event time seen minus "
+            f"LEFT_WATERMARK_DELAY={plan.left.watermark_delay_ms} ms / "
+            f"RIGHT_WATERMARK_DELAY={plan.right.watermark_delay_ms} ms), advanced between micro-batches"
+        )
+    if plan.interval_ms is not None:
+        lower, upper = plan.interval_ms
+        l_time, r_time = (("l." + plan.left.columns[plan.left.time_column], "r." + plan.right.columns[plan.right.time_column])
+                          if plan.is_event_time else ("l.proctime", "r.proctime"))
+        domain = ("event time: the operator time is the watermark" if plan.is_event_time else
+                  "processing time: a row's time is the clock when its micro-batch runs, the operator time is the clock")
+        def plus(ms: int) -> str:
+            return f" + {ms} ms" if ms > 0 else f" - {-ms} ms" if ms < 0 else ""
+
+        lines.append(f"interval: a pair matches when {r_time}{plus(lower)} <= {l_time} <= {r_time}{plus(upper)}; {domain}")
+        if lower > upper:
+            lines.append("state: none (the interval is empty, nothing can match: preserved rows are null-padded "
+                         "on arrival, the others discarded)")
+        else:
+            padded = {JoinType.LEFT: "unmatched left rows are null-padded then",
+                      JoinType.RIGHT: "unmatched right rows are null-padded then",
+                      JoinType.FULL: "unmatched rows of both sides are null-padded then"}.get(plan.join_type, "")
+            lines.append(
+                f"state per join key: the rows of both inputs, each kept while a row of the other input may still "
+                f"match it: a left row until the operator time passes its time + {-lower} ms, a right row until "
+                f"it passes its time + {upper} ms; a clean-up timer per key and side removes them"
+                f"{'; ' + padded if padded else ''}; output is insert-only (+I); no row is ever late"
+            )
+    if plan.window is not None:
+        w = plan.window_spec
+        sizes = {WindowKind.TUMBLE: f"size {interval_sql(w.size_ms)}",
+                 WindowKind.HOP: f"slide {interval_sql(w.slide_ms)}, size {interval_sql(w.size_ms)}",
+                 WindowKind.CUMULATE: f"step {interval_sql(w.step_ms)}, max size {interval_sql(w.size_ms)}"}[w.kind]
+        offset = f", offset {interval_sql(w.offset_ms)}" if w.offset_ms else ""
+        lines.append(
+            f"window: {w.kind.value} ({sizes}{offset}) on l.{plan.left.columns[plan.left.time_column]} and "
+            f"r.{plan.right.columns[plan.right.time_column]}; rows join within the same window (window_start, "
+            f"window_end) and join key"
+        )
+        lines.append(
+            "state per join key and window: the rows of both inputs, buffered until the watermark reaches "
+            "window_end - 1; then the window fires (its joined rows are emitted, insert-only +I) and its rows "
+            "are dropped. A row for a window that has already fired is late: dropped from the join and sent "
+            "to the dead-letter topic (reason late)"
+        )
+    return lines

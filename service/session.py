@@ -1,0 +1,174 @@
+"""The Spark session: its JVM, and every Spark property the service sets (:func:`spark_properties`)."""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+from .config import SPARK_REDACTION_REGEX, URL_USER_INFO, Settings, local_directory
+from .metrics import ready_window_seconds
+
+ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+CHECKPOINT_FILE_MANAGER_CONF = "spark.sql.streaming.checkpointFileManagerClass"
+LOCAL_CHECKPOINT_FILE_MANAGER = "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
+ROCKSDB_CHANGELOG_CONF = "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"
+# How often Spark reports an idle query (no new data); readiness needs it well within its window.
+IDLE_EVENT_CONF = "spark.sql.streaming.noDataProgressEventInterval"
+#: Properties the service sets on the session when its query starts, and restores afterwards
+#: (``app.py``), rather than when Spark starts: Spark copies a session's SQL configuration into
+#: each query it starts, and a session the service is handed (tests) keeps its own value.
+QUERY_START_PROPERTIES = (IDLE_EVENT_CONF,)
+
+
+#: Attempts of a failed task (a lost executor, a broker hiccup) before its micro-batch fails the query.
+TASK_ATTEMPTS = 4
+_LOCAL = re.compile(r"^local\[\s*(\*|[0-9]+)\s*\]$|^local$")
+
+
+def with_task_retries(master: str) -> str:
+    """Spark retries no task in local mode unless the master says so (``local[N, F]``): give
+    ``local`` and ``local[N]`` :data:`TASK_ATTEMPTS` attempts; other masters use spark.task.maxFailures."""
+    match = _LOCAL.match(master.strip())
+    if not match:
+        return master
+    return f"local[{match.group(1) or 1},{TASK_ATTEMPTS}]"
+
+
+#: Lines of the Spark JVM's standard error that no configuration can silence and nobody can act on:
+#: the JDK's notice of the incubator module Spark's launcher always adds (``--add-modules=
+#: jdk.incubator.vector``, printed at JVM start, before any logging), and the ``print()``s of
+#: PySpark's transformWithState driver-side worker at every query start, which Spark copies to the
+#: JVM's standard error as they are. Each may be followed by an empty line, dropped with it.
+QUIET_JVM_LINES = (
+    re.compile(rb"^WARNING: Using incubator modules: jdk\.incubator\.vector\s*$"),
+    re.compile(rb"^(Starting )?Streaming TransformWithStateInPandas Python worker\b"),
+)
+
+
+def _relay_jvm_stderr(stream, out) -> None:
+    """Copy the JVM's standard error to ``out`` line by line, except :data:`QUIET_JVM_LINES`."""
+    dropped = False
+    for line in iter(stream.readline, b""):
+        if any(pattern.match(line) for pattern in QUIET_JVM_LINES):
+            dropped = True
+            continue
+        if dropped and not line.strip():
+            dropped = False
+            continue
+        dropped = False
+        try:
+            out.write(line)
+            out.flush()
+        except (OSError, ValueError):  # our own stderr is gone: keep draining the JVM's
+            pass
+
+
+def _launch_jvm(conf) -> None:
+    """Start Spark's JVM as PySpark would, but with its standard error relayed through
+    :func:`_relay_jvm_stderr`. Nothing is done when this process already has a JVM."""
+    from pyspark import SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    with SparkContext._lock:
+        if SparkContext._gateway is not None:
+            return
+        gateway = launch_gateway(conf, popen_kwargs={"stderr": subprocess.PIPE})
+        threading.Thread(target=_relay_jvm_stderr, args=(gateway.proc.stderr, sys.stderr.buffer),
+                         name="spark-jvm-stderr", daemon=True).start()
+        SparkContext._gateway = gateway
+        SparkContext._jvm = gateway.jvm
+
+
+def spark_properties(settings: Settings) -> dict[str, str]:
+    """Every Spark property the service sets: the ones it chooses, below, and every ``SPARK_CONF_``
+    property, which wins over the service's choice of the same property (all of them; config.py
+    refuses only a ``SPARK_CONF_spark_ui_enabled`` that contradicts ``SPARK_UI_ENABLED``).
+
+    RocksDB state; Python workers that import the project (``spark.executorEnv.PYTHONPATH``) and log
+    through the service's log4j2 configuration; :data:`TASK_ATTEMPTS` attempts of a failed task
+    (also in local mode: :func:`with_task_retries`); ``SHUFFLE_PARTITIONS``; a micro-batch at every
+    trigger even without new data (timers and the watermark move); no console progress bar; no
+    adaptive query execution, which does not apply to stateful streaming (off, Spark says nothing of
+    it). The UI is off unless ``SPARK_UI_ENABLED``, and Spark's own redaction of its UI, event log
+    and plans is extended to config.py's secret names and to URL user info.
+
+    A local checkpoint directory is written through Hadoop's ``FileSystem`` rather than its
+    ``FileContext``: without Hadoop's native library (pip's PySpark has none) every
+    ``FileContext`` rename looks up its source and target with the ``readlink`` command, twice
+    each, for the file and its checksum alike: 8 processes per file written, 32 per micro-batch
+    on two partitions (offsets, commits, each state store's snapshot), ~3 ms each from a large
+    JVM. A local rename is atomic either way.
+
+    The JVM talks to its Python workers, and they to its state server (three calls per join
+    key and micro-batch), over Unix domain sockets rather than TCP on loopback: small
+    micro-batches ~10 % shorter (bench/results/RESULTS.md).
+
+    The RocksDB state store commits a micro-batch by writing its changes to a changelog file
+    rather than uploading a new snapshot of the store's files (snapshots are made in the
+    background, every few versions): the state commit of a small micro-batch falls from ~80
+    ms per partition to a few ms. Spark reads a checkpoint written either way, and switches
+    an existing one in both directions.
+
+    Spark reports an idle query every ``noDataProgressEventInterval`` (10 s by default), which can
+    be longer than the readiness window (``/readyz``): a third of the window, at least 1 s (set
+    when the query starts: :data:`QUERY_START_PROPERTIES`)."""
+    java_opts = f"-Dlog4j.configurationFile=file:{LOG4J_CONFIG} -Dlog4j2.configurationFile=file:{LOG4J_CONFIG}"
+    ready_window_s = ready_window_seconds(settings.trigger_interval_ms, settings.ready_max_trigger_intervals)
+    chosen = {
+        "spark.master": with_task_retries(settings.spark_master),
+        "spark.task.maxFailures": str(TASK_ATTEMPTS),
+        "spark.app.name": "changejoin",
+        "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
+        "spark.sql.shuffle.partitions": str(settings.shuffle_partitions),
+        "spark.driver.extraJavaOptions": java_opts,
+        "spark.executor.extraJavaOptions": java_opts,
+        "spark.executorEnv.PYTHONPATH": str(PROJECT_ROOT),
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.streaming.noDataMicroBatches.enabled": "true",
+        "spark.sql.adaptive.enabled": "false",
+        "spark.ui.enabled": "true" if settings.spark_ui_enabled else "false",
+        "spark.redaction.regex": SPARK_REDACTION_REGEX,
+        "spark.redaction.string.regex": URL_USER_INFO.pattern,
+        "spark.python.unix.domain.socket.enabled": "true",
+        ROCKSDB_CHANGELOG_CONF: "true",
+    }
+    if local_directory(settings.checkpoint_location) is not None:
+        chosen[CHECKPOINT_FILE_MANAGER_CONF] = LOCAL_CHECKPOINT_FILE_MANAGER
+    chosen[IDLE_EVENT_CONF] = f"{max(1000, int(ready_window_s * 1000 // 3))}ms"
+    return {**chosen, **settings.spark_conf}
+
+
+def launch_properties(settings: Settings) -> dict[str, str]:
+    """The properties Spark starts with: :func:`spark_properties` but the service's own choice of
+    :data:`QUERY_START_PROPERTIES`."""
+    return {key: value for key, value in spark_properties(settings).items()
+            if key not in QUERY_START_PROPERTIES or key in settings.spark_conf}
+
+
+def query_start_properties(settings: Settings) -> dict[str, str]:
+    """The properties set on the session when the query starts: :data:`QUERY_START_PROPERTIES`
+    unless ``SPARK_CONF_`` sets them (Spark then starts with them)."""
+    properties = spark_properties(settings)
+    return {key: properties[key] for key in QUERY_START_PROPERTIES if key not in settings.spark_conf}
+
+
+def spark_session(settings: Settings):
+    """The Spark session changejoin needs, started with :func:`launch_properties`."""
+    from pyspark import SparkConf
+    from pyspark.sql import SparkSession
+
+    if settings.spark_master.strip().startswith("local"):
+        # One machine: bind to loopback, rather than warn that the host name resolves to it.
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    conf = SparkConf(loadDefaults=False).setAll(list(launch_properties(settings).items()))
+    _launch_jvm(conf)
+    spark = SparkSession.builder.config(conf=conf).getOrCreate()
+    spark.sparkContext.setLogLevel("WARN" if settings.log_level != "DEBUG" else "INFO")
+    return spark

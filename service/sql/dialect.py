@@ -1,0 +1,216 @@
+"""The Flink dialect over sqlglot, and the small helpers every construct uses on its nodes.
+
+sqlglot has no Flink dialect: :class:`_FlinkSQL` is Spark's grammar with Flink's lexical rules for
+quotes and Flink's ``TABLE <name>`` argument of the window table functions (the *Dialect* decision
+in ``joins.py``'s docstring). Here too: the texts that name the supported subset in errors, the
+condition nodes the condition compiler evaluates, reading one SELECT statement and its clauses,
+and reading an ``INTERVAL`` literal."""
+
+from __future__ import annotations
+
+import re
+from typing import NoReturn
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.dialects.spark import Spark
+from sqlglot.errors import ParseError, TokenError
+from sqlglot.tokens import Tokenizer, TokenType
+
+from operators.condition import SUPPORTED as CONDITION_SUPPORTED
+from operators.condition import SUPPORTED_NODES
+
+from .model import QueryError
+
+
+class _FlinkSQL(Spark):
+    """Spark's grammar with Flink's lexical rules for quotes (see module docstring), and Flink's
+    ``TABLE <name>`` table argument of the window table functions."""
+
+    class Tokenizer(Spark.Tokenizer):
+        QUOTES = ["'"]
+        IDENTIFIERS = ["`", '"']
+        STRING_ESCAPES = ["'"]
+
+    class Parser(Spark.Parser):
+        def _parse_lambda(self, alias: bool = False):
+            # TUMBLE(TABLE orders, ...): a function argument that is a table, which Spark's grammar
+            # does not know. TABLE(...) (a call) is left to the usual rules.
+            if (self._curr is not None and self._curr.token_type == TokenType.TABLE
+                    and self._next is not None and self._next.token_type != TokenType.L_PAREN):
+                self._advance()
+                return self._parse_table_parts()
+            return super()._parse_lambda(alias)
+
+
+_DIALECT = _FlinkSQL()
+_OUT_DIALECT = None  # condition_sql: sqlglot's default dialect, as operators.condition parses it
+
+_SUPPORTED = (
+    "Supported queries: SELECT <columns> FROM <left> [AS a] "
+    "[INNER|LEFT [OUTER]|RIGHT [OUTER]|FULL [OUTER]] JOIN <right> "
+    "[FOR SYSTEM_TIME AS OF a.<time column> | PROCTIME()] [AS b] ON a.k = b.k [AND ...]; "
+    "interval joins: ... JOIN <right> [AS b] ON a.k = b.k AND b.<time> BETWEEN a.<time> - INTERVAL 'n' <unit> "
+    "AND a.<time> + INTERVAL 'n' <unit> [AND ...] (or the two bounds with >=, >, <=, <; a.proctime and "
+    "b.proctime for processing time); "
+    "window joins: SELECT ... FROM TABLE(TUMBLE(TABLE <left>, DESCRIPTOR(<time>), INTERVAL 'n' <unit>)) a "
+    "[LEFT|RIGHT|FULL] JOIN TABLE(TUMBLE(TABLE <right>, DESCRIPTOR(<time>), INTERVAL 'n' <unit>)) b "
+    "ON a.window_start = b.window_start AND a.window_end = b.window_end AND a.k = b.k [AND ...] "
+    "(or HOP(TABLE t, DESCRIPTOR(c), <slide>, <size>), CUMULATE(TABLE t, DESCRIPTOR(c), <step>, <max size>), "
+    "each with an optional last <offset> interval; each side may be wrapped as (SELECT * FROM TABLE(...)) a); "
+    "or SELECT <left columns> FROM <left> [AS a] WHERE a.k [NOT] IN (SELECT b.k FROM <right> [AS b] ...) "
+    "/ [NOT] EXISTS (SELECT 1 FROM <right> [AS b] WHERE b.k = a.k ...), where <left> and <right> may be "
+    "window table functions (window semi/anti joins, with the window equalities in the subquery's WHERE)."
+)
+_SUPPORTED_CONDITION = f"conditions may use {CONDITION_SUPPORTED}"
+_SUPPORTED_SELECT = (
+    "the select list may contain column references (a.col or col) with optional AS <name>, "
+    "a.* and *"
+)
+
+# IS NOT DISTINCT FROM's negation is rewritten into NOT (... IS NOT DISTINCT FROM ...) for the compiler.
+_CONDITION_NODES = tuple(getattr(exp, name) for name in SUPPORTED_NODES) + (exp.NullSafeNEQ,)
+
+_CLAUSE_NAMES = {
+    "with": "WITH (common table expressions)",
+    "with_": "WITH (common table expressions)",
+    "distinct": "SELECT DISTINCT",
+    "group": "GROUP BY (aggregation)",
+    "having": "HAVING",
+    "order": "ORDER BY",
+    "sort": "SORT BY",
+    "cluster": "CLUSTER BY",
+    "distribute": "DISTRIBUTE BY",
+    "limit": "LIMIT",
+    "offset": "OFFSET",
+    "qualify": "QUALIFY",
+    "windows": "WINDOW",
+    "laterals": "LATERAL VIEW",
+    "pivots": "PIVOT",
+    "sample": "TABLESAMPLE",
+    "kind": "SELECT AS STRUCT/VALUE",
+    "into": "SELECT INTO",
+    "hint": "query hints",
+    "locks": "locking clauses",
+}
+
+_PROCTIME_NAMES = ("proctime", "proc_time")
+_SAFE_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_SIDE_WORD = {"L": "left", "R": "right"}
+
+
+def _fail(message: str) -> NoReturn:
+    raise QueryError(message)
+
+
+def _arg(node: exp.Expression, *names: str):
+    """First present argument among ``names`` (sqlglot renamed e.g. ``from`` to ``from_``)."""
+    for name in names:
+        value = node.args.get(name)
+        if value:
+            return value
+    return None
+
+
+def _sql(node: exp.Expression) -> str:
+    return node.sql(dialect=_DIALECT)
+
+
+def _unparen(node: exp.Expression) -> exp.Expression:
+    while isinstance(node, exp.Paren):
+        node = node.this
+    return node
+
+
+def _conjuncts(node: exp.Expression) -> list[exp.Expression]:
+    node = _unparen(node)
+    if isinstance(node, exp.And):
+        return _conjuncts(node.this) + _conjuncts(node.expression)
+    return [node]
+
+
+def _quote_name(name: str) -> exp.Identifier:
+    keyword = name.upper() in _FlinkSQL.tokenizer_class.KEYWORDS or name.upper() in Tokenizer.KEYWORDS
+    return exp.Identifier(this=name, quoted=keyword or not _SAFE_IDENTIFIER.match(name))
+
+
+def _lookup(name: str, candidates: list[str]) -> list[str]:
+    """Case-sensitive match, else all case-insensitive matches."""
+    if name in candidates:
+        return [name]
+    folded = name.casefold()
+    return [c for c in candidates if c.casefold() == folded]
+
+
+def _parse_statement(sql: str) -> exp.Expression:
+    if not sql or not sql.strip():
+        _fail(f"JOIN_SQL is empty. {_SUPPORTED}")
+    try:
+        statements = [s for s in sqlglot.parse(sql, read=_DIALECT) if s is not None]
+    except ParseError as e:
+        details = []
+        for err in e.errors[:1]:
+            desc = re.sub(r"<Token token_type: [^,]+, text: (.*?), line: .*?>", r"'\1'", err.get("description", ""))
+            near = (err.get("start_context") or "")[-30:] + (err.get("highlight") or "")
+            details.append(f"{desc} at line {err.get('line')}, column {err.get('col')} (near '{near}')")
+        _fail(f"JOIN_SQL is not valid SQL: {'; '.join(details) or e}. {_SUPPORTED}")
+    except TokenError as e:
+        _fail(f"JOIN_SQL is not valid SQL ({e}; check quotes: strings use '...', identifiers `...` or \"...\"). {_SUPPORTED}")
+    if not statements:
+        _fail(f"JOIN_SQL is empty. {_SUPPORTED}")
+    if len(statements) > 1:
+        _fail(f"JOIN_SQL must be a single SELECT statement, found {len(statements)} statements. {_SUPPORTED}")
+    stmt = statements[0]
+    if isinstance(stmt, exp.Insert):
+        _fail(f"give only the SELECT query in JOIN_SQL, without INSERT INTO (the output topic is configured separately). {_SUPPORTED}")
+    if isinstance(stmt, exp.SetOperation if hasattr(exp, "SetOperation") else exp.Union):
+        _fail(f"UNION / INTERSECT / EXCEPT are not supported; JOIN_SQL must be one SELECT. {_SUPPORTED}")
+    if not isinstance(stmt, exp.Select):
+        _fail(f"JOIN_SQL must be a SELECT query, got {stmt.key.upper()}. {_SUPPORTED}")
+    return stmt
+
+
+def _check_clauses(select: exp.Select, context: str, allowed: set[str]) -> None:
+    for key, value in select.args.items():
+        if key in allowed or not value:
+            continue
+        clause = _CLAUSE_NAMES.get(key, key.rstrip("_").upper())
+        _fail(
+            f"{clause} is not supported in {context}: this service only joins the two tables "
+            f"(no aggregation, de-duplication, sorting or limiting). {_SUPPORTED}"
+        )
+
+
+def _from_table(select: exp.Select, context: str) -> exp.Expression:
+    from_ = _arg(select, "from_", "from")
+    if from_ is None:
+        _fail(f"{context} has no FROM clause. {_SUPPORTED}")
+    return from_.this
+
+
+_INTERVAL_UNIT_MS = {"MILLISECOND": 1, "SECOND": 1000, "MINUTE": 60_000, "HOUR": 3_600_000, "DAY": 86_400_000}
+
+
+def _interval_ms(node: exp.Expression, context: str) -> int:
+    """Milliseconds of ``INTERVAL 'n' <unit>`` (n may be negative or have a fraction that gives
+    whole milliseconds; plural units are accepted, as Flink does)."""
+    node = _unparen(node)
+    usage = "write INTERVAL 'n' MILLISECOND, SECOND, MINUTE, HOUR or DAY"
+    if not isinstance(node, exp.Interval):
+        _fail(f"'{_sql(node)}' in {context} is not an interval; {usage}")
+    unit = node.args.get("unit")
+    name = unit.name.upper() if isinstance(unit, exp.Var) else ""
+    if name.endswith("S") and name[:-1] in _INTERVAL_UNIT_MS:
+        name = name[:-1]
+    value = node.this
+    if name not in _INTERVAL_UNIT_MS or not isinstance(value, exp.Literal):
+        _fail(f"unsupported interval '{_sql(node)}' in {context}; {usage}")
+    from decimal import Decimal, InvalidOperation
+
+    try:
+        ms = Decimal(value.this.strip()) * _INTERVAL_UNIT_MS[name]
+    except InvalidOperation:
+        _fail(f"unsupported interval '{_sql(node)}' in {context}; {usage}")
+    if ms != ms.to_integral_value():
+        _fail(f"interval '{_sql(node)}' in {context} is not a whole number of milliseconds")
+    return int(ms)

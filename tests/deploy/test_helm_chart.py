@@ -1,0 +1,811 @@
+"""Offline tests of the Helm chart in helm/changejoin.
+
+helm (see tests/support/helm_tool.py) lints and renders the chart for three values files in
+tests/deploy/values/; every rendered manifest is validated against the Kubernetes OpenAPI schemas
+that kubernetes-validate ships, in strict mode (unknown fields are errors). Then the
+rendered objects are checked for what the deployment relies on.
+
+Without helm the tests are skipped on a developer machine, but fail when CI is set.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+try:
+    from tests import helm_tool
+except ImportError:  # tests/ is not a package: pytest put tests/ itself on sys.path
+    import helm_tool
+
+CHART = helm_tool.REPO_ROOT / "helm" / "changejoin"
+VALUES_DIR = Path(__file__).resolve().parent / "values"
+RELEASE = "orders"
+NAMESPACE = "streaming"
+FULLNAME = "orders-changejoin"
+
+# The Kubernetes version the manifests are rendered for (Capabilities.KubeVersion) and
+# validated against. kubernetes-validate 1.37 ships schemas for 1.25 ... 1.37; 1.35 is the
+# version helm 4.1 and the bundled kubectl are built against.
+KUBE_VERSION = "1.35.0"
+
+# Kinds of custom resources: kubernetes-validate has schemas only for built-in kinds, so
+# these are skipped by the schema validation (and checked by the assertions below instead).
+CRD_KINDS = {("monitoring.coreos.com/v1", "ServiceMonitor")}
+
+
+# --------------------------------------------------------------------------------------------
+# helpers
+
+
+@pytest.fixture(scope="session")
+def helm() -> Path:
+    try:
+        return helm_tool.helm_path()
+    except helm_tool.HelmUnavailable as exc:
+        if os.environ.get("CI"):
+            pytest.fail(f"helm is required in CI: {exc}")
+        pytest.skip(f"helm unavailable: {exc}")
+
+
+def values_file(name: str) -> str:
+    return str(VALUES_DIR / f"{name}.yaml")
+
+
+def template(helm: Path, *values: str, sets: tuple[str, ...] = (), check: bool = True):
+    """helm template; returns (CompletedProcess, list of rendered objects)."""
+    args = ["template", RELEASE, str(CHART), "--namespace", NAMESPACE,
+            "--kube-version", KUBE_VERSION]
+    for v in values:
+        args += ["-f", v]
+    for s in sets:
+        args += ["--set", s]
+    proc = helm_tool.run_helm(*args, check=check)
+    docs = [d for d in yaml.safe_load_all(proc.stdout) if d] if proc.returncode == 0 else []
+    return proc, docs
+
+
+def by_kind(docs: list[dict], kind: str) -> list[dict]:
+    return [d for d in docs if d["kind"] == kind]
+
+
+def one(docs: list[dict], kind: str, name: str | None = None) -> dict:
+    found = [d for d in by_kind(docs, kind) if name is None or d["metadata"]["name"] == name]
+    assert len(found) == 1, f"expected one {kind} {name or ''}, got {len(found)}"
+    return found[0]
+
+
+def driver_container(docs: list[dict]) -> dict:
+    pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    return container
+
+
+def env_configmap(docs: list[dict]) -> dict[str, str]:
+    return one(docs, "ConfigMap", f"{FULLNAME}-env")["data"]
+
+
+def executor_pod_template(docs: list[dict]) -> dict:
+    cm = one(docs, "ConfigMap", f"{FULLNAME}-executor-template")
+    return yaml.safe_load(cm["data"]["executor-pod-template.yaml"])
+
+
+@pytest.fixture(scope="module")
+def rendered(helm) -> dict[str, list[dict]]:
+    """The three test values files, rendered once for the whole module."""
+    return {name: template(helm, values_file(name))[1]
+            for name in ("default", "cluster", "secure")}
+
+
+# --------------------------------------------------------------------------------------------
+# lint, render, validate
+
+
+@pytest.mark.parametrize("name", ["default", "cluster", "secure"])
+def test_lint_strict(helm, name):
+    proc = helm_tool.run_helm("lint", "--strict", str(CHART), "-f", values_file(name),
+                              "--namespace", NAMESPACE, "--kube-version", KUBE_VERSION)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("name", ["default", "cluster", "secure"])
+def test_manifests_validate_strictly(rendered, name):
+    import kubernetes_validate
+
+    docs = rendered[name]
+    assert docs
+    validated = 0
+    for doc in docs:
+        if (doc["apiVersion"], doc["kind"]) in CRD_KINDS:
+            continue
+        kubernetes_validate.validate(doc, KUBE_VERSION, strict=True)
+        assert doc["metadata"]["namespace"] == NAMESPACE
+        validated += 1
+    # The executor pod template is a Pod in all but name: validate it as one.
+    if name == "cluster":
+        kubernetes_validate.validate(executor_pod_template(docs), KUBE_VERSION, strict=True)
+        validated += 1
+    assert validated >= 4
+
+
+@pytest.mark.parametrize("name", ["default", "cluster", "secure"])
+def test_notes_render(helm, name):
+    """NOTES.txt is not part of `helm template`; a client-side dry-run install renders it
+    without contacting a cluster."""
+    proc = helm_tool.run_helm("install", RELEASE, str(CHART), "--namespace", NAMESPACE,
+                              "-f", values_file(name), "--dry-run=client", check=True)
+    notes = proc.stdout[proc.stdout.index("NOTES:"):]
+    assert f"kubectl -n {NAMESPACE} logs -f deployment/{FULLNAME}" in notes
+    assert ("executor pod(s)" in notes) == (name == "cluster")
+
+
+def test_every_template_file_renders_somewhere(rendered):
+    """No template is dead: each one produces an object for at least one values file."""
+    kinds = {(d["kind"], d["metadata"]["name"]) for docs in rendered.values() for d in docs}
+    expected = {
+        ("Deployment", FULLNAME), ("ConfigMap", f"{FULLNAME}-env"),
+        ("ConfigMap", f"{FULLNAME}-schemas"), ("ConfigMap", f"{FULLNAME}-executor-template"),
+        ("PersistentVolumeClaim", f"{FULLNAME}-checkpoints"), ("Service", FULLNAME),
+        ("Service", f"{FULLNAME}-driver"), ("ServiceAccount", FULLNAME),
+        ("Role", f"{FULLNAME}-driver"), ("RoleBinding", f"{FULLNAME}-driver"),
+        ("ServiceMonitor", FULLNAME), ("PodDisruptionBudget", FULLNAME),
+        ("NetworkPolicy", f"{FULLNAME}-driver"), ("Secret", f"{FULLNAME}-spark-auth"),
+    }
+    assert expected <= kinds, expected - kinds
+
+
+# --------------------------------------------------------------------------------------------
+# the driver Deployment
+
+
+def test_single_driver_recreate(rendered):
+    for docs in rendered.values():
+        spec = one(docs, "Deployment")["spec"]
+        assert spec["replicas"] == 1
+        assert spec["strategy"] == {"type": "Recreate"}
+
+
+def test_replicas_zero_stops_the_job(helm):
+    _, docs = template(helm, values_file("default"), sets=("replicas=0",))
+    assert one(docs, "Deployment")["spec"]["replicas"] == 0
+
+
+def test_probes(rendered):
+    for docs in rendered.values():
+        c = driver_container(docs)
+        ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+        assert ports["metrics"] == int(env_configmap(docs)["METRICS_PORT"])
+        for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz"),
+                            ("startupProbe", "/healthz")):
+            assert c[probe]["httpGet"] == {"path": path, "port": "metrics"}
+
+
+def test_metrics_port_follows_config(rendered):
+    docs = rendered["secure"]  # metricsPort 9200
+    assert env_configmap(docs)["METRICS_PORT"] == "9200"
+    svc = one(docs, "Service", FULLNAME)
+    assert svc["spec"]["ports"] == [
+        {"name": "metrics", "port": 9200, "targetPort": "metrics", "protocol": "TCP"}]
+
+
+def _assert_restricted(pod_spec: dict, container: dict):
+    psc = pod_spec["securityContext"]
+    assert psc["runAsNonRoot"] is True
+    assert psc["runAsUser"] == 10001  # the image's USER (deploy/Dockerfile)
+    assert psc["seccompProfile"] == {"type": "RuntimeDefault"}
+    csc = container["securityContext"]
+    assert csc["runAsNonRoot"] is True
+    assert csc["runAsUser"] == 10001
+    assert csc["readOnlyRootFilesystem"] is True
+    assert csc["allowPrivilegeEscalation"] is False
+    assert csc["capabilities"]["drop"] == ["ALL"]
+    assert "add" not in csc["capabilities"]
+    assert csc["seccompProfile"] == {"type": "RuntimeDefault"}
+    # With a read-only root, Spark and Python need writable scratch space.
+    volumes = {v["name"]: v for v in pod_spec["volumes"]}
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    assert "emptyDir" in volumes[mounts["/tmp"]]
+    assert "emptyDir" in volumes[mounts["/var/lib/changejoin/spark-local"]]
+
+
+def test_security_context(rendered):
+    for docs in rendered.values():
+        pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+        _assert_restricted(pod, driver_container(docs))
+        assert pod["enableServiceLinks"] is False
+
+
+def test_service_account_token_only_in_cluster_mode(rendered):
+    def automount(docs):
+        return one(docs, "Deployment")["spec"]["template"]["spec"]["automountServiceAccountToken"]
+
+    assert automount(rendered["default"]) is False
+    assert automount(rendered["cluster"]) is True
+    assert by_kind(rendered["secure"], "ServiceAccount") == []  # serviceAccount.create false
+    pod = one(rendered["secure"], "Deployment")["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "changejoin-orders"
+
+
+def test_checksum_annotation_follows_config(helm, rendered):
+    def checksum(docs):
+        return one(docs, "Deployment")["spec"]["template"]["metadata"]["annotations"][
+            "checksum/config"]
+
+    base = checksum(rendered["default"])
+    assert re.fullmatch(r"[0-9a-f]{64}", base)
+    _, same = template(helm, values_file("default"))
+    assert checksum(same) == base
+    _, changed = template(helm, values_file("default"), sets=("config.leftTopic=orders-v2",))
+    assert checksum(changed) != base
+    _, extra = template(helm, values_file("default"), sets=("extraEnv.LOG_LEVEL=DEBUG",))
+    assert checksum(extra) != base
+
+
+def test_values_reach_the_environment_verbatim(helm, tmp_path):
+    """Multi-line SQL with quotes, colons and '#', and large numbers, arrive unchanged."""
+    sql = ("SELECT o.id, c.name AS \"customer: name\" -- '#1'\n"
+           "FROM orders o\n  LEFT JOIN customers c ON o.cid = c.id\n")
+    extra = tmp_path / "extra.yaml"
+    extra.write_text(yaml.safe_dump({
+        "config": {"joinSql": sql, "maxRecordsPerTrigger": 12345678901, "outputKey": "on"},
+        "spark": {"conf": {"spark.sql.adaptive.enabled": False, "spark.memory.fraction": 0.5}},
+    }))
+    _, docs = template(helm, values_file("default"), str(extra))
+    env = env_configmap(docs)
+    assert env["JOIN_SQL"] == sql
+    assert env["MAX_RECORDS_PER_TRIGGER"] == "12345678901"
+    assert env["OUTPUT_KEY"] == "on"
+    assert env["SPARK_CONF_spark_sql_adaptive_enabled"] == "false"
+    assert env["SPARK_CONF_spark_memory_fraction"] == "0.5"
+
+
+def test_schema_files_configmap_mounted(rendered):
+    docs = rendered["default"]
+    cm = one(docs, "ConfigMap", f"{FULLNAME}-schemas")
+    assert set(cm["data"]) == {"orders.avsc", "customers.avsc"}
+    assert json.loads(cm["data"]["orders.avsc"])["name"] == "Order"
+    pod = one(docs, "Deployment")["spec"]["template"]
+    assert "checksum/schemas" in pod["metadata"]["annotations"]
+    mounts = {m["name"]: m for m in driver_container(docs)["volumeMounts"]}
+    assert mounts["schemas"]["mountPath"] == "/etc/changejoin/schemas"
+    assert mounts["schemas"]["readOnly"] is True
+    env = env_configmap(docs)
+    assert env["LEFT_SCHEMA_FILE"] == "/etc/changejoin/schemas/orders.avsc"
+    # An existing ConfigMap is mounted instead of a chart-made one.
+    secure = rendered["secure"]
+    assert not [d for d in by_kind(secure, "ConfigMap") if d["metadata"]["name"].endswith("-schemas")]
+    volumes = {v["name"]: v for v in one(secure, "Deployment")["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["schemas"]["configMap"]["name"] == "orders-schemas"
+
+
+# --------------------------------------------------------------------------------------------
+# checkpoint storage
+
+
+def test_checkpoint_pvc_by_default(rendered):
+    docs = rendered["default"]
+    pvc = one(docs, "PersistentVolumeClaim")
+    assert pvc["metadata"]["name"] == f"{FULLNAME}-checkpoints"
+    assert pvc["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    assert pvc["spec"]["resources"]["requests"]["storage"] == "10Gi"
+    assert "storageClassName" not in pvc["spec"]
+    volumes = {v["name"]: v for v in one(docs, "Deployment")["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["checkpoints"]["persistentVolumeClaim"]["claimName"] == pvc["metadata"]["name"]
+    mounts = {m["name"]: m["mountPath"] for m in driver_container(docs)["volumeMounts"]}
+    assert env_configmap(docs)["CHECKPOINT_LOCATION"] == mounts["checkpoints"]
+
+
+def test_checkpoint_storage_class_and_size(helm):
+    _, docs = template(helm, values_file("default"),
+                       sets=("checkpoint.storageClass=fast-ssd", "checkpoint.size=50Gi"))
+    pvc = one(docs, "PersistentVolumeClaim")
+    assert pvc["spec"]["storageClassName"] == "fast-ssd"
+    assert pvc["spec"]["resources"]["requests"]["storage"] == "50Gi"
+
+
+def test_checkpoint_existing_claim(rendered):
+    docs = rendered["secure"]
+    assert by_kind(docs, "PersistentVolumeClaim") == []
+    volumes = {v["name"]: v for v in one(docs, "Deployment")["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["checkpoints"]["persistentVolumeClaim"]["claimName"] == "orders-checkpoints"
+
+
+def test_checkpoint_uri_means_no_pvc(helm, rendered):
+    uri = "s3a://bucket/changejoin/orders"
+    _, docs = template(helm, values_file("default"), sets=(f"checkpoint.uri={uri}",))
+    assert by_kind(docs, "PersistentVolumeClaim") == []
+    pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+    assert "checkpoints" not in {v["name"] for v in pod["volumes"]}
+    assert env_configmap(docs)["CHECKPOINT_LOCATION"] == uri
+    assert by_kind(rendered["cluster"], "PersistentVolumeClaim") == []
+
+
+# --------------------------------------------------------------------------------------------
+# Spark modes
+
+CLUSTER_ONLY = {("Role", f"{FULLNAME}-driver"), ("RoleBinding", f"{FULLNAME}-driver"),
+                ("Service", f"{FULLNAME}-driver"),
+                ("ConfigMap", f"{FULLNAME}-executor-template"), ("Secret", f"{FULLNAME}-spark-auth")}
+
+
+def _names(docs):
+    return {(d["kind"], d["metadata"]["name"]) for d in docs}
+
+
+def test_local_mode_renders_no_cluster_objects(rendered):
+    for name in ("default", "secure"):
+        docs = rendered[name]
+        assert not (_names(docs) & CLUSTER_ONLY)
+        env = env_configmap(docs)
+        assert "SPARK_MASTER" not in env  # the service's default, local[*]
+        assert not any(k.startswith("SPARK_CONF_spark_kubernetes") for k in env)
+        c = driver_container(docs)
+        assert {p["name"] for p in c["ports"]} == {"metrics"}
+        assert not any(e["name"].startswith("SPARK_CONF_") for e in c.get("env", []))
+
+
+def test_cluster_mode_objects(rendered):
+    docs = rendered["cluster"]
+    assert CLUSTER_ONLY <= _names(docs)
+    env = env_configmap(docs)
+    assert env["SPARK_MASTER"] == "k8s://https://kubernetes.default.svc"
+    assert env["SPARK_CONF_spark_kubernetes_namespace"] == NAMESPACE
+    assert env["SPARK_CONF_spark_kubernetes_container_image"] == \
+        "registry.example.com/data/changejoin:0.1.0"
+    assert env["SPARK_CONF_spark_executor_instances"] == "3"
+    assert env["SPARK_CONF_spark_executor_cores"] == "2"
+    assert env["SPARK_CONF_spark_executor_memory"] == "4g"
+    assert env["SPARK_CONF_spark_executor_memoryOverhead"] == "1g"
+    assert env["SPARK_CONF_spark_hadoop_fs_s3a_endpoint"] == "http://minio.storage.svc:9000"
+
+    # Executors reach the driver through the headless Service, on fixed ports.
+    svc = one(docs, "Service", f"{FULLNAME}-driver")
+    assert svc["spec"]["clusterIP"] == "None"
+    assert env["SPARK_CONF_spark_driver_host"] == f"{FULLNAME}-driver.{NAMESPACE}.svc"
+    svc_ports = {p["name"]: p["port"] for p in svc["spec"]["ports"]}
+    assert svc_ports == {"driver-rpc": int(env["SPARK_CONF_spark_driver_port"]),
+                         "blockmanager": int(env["SPARK_CONF_spark_blockManager_port"])}
+    c = driver_container(docs)
+    assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"metrics": 9108, **svc_ports}
+    deployment = one(docs, "Deployment")
+    assert svc["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
+
+    # The driver's pod name and address come from the downward API.
+    downward = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"]
+                for e in c["env"] if "fieldRef" in e.get("valueFrom", {})}
+    assert downward == {"SPARK_CONF_spark_kubernetes_driver_pod_name": "metadata.name",
+                        "SPARK_CONF_spark_driver_bindAddress": "status.podIP"}
+
+    # The executor pod template is mounted where spark.kubernetes.executor.podTemplateFile says.
+    template_file = env["SPARK_CONF_spark_kubernetes_executor_podTemplateFile"]
+    mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
+    assert template_file == mounts["spark-templates"] + "/executor-pod-template.yaml"
+    volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["spark-templates"]["configMap"]["name"] == f"{FULLNAME}-executor-template"
+    assert "checksum/executor-template" in deployment["spec"]["template"]["metadata"]["annotations"]
+
+
+def test_executor_pod_template(rendered):
+    pod = executor_pod_template(rendered["cluster"])
+    spec = pod["spec"]
+    (container,) = spec["containers"]
+    assert container["name"] == env_configmap(rendered["cluster"])[
+        "SPARK_CONF_spark_kubernetes_executor_podTemplateContainerName"]
+    assert container["command"] == ["changejoin-spark-executor"]
+    assert spec["automountServiceAccountToken"] is False
+    _assert_restricted(spec, container)
+    # Spark uses volumes named spark-local-dir-* as the executor's local dirs.
+    assert any(v["name"].startswith("spark-local-dir-") for v in spec["volumes"])
+    assert spec["nodeSelector"] == {"workload": "spark"}
+    assert spec["imagePullSecrets"] == [{"name": "registry-credentials"}]
+    assert pod["metadata"]["labels"]["app.kubernetes.io/component"] == "executor"
+
+
+def test_role_is_minimal(rendered):
+    role = one(rendered["cluster"], "Role")
+    rules = {tuple(r["resources"]): set(r["verbs"]) for r in role["rules"]}
+    for r in role["rules"]:
+        assert r["apiGroups"] == [""]
+        assert "resourceNames" not in r
+    assert rules == {
+        ("pods",): {"get", "list", "watch", "create", "patch", "delete", "deletecollection"},
+        ("configmaps",): {"get", "list", "create", "delete", "deletecollection"},
+        ("persistentvolumeclaims",): {"get", "list", "create", "delete", "deletecollection"},
+    }
+    all_verbs = set().union(*rules.values())
+    assert not all_verbs & {"*", "update", "escalate", "bind", "impersonate"}
+    binding = one(rendered["cluster"], "RoleBinding")
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                                  "name": role["metadata"]["name"]}
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": FULLNAME,
+                                    "namespace": NAMESPACE}]
+    assert not by_kind(rendered["cluster"], "ClusterRole")
+
+
+def test_cluster_mode_requires_checkpoint_uri(helm):
+    proc, _ = template(helm, values_file("default"), sets=("spark.mode=cluster",), check=False)
+    assert proc.returncode != 0
+    assert "checkpoint.uri" in proc.stderr
+
+
+def test_cluster_mode_network_policies(helm):
+    _, docs = template(helm, values_file("cluster"), sets=("networkPolicy.enabled=true",))
+    driver = one(docs, "NetworkPolicy", f"{FULLNAME}-driver")
+    executor = one(docs, "NetworkPolicy", f"{FULLNAME}-executor")
+    rpc_rule = [r for r in driver["spec"]["ingress"]
+                if {p["port"] for p in r["ports"]} == {"driver-rpc", "blockmanager"}]
+    assert rpc_rule and rpc_rule[0]["from"][0]["podSelector"]["matchLabels"][
+        "app.kubernetes.io/component"] == "executor"
+    assert executor["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "executor"
+    import kubernetes_validate
+    for np in (driver, executor):
+        kubernetes_validate.validate(np, KUBE_VERSION, strict=True)
+
+
+# --------------------------------------------------------------------------------------------
+# secrets and security options
+
+
+def test_secrets_only_by_reference(rendered):
+    docs = rendered["secure"]
+    assert by_kind(docs, "Secret") == []
+    c = driver_container(docs)
+    refs = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in c["env"]}
+    assert refs == {
+        "KAFKA_CLIENT_SASL_USERNAME": {"name": "kafka-credentials", "key": "username"},
+        "KAFKA_CLIENT_SASL_PASSWORD": {"name": "kafka-credentials", "key": "password"},
+        "SCHEMA_REGISTRY_BASIC_AUTH_USER_INFO": {"name": "registry-credentials",
+                                                 "key": "user-info"},
+    }
+    env = env_configmap(docs)
+    assert env["KAFKA_CLIENT_SECURITY_PROTOCOL"] == "SASL_SSL"
+    assert env["KAFKA_CLIENT_SASL_MECHANISM"] == "SCRAM-SHA-512"
+    assert env["KAFKA_CLIENT_SSL_ENDPOINT_IDENTIFICATION_ALGORITHM"] == "https"
+    assert env["KAFKA_CLIENT_SSL_CA_LOCATION"] == "/etc/changejoin/kafka-tls/ca.crt"
+    assert not any(re.search("PASSWORD|SECRET|USER_INFO", k) for k in env)
+    volumes = {v["name"]: v for v in one(docs, "Deployment")["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["kafka-tls"]["secret"]["secretName"] == "kafka-ca"
+    # Bulk secrets come in with envFrom secretRef.
+    cluster = driver_container(rendered["cluster"])
+    assert {"secretRef": {"name": "changejoin-s3-credentials"}} in cluster["envFrom"]
+
+
+def test_mutual_tls_files_and_key_password(helm):
+    _, docs = template(helm, values_file("secure"), sets=(
+        "kafka.tls.certKey=tls.crt", "kafka.tls.keyKey=tls.key",
+        "kafka.tls.keyPasswordKey=key-password"))
+    env = env_configmap(docs)
+    assert env["KAFKA_CLIENT_SSL_CERTIFICATE_LOCATION"] == "/etc/changejoin/kafka-tls/tls.crt"
+    assert env["KAFKA_CLIENT_SSL_KEY_LOCATION"] == "/etc/changejoin/kafka-tls/tls.key"
+    refs = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in driver_container(docs)["env"]}
+    assert refs["KAFKA_CLIENT_SSL_KEY_PASSWORD"] == {"name": "kafka-ca", "key": "key-password"}
+
+
+def test_service_monitor_pdb_network_policy(rendered):
+    docs = rendered["secure"]
+    sm = one(docs, "ServiceMonitor")
+    svc = one(docs, "Service", FULLNAME)
+    assert sm["metadata"]["labels"]["release"] == "prometheus"
+    for key, value in sm["spec"]["selector"]["matchLabels"].items():
+        assert svc["metadata"]["labels"][key] == value
+    assert sm["spec"]["endpoints"][0]["port"] == "metrics"
+    assert sm["spec"]["endpoints"][0]["path"] == "/metrics"
+
+    pdb = one(docs, "PodDisruptionBudget")
+    pod_labels = one(docs, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    assert pdb["spec"]["maxUnavailable"] == 0
+    assert pdb["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+
+    np = one(docs, "NetworkPolicy")
+    assert np["spec"]["podSelector"]["matchLabels"].items() <= pod_labels.items()
+    assert np["spec"]["policyTypes"] == ["Ingress", "Egress"]
+    (metrics_rule,) = np["spec"]["ingress"]
+    assert metrics_rule["ports"] == [{"port": "metrics", "protocol": "TCP"}]
+    assert metrics_rule["from"][0]["namespaceSelector"]["matchLabels"] == {
+        "kubernetes.io/metadata.name": "monitoring"}
+    assert {53} <= {p["port"] for rule in np["spec"]["egress"] for p in rule.get("ports", [])}
+
+    for name in ("default", "cluster"):
+        kinds = {d["kind"] for d in rendered[name]}
+        assert not kinds & {"ServiceMonitor", "PodDisruptionBudget", "NetworkPolicy"}
+
+
+# --------------------------------------------------------------------------------------------
+# values validation
+
+
+@pytest.mark.parametrize("bad, fragment", [
+    ("confg:\n  leftTopic: x\n", "confg"),                               # typo, top level
+    ("config:\n  lefTopic: x\n", "lefTopic"),                            # typo, nested
+    ("replicas: two\n", "replicas"),                                     # wrong type
+    ("replicas: 2\n", "replicas"),                                       # one writer only
+    ("config:\n  metricsPort: x\n", "metricsPort"),                      # wrong type
+    ("config:\n  leftChangelogMode: insert\n", "leftChangelogMode"),     # not in enum
+    ("config:\n  outputMode: append\n", "outputMode"),                   # not in enum
+    ("spark:\n  mode: yarn\n", "mode"),                                  # not in enum
+    ("spark:\n  executor:\n    instances: many\n", "instances"),         # wrong type
+    ("checkpoint:\n  sise: 1Gi\n", "sise"),                              # typo, nested
+    ("image:\n  pullPolicy: Sometimes\n", "pullPolicy"),                 # not in enum
+    ("kafka:\n  properties:\n    sasl.password: hunter2\n", "sasl.password"),  # inline secret
+    ("kafka:\n  properties:\n    ssl.key.pem: xyz\n", "ssl.key.pem"),          # inline secret
+    ("kafka:\n  sasl:\n    password: hunter2\n", "password"),            # inline secret
+    ("networkPolicy:\n  enabled: yes please\n", "enabled"),              # wrong type
+])
+def test_schema_rejects_bad_values(helm, tmp_path, bad, fragment):
+    bad_file = tmp_path / "bad.yaml"
+    bad_file.write_text(bad)
+    proc, _ = template(helm, values_file("default"), str(bad_file), check=False)
+    assert proc.returncode != 0, f"accepted:\n{bad}"
+    assert "schema" in proc.stderr.lower(), proc.stderr
+    assert fragment in proc.stderr, proc.stderr
+    lint = helm_tool.run_helm("lint", "--strict", str(CHART), "-f", values_file("default"),
+                              "-f", str(bad_file))
+    assert lint.returncode != 0
+
+
+@pytest.mark.parametrize("sets, message", [
+    ((), None),
+    (("config.leftTopic=",), "config.leftTopic is required"),
+    (("config.leftSchemaFile=",), "schemaRegistryUrl"),
+    (("config.sparkMaster=local[2]", "spark.mode=cluster", "checkpoint.uri=s3a://b/c"),
+     "config.sparkMaster"),
+    (("extraEnv.KAFKA_CLIENT_SASL_PASSWORD=hunter2",), "secret"),
+    (("extraEnv.SCHEMA_REGISTRY_BASIC_AUTH_USER_INFO=u:p",), "secret"),
+    (("extraEnv.KAFKA_CLIENT_SASL_OAUTHBEARER_CLIENT_SECRET=s",), "secret"),
+])
+def test_template_checks(helm, sets, message):
+    proc, _ = template(helm, values_file("default"), sets=sets, check=False)
+    if message is None:
+        assert proc.returncode == 0, proc.stderr
+    else:
+        assert proc.returncode != 0
+        assert message in proc.stderr, proc.stderr
+
+
+def test_chart_defaults_alone_are_rejected_with_a_clear_message(helm):
+    proc, _ = template(helm, check=False)
+    assert proc.returncode != 0
+    assert "is required" in proc.stderr
+
+
+def _walk_schema(node, path="$"):
+    if isinstance(node, dict):
+        yield path, node
+        for key, child in node.items():
+            yield from _walk_schema(child, f"{path}.{key}")
+    elif isinstance(node, list):
+        for i, child in enumerate(node):
+            yield from _walk_schema(child, f"{path}[{i}]")
+
+
+def test_schema_is_closed_at_every_level():
+    """Every object in values.schema.json either lists its properties and allows no others,
+    is a typed map, or is a Kubernetes object passed through (marked with a $comment)."""
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    open_objects = []
+    for path, node in _walk_schema(schema):
+        if node.get("type") != "object":
+            continue
+        if "properties" in node:
+            if node.get("additionalProperties") is not False:
+                open_objects.append(path)
+        elif isinstance(node.get("additionalProperties"), dict):
+            continue  # a map with typed values
+        elif "$comment" not in node:
+            open_objects.append(path)
+    assert open_objects == []
+
+
+def test_values_yaml_matches_schema_keys():
+    """values.yaml documents every top-level key the schema allows, and no other."""
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert set(values) == set(schema["properties"]) - {"global"}
+    assert set(values["config"]) == set(schema["properties"]["config"]["properties"])
+
+
+# --------------------------------------------------------------------------------------------
+# the environment the chart renders is the one the service reads
+
+
+def _rendered_env_names(docs: list[dict]) -> set[str]:
+    names = set(env_configmap(docs))
+    names |= {e["name"] for e in driver_container(docs).get("env", [])}
+    return names
+
+
+def _accepted(name: str) -> bool:
+    from service import config
+
+    return name in config.env_var_names() or name.startswith(tuple(config.ENV_PREFIXES))
+
+
+def test_rendered_env_vars_are_accepted_by_the_service(rendered):
+    for label, docs in rendered.items():
+        unknown = sorted(n for n in _rendered_env_names(docs) if not _accepted(n))
+        assert unknown == [], f"{label}: the service does not read {unknown}"
+
+
+def test_every_config_key_maps_to_a_service_variable(helm):
+    """Set every config.* key at once: each becomes a variable the service reads."""
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    props = schema["properties"]["config"]["properties"]
+    sets = []
+    for key, prop in props.items():
+        types = prop["type"] if isinstance(prop["type"], list) else [prop["type"]]
+        if "boolean" in types:
+            sets.append(f"config.{key}=true")
+        elif "integer" in types:
+            sets.append(f"config.{key}={max(prop.get('minimum', 0), 1) if key != 'metricsPort' else 9108}")
+        elif "enum" in prop:
+            sets.append(f"config.{key}={[v for v in prop['enum'] if v][0]}")
+        elif "ms|s|sec" in prop.get("pattern", ""):  # a duration
+            sets.append(f"config.{key}=5s")
+        elif key.endswith("SchemaFile"):
+            sets.append(f"config.{key}=/etc/changejoin/schemas/{key}.avsc")
+        elif key == "schemaRegistryUrl":
+            sets.append(f"config.{key}=http://registry:8081")
+        else:
+            sets.append(f"config.{key}=x")
+    _, docs = template(helm, values_file("default"), sets=tuple(sets))
+    env = env_configmap(docs)
+    from service import config
+
+    names = config.env_var_names()
+    mapped = {re.sub(r"(?<!^)(?=[A-Z])", "_", key).upper() for key in props}
+    assert mapped <= set(env), mapped - set(env)
+    assert mapped <= names, f"not read by the service: {sorted(mapped - names)}"
+
+
+def test_chart_can_set_every_required_variable(rendered):
+    required = {"KAFKA_BOOTSTRAP_SERVERS", "LEFT_TOPIC", "RIGHT_TOPIC", "OUTPUT_TOPIC", "JOIN_SQL"}
+    from service import config
+
+    assert required <= config.env_var_names()
+    for label, docs in rendered.items():
+        names = _rendered_env_names(docs)
+        assert required <= names, f"{label}: missing {required - names}"
+        assert "SCHEMA_REGISTRY_URL" in names or {"LEFT_SCHEMA_FILE", "RIGHT_SCHEMA_FILE"} <= names
+
+
+def test_service_accepts_the_rendered_configuration(rendered, tmp_path):
+    """The service's own loader (service.config.load_settings) accepts the environment each
+    values file renders: ConfigMap data, plus stand-ins for what Kubernetes injects (Secret
+    values, downward-API fields) and the mounted schema files."""
+    from service import config
+
+    for label, docs in rendered.items():
+        env = dict(env_configmap(docs))
+        for entry in driver_container(docs).get("env", []):
+            env[entry["name"]] = "stand-in"
+        schema_cms = [d for d in by_kind(docs, "ConfigMap") if d["metadata"]["name"].endswith("-schemas")]
+        for var in ("LEFT_SCHEMA_FILE", "RIGHT_SCHEMA_FILE"):
+            if var in env:
+                local = tmp_path / label / Path(env[var]).name
+                local.parent.mkdir(parents=True, exist_ok=True)
+                data = schema_cms[0]["data"] if schema_cms else {}
+                local.write_text(data.get(local.name, '{"type": "string"}'))
+                env[var] = str(local)
+        settings = config.load_settings(env)
+        assert settings.left_topic == env["LEFT_TOPIC"]
+        assert settings.checkpoint_location == env["CHECKPOINT_LOCATION"]
+        assert settings.metrics_port == int(env["METRICS_PORT"])
+        if label == "cluster":
+            assert settings.spark_master.startswith("k8s://")
+            assert settings.spark_conf["spark.blockManager.port"] == "7079"
+            assert settings.spark_conf["spark.kubernetes.executor.podTemplateFile"].endswith(".yaml")
+        if label == "secure":
+            props = settings.kafka_properties()
+            assert props["security.protocol"] == "SASL_SSL"
+            assert props["sasl.password"] == "stand-in"
+            assert props["ssl.ca.location"] == "/etc/changejoin/kafka-tls/ca.crt"
+
+
+# --------------------------------------------------------------------------------------------
+# Spark RPC authentication and encryption (cluster mode), the Spark UI
+
+
+def test_cluster_mode_authenticates_and_encrypts_spark_rpc(rendered):
+    import base64
+
+    docs = rendered["cluster"]
+    env = env_configmap(docs)
+    assert env["SPARK_CONF_spark_authenticate"] == "true"
+    assert env["SPARK_CONF_spark_network_crypto_enabled"] == "true"
+    assert env["SPARK_CONF_spark_network_crypto_authEngineVersion"] == "2"
+    assert env["SPARK_CONF_spark_network_crypto_cipher"] == "AES/GCM/NoPadding"
+    secret_file = env["SPARK_CONF_spark_authenticate_secret_driver_file"]
+    assert env["SPARK_CONF_spark_authenticate_secret_executor_file"] == secret_file
+    assert not any("secret" in v.lower() and "file" not in k for k, v in env.items())  # the file, not the secret
+
+    secret = one(docs, "Secret", f"{FULLNAME}-spark-auth")
+    assert secret["type"] == "Opaque" and set(secret["data"]) == {"secret"}
+    assert len(base64.b64decode(secret["data"]["secret"])) == 64
+
+    def mounted_file(pod_spec, container):
+        volumes = {v["name"]: v for v in pod_spec["volumes"]}
+        for m in container["volumeMounts"]:
+            vol = volumes[m["name"]]
+            if "secret" in vol and secret_file.startswith(m["mountPath"] + "/"):
+                assert m["readOnly"] is True
+                items = {i["path"]: i["key"] for i in vol["secret"]["items"]}
+                return vol["secret"]["secretName"], items[secret_file[len(m["mountPath"]) + 1:]]
+        return None
+
+    pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+    assert mounted_file(pod, driver_container(docs)) == (f"{FULLNAME}-spark-auth", "secret")
+    executor = executor_pod_template(docs)
+    (container,) = executor["spec"]["containers"]
+    assert mounted_file(executor["spec"], container) == (f"{FULLNAME}-spark-auth", "secret")
+    # Nothing of it in local mode.
+    for name in ("default", "secure"):
+        assert not any("authenticate" in k or "crypto" in k for k in env_configmap(rendered[name]))
+
+
+def test_cluster_mode_spark_auth_from_an_existing_secret(helm):
+    _, docs = template(helm, values_file("cluster"), sets=(
+        "spark.authenticate.existingSecret=orders-spark-rpc", "spark.authenticate.secretKey=token"))
+    assert by_kind(docs, "Secret") == []
+    env = env_configmap(docs)
+    assert env["SPARK_CONF_spark_authenticate_secret_driver_file"] == "/etc/changejoin/spark-auth/token"
+    for pod in (one(docs, "Deployment")["spec"]["template"]["spec"], executor_pod_template(docs)["spec"]):
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        assert volumes["spark-auth"]["secret"]["secretName"] == "orders-spark-rpc"
+        assert volumes["spark-auth"]["secret"]["items"] == [{"key": "token", "path": "token"}]
+
+
+def test_spark_auth_secret_is_random_per_fresh_install(helm):
+    """Without a cluster to look up, each render makes a new secret (an installed release keeps
+    its own through `lookup`)."""
+    def value(docs):
+        return one(docs, "Secret", f"{FULLNAME}-spark-auth")["data"]["secret"]
+
+    assert value(template(helm, values_file("cluster"))[1]) != value(template(helm, values_file("cluster"))[1])
+
+
+def test_spark_ui_off_unless_enabled(helm, rendered):
+    from service import config
+
+    assert "SPARK_UI_ENABLED" not in env_configmap(rendered["default"])  # the service's default: off
+    _, docs = template(helm, values_file("default"), sets=("config.sparkUiEnabled=true",))
+    assert env_configmap(docs)["SPARK_UI_ENABLED"] == "true"
+    assert "SPARK_UI_ENABLED" in config.env_var_names()
+
+
+def test_the_chart_refuses_the_secrets_the_service_hides(helm, tmp_path):
+    """The chart's check of extraEnv, kafka.properties and spark.conf names agrees with the
+    service's rule (service.config.is_secret_name) on every name of tests/service/test_config.py."""
+    from test_config import PUBLIC_NAMES, SECRET_NAMES
+
+    from service import config
+
+    def values_for(name):
+        if name.startswith("spark."):
+            return {"spark": {"conf": {name: "x"}}}
+        if name.islower():
+            return {"extraEnv": {"KAFKA_CLIENT_" + name.upper().replace(".", "_"): "x"}}
+        return {"extraEnv": {name: "x"}}
+
+    for name in SECRET_NAMES:
+        assert config.is_secret_name(name)
+        f = tmp_path / "v.yaml"
+        f.write_text(yaml.safe_dump(values_for(name)))
+        proc, _ = template(helm, values_file("default"), str(f), check=False)
+        assert proc.returncode != 0 and "is a secret" in proc.stderr, name
+    merged: dict = {"extraEnv": {}, "spark": {"conf": {}}}
+    for name in PUBLIC_NAMES:
+        assert not config.is_secret_name(name)
+        v = values_for(name)
+        merged["extraEnv"].update(v.get("extraEnv", {}))
+        merged["spark"]["conf"].update(v.get("spark", {}).get("conf", {}))
+    for key in ("KAFKA_BOOTSTRAP_SERVERS", "JOIN_SQL"):  # set by config.*; extraEnv would override them
+        merged["extraEnv"].pop(key, None)
+    f = tmp_path / "public.yaml"
+    f.write_text(yaml.safe_dump(merged))
+    proc, _ = template(helm, values_file("default"), str(f), check=False)
+    assert proc.returncode == 0, proc.stderr

@@ -1,0 +1,175 @@
+"""Interval and window joins end to end, on a real broker and Spark: JOIN_SQL and environment
+variables in, the joined table and the dead letters out."""
+import datetime as dt
+import json
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from service_harness import JoinHarness
+
+pytestmark = pytest.mark.integration
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+TIMED_ORDERS = json.loads((DATA / "orders_timed.avsc").read_text())
+SHIPMENTS = json.loads((DATA / "shipments.avsc").read_text())
+FAR_FUTURE = 100_000  # a record at this time on both inputs moves the watermark past everything before it
+
+
+def timed_order(order_id, at):
+    return {"order_id": order_id, "currency": "EUR", "amount": float(order_id), "order_time": at}
+
+
+def shipment(ship_id, order_id, at, carrier="ups"):
+    return {"ship_id": ship_id, "order_id": order_id, "carrier": carrier, "ship_time": at}
+
+
+def at(ms):
+    """A window column as the output's timestamp-millis field reads back."""
+    return dt.datetime.fromtimestamp(ms / 1000, tz=dt.timezone.utc)
+
+
+@pytest.fixture
+def shipping(kafka_bootstrap, spark, tmp_path, new_topic):
+    def make(sql, **env):
+        settings = dict(
+            JOIN_SQL=sql, LEFT_SCHEMA_FILE=str(DATA / "orders_timed.avsc"), RIGHT_SCHEMA_FILE=str(DATA / "shipments.avsc"),
+            RIGHT_TABLE="shipments", LEFT_PRIMARY_KEY="order_id", RIGHT_PRIMARY_KEY="ship_id",
+            LEFT_CHANGELOG_MODE="append", RIGHT_CHANGELOG_MODE="append",
+            LEFT_EVENT_TIME_COLUMN="order_time", RIGHT_EVENT_TIME_COLUMN="ship_time",
+        )
+        settings.update(env)
+        h = JoinHarness(kafka_bootstrap, spark, tmp_path, new_topic, **settings)
+        h.send_orders = lambda rows: h.send(h.orders, TIMED_ORDERS, [(None, r) for r in rows])
+        h.send_shipments = lambda rows: h.send(h.prices, SHIPMENTS, [(None, r) for r in rows])
+        return h
+
+    return make
+
+
+def late_letters(h):
+    return [r for r in h.dead_letters() if dict(r.headers)["reason"] == b"late"]
+
+
+def state_rows(service) -> int:
+    """Rows in the join's state store after the last micro-batch (Spark's numRowsTotal)."""
+    return sum(op["numRowsTotal"] for op in service.query.lastProgress["stateOperators"])
+
+
+def test_event_time_left_interval_join_pads_orders_whose_range_expired(shipping):
+    h = shipping("SELECT o.order_id, s.ship_id, s.carrier FROM orders o LEFT JOIN shipments s "
+                 "ON o.order_id = s.order_id AND s.ship_time BETWEEN o.order_time AND o.order_time + INTERVAL '10' SECOND")
+    h.send_orders([timed_order(1, 1_000), timed_order(2, 2_000), timed_order(3, 3_000), timed_order(4, 4_000),
+                   timed_order(99, FAR_FUTURE)])
+    h.send_shipments([
+        shipment(10, 1, 5_000),            # within order 1's 10 s
+        shipment(11, 2, 20_000, "late"),   # 18 s after order 2: outside its range
+        shipment(12, 3, 3_000, "dhl"),     # at the order's own time: the range is inclusive
+        shipment(99, 99, FAR_FUTURE),
+    ])
+    service = h.run()
+    assert service.plan.kind == "interval_event_time"
+    # The watermark (100 s) is past every range but order 99's: orders 2 and 4 never shipped in
+    # time and are null-padded when their range expires; order 99 is joined, its range still open.
+    expected = Counter({(1, 10, "ups"): 1, (3, 12, "dhl"): 1, (2, None, None): 1, (4, None, None): 1,
+                        (99, 99, "ups"): 1})
+    assert h.retract_table() == expected
+    assert {kind for kind, *_ in h.changelog()} == {"+I"}
+    # State is cleaned up by the watermark: only order 99's key is left.
+    assert state_rows(service) <= 2
+    # A shipment behind the watermark is not dropped (Flink drops no interval-join row): it probes
+    # what is still stored, and order 2 is gone, so it joins nothing.
+    h.send_shipments([shipment(13, 2, 2_500)])
+    h.run()
+    assert h.retract_table() == expected
+    assert h.dead_letters() == []
+
+
+def test_processing_time_interval_join_matches_rows_arriving_within_the_interval(shipping):
+    h = shipping("SELECT o.order_id, s.ship_id FROM orders o LEFT JOIN shipments s ON o.order_id = s.order_id "
+                 "AND s.proctime BETWEEN o.proctime AND o.proctime + INTERVAL '2' SECOND",
+                 LEFT_EVENT_TIME_COLUMN="", RIGHT_EVENT_TIME_COLUMN="")
+    # Order 1 and its shipment arrive together; order 2's shipment comes after its 2 s are over.
+    h.send_orders([timed_order(1, 0), timed_order(2, 0)])
+    h.send_shipments([shipment(10, 1, 0)])
+    service = h.run()
+    assert service.plan.kind == "interval_processing_time"
+    time.sleep(3)
+    h.send_shipments([shipment(11, 2, 0)])
+    h.run()
+    assert h.retract_table() == Counter({(1, 10): 1, (2, None): 1})
+
+
+TUMBLE_SQL = (
+    "SELECT o.order_id, s.ship_id, o.window_start, s.window_start AS ship_window FROM "
+    "TABLE(TUMBLE(TABLE orders, DESCRIPTOR(order_time), INTERVAL '10' SECOND)) o FULL JOIN "
+    "TABLE(TUMBLE(TABLE shipments, DESCRIPTOR(ship_time), INTERVAL '10' SECOND)) s "
+    "ON o.order_id = s.order_id AND o.window_start = s.window_start AND o.window_end = s.window_end"
+)
+
+
+def test_tumble_full_window_join_and_late_rows_in_the_dead_letter_topic(shipping, kafka_bootstrap):
+    from kafka_fixture import produce
+    from service_harness import avro
+
+    h = shipping(TUMBLE_SQL)
+    h.send_orders([timed_order(1, 1_000), timed_order(2, 2_000), timed_order(3, 12_000), timed_order(99, FAR_FUTURE)])
+    h.send_shipments([
+        shipment(10, 1, 5_000),    # window [0 s, 10 s) with order 1
+        shipment(11, 2, 15_000),   # window [10 s, 20 s), order 2 is in [0 s, 10 s)
+        shipment(12, 5, 8_000),    # no such order
+        shipment(99, 99, FAR_FUTURE),
+    ])
+    service = h.run()
+    assert service.plan.kind == "window"
+    expected = Counter({
+        (1, 10, at(0), at(0)): 1,
+        (2, None, at(0), None): 1, (None, 11, None, at(10_000)): 1,
+        (None, 12, None, at(0)): 1,
+        (3, None, at(10_000), None): 1,
+    })
+    assert h.retract_table() == expected  # window [100 s, 110 s) has not fired
+    assert state_rows(service) <= 2
+    # Rows for windows that have fired are late: not joined, in the dead-letter topic with their
+    # original key, value and headers.
+    late_order = avro(TIMED_ORDERS, timed_order(4, 3_000))
+    produce(kafka_bootstrap, h.orders, [(b"order-4", late_order, [("trace", b"abc")], None)])
+    h.send_shipments([shipment(13, 1, 9_000)])
+    service = h.run()
+    assert h.retract_table() == expected
+    letters = late_letters(h)
+    assert len(letters) == 2
+    by_topic = {dict(r.headers)["source.topic"].decode(): r for r in letters}
+    order_letter = by_topic[h.orders]
+    assert order_letter.key == b"order-4" and order_letter.value == late_order
+    assert dict(order_letter.headers)["trace"] == b"abc" and dict(order_letter.headers)["source.offset"] == b"4"
+    assert by_topic[h.prices].value == avro(SHIPMENTS, shipment(13, 1, 9_000))
+    assert sum(b.dead_letters.get("late", 0) for b in service.batches) == 2
+
+
+def test_hop_semi_window_join_emits_each_order_once_per_shared_window(shipping):
+    hop = "TABLE(HOP(TABLE {t}, DESCRIPTOR({c}), INTERVAL '5' SECOND, INTERVAL '10' SECOND))"
+    h = shipping(
+        f"SELECT o.order_id, o.window_start, o.window_end FROM {hop.format(t='orders', c='order_time')} o "
+        f"WHERE o.order_id IN (SELECT s.order_id FROM {hop.format(t='shipments', c='ship_time')} s "
+        "WHERE o.window_start = s.window_start AND o.window_end = s.window_end)"
+    )
+    h.send_orders([timed_order(1, 6_000), timed_order(2, 21_000), timed_order(3, 30_000), timed_order(99, FAR_FUTURE)])
+    h.send_shipments([
+        shipment(10, 1, 12_000),   # shares [5 s, 15 s) with order 1
+        shipment(11, 2, 23_000),   # shares both of order 2's windows
+        shipment(12, 2, 24_000),   # a second match: SEMI still emits order 2 once per window
+        shipment(99, 98, FAR_FUTURE),
+    ])
+    h.run()
+    expected = Counter({(1, at(5_000), at(15_000)): 1, (2, at(15_000), at(25_000)): 1,
+                        (2, at(20_000), at(30_000)): 1})
+    assert h.retract_table() == expected
+    # A HOP row belongs to two windows; late for both, it is one dead letter saying so.
+    h.send_shipments([shipment(13, 3, 31_000)])
+    h.run()
+    assert h.retract_table() == expected
+    (letter,) = late_letters(h)
+    assert b"2 window(s)" in dict(letter.headers)["reason.detail"]

@@ -1,0 +1,451 @@
+"""Configuration: environment variables only, validated at start, errors naming the variable."""
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from service.kafka_records import output_framing_bytes
+from service.config import ConfigError, env_var_names, load_settings, parse_duration_ms
+
+ROOT = Path(__file__).resolve().parents[2]
+SCHEMAS = ROOT / "schemas"
+VALID = {
+    "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1",
+    "LEFT_TOPIC": "orders", "RIGHT_TOPIC": "prices", "OUTPUT_TOPIC": "out",
+    "LEFT_SCHEMA_FILE": str(SCHEMAS / "orders.avsc"), "RIGHT_SCHEMA_FILE": str(SCHEMAS / "prices.avsc"),
+    "LEFT_PRIMARY_KEY": "order_id", "RIGHT_PRIMARY_KEY": "product",
+    "JOIN_SQL": "SELECT o.order_id, p.price FROM orders o LEFT JOIN prices p ON o.product = p.product",
+}
+
+
+def changejoin(*args, env):
+    return subprocess.run([sys.executable, "-m", "service", *args], cwd=ROOT, env={"PATH": "/usr/bin:/bin", **env},
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_defaults_and_derived_values():
+    s = load_settings({**VALID, "STATE_TTL": "90s", "RIGHT_STATE_TTL": "1m", "KAFKA_CLIENT_SASL_PASSWORD": "hunter2"})
+    assert s.dead_letter_topic == "out.dlq"
+    assert (s.left_table_name, s.right_table_name) == ("orders", "prices")
+    assert (s.left_ttl_ms, s.right_ttl_ms) == (90_000, 60_000)
+    assert s.kafka_properties() == {"bootstrap.servers": "127.0.0.1:1", "sasl.password": "hunter2"}
+    assert "hunter2" not in repr(s.redacted())
+    assert s.spark_master == "local[*]" and s.output_mode == "retract" and s.rowkind_header == "rowkind"
+
+
+@pytest.mark.parametrize("text, ms", [("250", 250), ("500ms", 500), ("5s", 5000), ("2m", 120_000), ("1h", 3_600_000)])
+def test_durations(text, ms):
+    assert parse_duration_ms(text) == ms
+
+
+@pytest.mark.parametrize(
+    "change, variable",
+    [
+        ({"LEFT_TOPIC": None}, "LEFT_TOPIC"),
+        ({"JOIN_SQL": None}, "JOIN_SQL"),
+        ({"OUTPUT_MODE": "sideways"}, "OUTPUT_MODE"),
+        ({"STATE_TTL": "soon"}, "STATE_TTL"),
+        ({"SHUFFLE_PARTITIONS": "0"}, "SHUFFLE_PARTITIONS"),
+        ({"LEFT_SCHEMA_FILE": "/nope.avsc"}, "LEFT_SCHEMA_FILE"),
+        ({"LEFT_SCHEMA_FILE": None}, "SCHEMA_REGISTRY_URL"),
+        ({"OUTPUT_MODE": "upsert"}, "OUTPUT_KEY"),
+        ({"LEFT_CHANGELOG_MODE": "upsert", "LEFT_PRIMARY_KEY": None}, "LEFT_PRIMARY_KEY"),
+    ],
+)
+def test_invalid_configuration_names_the_variable(change, variable):
+    env = {k: v for k, v in {**VALID, **change}.items() if v is not None}
+    with pytest.raises(ConfigError, match=variable):
+        load_settings(env)
+
+
+def test_every_variable_is_in_the_configuration_reference():
+    reference = (ROOT / "docs" / "configuration.md").read_text()
+    missing = [name for name in env_var_names() if f"`{name}`" not in reference]
+    assert missing == []
+
+
+def test_run_with_a_missing_variable_exits_non_zero_naming_it():
+    env = {k: v for k, v in VALID.items() if k != "OUTPUT_TOPIC"}
+    proc = changejoin("run", env=env)
+    assert proc.returncode == 2
+    assert "OUTPUT_TOPIC" in proc.stderr
+
+
+def test_check_config_rejects_an_unknown_column_in_join_sql():
+    proc = changejoin("check-config", env={**VALID, "JOIN_SQL": VALID["JOIN_SQL"].replace("o.product", "o.prodcut")})
+    assert proc.returncode == 2
+    assert "JOIN_SQL" in proc.stderr and "prodcut" in proc.stderr
+
+
+def test_check_config_prints_the_plan_and_schema_prints_the_output_schema():
+    proc = changejoin("check-config", env=VALID)
+    assert proc.returncode == 0, proc.stderr
+    assert "state layout InputSideHasUniqueKey" in proc.stdout
+    assert "state layout JoinKeyContainsUniqueKey" in proc.stdout
+    schema = changejoin("schema", env=VALID)
+    assert schema.returncode == 0
+    assert '"name": "price"' in schema.stdout and '"null"' in schema.stdout
+
+
+# --------------------------------------------------------------------------------------------
+# secrets: one rule (config.is_secret_name + URL user info), applied wherever configuration shows
+
+from service import config as _config  # noqa: E402
+
+SECRET_NAMES = [
+    "KAFKA_CLIENT_SASL_PASSWORD", "sasl.password", "sasl.oauthbearer.config", "sasl.oauthbearer.client.secret",
+    "ssl.key.password", "ssl.keystore.password", "ssl.key.pem", "sasl.jaas.config",
+    "SCHEMA_REGISTRY_BASIC_AUTH_USER_INFO", "basic.auth.user.info",
+    "spark.hadoop.fs.s3a.secret.key", "spark.hadoop.fs.s3a.access.key", "spark.hadoop.fs.s3a.session.token",
+    "spark.hadoop.fs.s3a.bucket.b1.secret.key", "spark.hadoop.fs.s3a.encryption.key",
+    "spark.hadoop.fs.azure.account.key.acct.dfs.core.windows.net", "spark.hadoop.fs.azure.sas.c.acct.blob.core.windows.net",
+    "spark.hadoop.fs.azure.account.oauth2.client.secret", "spark.authenticate.secret",
+    "spark.kubernetes.authenticate.driver.oauthToken", "spark.ssl.keyStorePassword", "spark.ssl.keyPassword",
+    "spark.hadoop.google.cloud.auth.service.account.private.key", "spark.hadoop.fs.gs.auth.credentials",
+]
+PUBLIC_NAMES = [
+    "OUTPUT_KEY", "LEFT_PRIMARY_KEY", "RIGHT_PRIMARY_KEY", "LEFT_KEY_FORMAT", "key.serializer", "JOIN_SQL",
+    "sasl.username", "sasl.mechanism", "ssl.key.location", "ssl.keystore.location", "ssl.certificate.pem",
+    "ssl.ca.location", "spark.io.encryption.keySizeBits", "spark.network.crypto.keyLength",
+    "spark.authenticate.secret.driver.file", "spark.authenticate.secret.executor.file",
+    "spark.hadoop.fs.s3a.aws.credentials.provider", "spark.hadoop.fs.s3a.endpoint", "spark.ssl.keyStore",
+    "SCHEMA_REGISTRY_URL", "KAFKA_BOOTSTRAP_SERVERS", "spark.executor.instances",
+]
+
+
+@pytest.mark.parametrize("name", SECRET_NAMES)
+def test_secret_names(name):
+    assert _config.is_secret_name(name)
+    assert _config.redact(name, "v4lue") == "*****"
+
+
+@pytest.mark.parametrize("name", PUBLIC_NAMES)
+def test_public_names(name):
+    assert not _config.is_secret_name(name)
+    assert _config.redact(name, "v4lue") == "v4lue"
+
+
+@pytest.mark.parametrize("text, shown", [
+    ("https://bob:hunter22@registry:8081", "https://*****@registry:8081"),
+    ("https://apikey@registry/x", "https://*****@registry/x"),
+    ("a http://u:p@h1, b https://u2:p2@h2/p@q", "a http://*****@h1, b https://*****@h2/p@q"),
+    ("k8s://https://kubernetes.default.svc", "k8s://https://kubernetes.default.svc"),
+    ("user@example.com", "user@example.com"),
+])
+def test_url_user_info_is_hidden_in_any_value(text, shown):
+    assert _config.redact("ANY_VARIABLE", text) == shown
+
+
+SECRETS = {
+    "SCHEMA_REGISTRY_URL": "https://bob:registry-pass-1@127.0.0.1:1",
+    "SCHEMA_REGISTRY_BASIC_AUTH_USER_INFO": "alice:registry-pass-2",
+    "KAFKA_CLIENT_SASL_OAUTHBEARER_CONFIG": "principal=svc oauth-conf-3",
+    "KAFKA_CLIENT_SASL_PASSWORD": "sasl-pass-4",
+    "KAFKA_CLIENT_SSL_KEY_PASSWORD": "key-pass-5",
+    "KAFKA_CLIENT_SSL_KEYSTORE_PASSWORD": "keystore-pass-6",
+    "SPARK_CONF_spark_hadoop_fs_s3a_secret_key": "s3-secret-7",
+    "SPARK_CONF_spark_hadoop_fs_s3a_access_key": "s3-access-8",
+    "SPARK_CONF_spark_hadoop_fs_azure_account_key_acct_blob_core_windows_net": "azure-key-9",
+    "SPARK_CONF_spark_hadoop_fs_s3a_session_token": "session-token-10",
+}
+SECRET_VALUES = ["registry-pass-1", "registry-pass-2", "oauth-conf-3", "sasl-pass-4", "key-pass-5",
+                 "keystore-pass-6", "s3-secret-7", "s3-access-8", "azure-key-9", "session-token-10"]
+
+
+def test_check_config_prints_no_secret():
+    proc = changejoin("check-config", env={**VALID, **SECRETS, "OUTPUT_KEY": "order_id"})
+    assert proc.returncode == 0, proc.stderr
+    for value in SECRET_VALUES:
+        assert value not in proc.stdout + proc.stderr, value
+    # Each one is listed, hidden; what is not secret is shown.
+    assert "SCHEMA_REGISTRY_URL=https://*****@127.0.0.1:1" in proc.stdout
+    for name in ("SCHEMA_REGISTRY_BASIC_AUTH_USER_INFO", "KAFKA_CLIENT_SASL_OAUTHBEARER_CONFIG",
+                 "KAFKA_CLIENT_SASL_PASSWORD", "SPARK_CONF_spark_hadoop_fs_s3a_secret_key"):
+        assert f"{name}=*****" in proc.stdout
+    assert "OUTPUT_KEY=order_id" in proc.stdout and "LEFT_PRIMARY_KEY=order_id" in proc.stdout
+
+
+def test_settings_repr_and_redacted_view_hide_secrets():
+    s = load_settings({**VALID, **SECRETS})
+    for text in (repr(s), str(s), repr(s.redacted())):
+        for value in SECRET_VALUES:
+            assert value not in text
+    # ... while the service itself gets the real values.
+    assert s.kafka_properties()["sasl.password"] == "sasl-pass-4"
+    assert s.spark_conf["spark.hadoop.fs.s3a.secret.key"] == "s3-secret-7"
+
+
+def test_configuration_errors_hide_url_user_info():
+    with pytest.raises(ConfigError) as err:
+        load_settings({**VALID, "MAX_RECORDS_PER_TRIGGER": "https://bob:hunter22@x"})
+    assert "MAX_RECORDS_PER_TRIGGER" in str(err.value)
+    assert "hunter22" not in str(err.value) and "*****" in str(err.value)
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_log_lines_are_scrubbed_of_secret_values(fmt):
+    import json
+    import logging
+
+    from service.logs import JsonFormatter, RedactingFormatter
+
+    s = load_settings({**VALID, **SECRETS})
+    inner = JsonFormatter() if fmt == "json" else logging.Formatter("%(levelname)s %(message)s")
+    formatter = RedactingFormatter(inner, s.secret_values())
+    try:
+        raise RuntimeError('registry https://bob:registry-pass-1@127.0.0.1:1 said "no" to alice:registry-pass-2')
+    except RuntimeError:
+        import sys
+
+        record = logging.LogRecord("t", logging.ERROR, __file__, 1, "login with %s failed (%s)",
+                                   ("sasl-pass-4", "s3-secret-7"), sys.exc_info())
+    line = formatter.format(record)
+    for value in SECRET_VALUES[:2] + ["sasl-pass-4", "s3-secret-7"]:
+        assert value not in line
+    assert "login with ***** failed" in line and "https://*****@127.0.0.1:1" in line
+    if fmt == "json":
+        assert json.loads(line)["level"] == "ERROR"
+
+
+# --------------------------------------------------------------------------------------------
+# misspelt variables; the platform's own variables
+
+@pytest.mark.parametrize("typo, meant", [
+    ("LEFT_PRIMARYKEY", "LEFT_PRIMARY_KEY"), ("STATE_TLL", "STATE_TTL"), ("SPARK_MASTR", "SPARK_MASTER"),
+    ("SPARK_UI_ENABLE", "SPARK_UI_ENABLED"), ("KAFKA_BOOTSTRAP_SERVER", "KAFKA_BOOTSTRAP_SERVERS"),
+    ("SCHEMA_REGISTRY_URI", "SCHEMA_REGISTRY_URL"), ("OUTPUT_MDOE", "OUTPUT_MODE"),
+    ("MAX_OUTPUT_RECORDS_BYTES", "MAX_OUTPUT_RECORD_BYTES"), ("TRIGGER_INTERVALL", "TRIGGER_INTERVAL"),
+    ("LOG_LEVLE", "LOG_LEVEL"), ("DLQ_TOPICS", "DLQ_TOPIC"), ("RIGHT_EVENTTIME_COLUMN", "RIGHT_EVENT_TIME_COLUMN"),
+    ("CHECKPOINT_DIR", "CHECKPOINT_LOCATION"), ("READY_MAX_TRIGGER_INTERVAL", "READY_MAX_TRIGGER_INTERVALS"),
+])
+def test_a_misspelt_variable_is_an_error_naming_the_closest_one(typo, meant):
+    with pytest.raises(ConfigError) as err:
+        load_settings({**VALID, typo: "1"})
+    assert f"{typo}: not a changejoin variable; did you mean {meant}?" in str(err.value)
+
+
+def test_the_configuration_reference_lists_every_prefix_taken_for_changejoins():
+    reference = (ROOT / "docs" / "configuration.md").read_text()
+    assert [p for p in _config.own_prefixes() if f"`{p}`" not in reference] == []
+
+
+def test_unknown_variable_without_a_close_match_still_fails():
+    with pytest.raises(ConfigError, match="JOIN_WHATEVER: not a changejoin variable"):
+        load_settings({**VALID, "JOIN_WHATEVER": "1"})
+
+
+def test_all_problems_are_reported_at_once():
+    with pytest.raises(ConfigError) as err:
+        load_settings({**VALID, "STATE_TLL": "1s", "OUTPUT_MODE": "sideways", "DLQ_TOPIC": "out"})
+    text = str(err.value)
+    assert "STATE_TLL" in text and "OUTPUT_MODE" in text
+
+
+PLATFORM = {
+    "SPARK_HOME": "/opt/spark", "SPARK_CONF_DIR": "/etc/changejoin/spark", "SPARK_LOCAL_DIRS": "/var/lib/x",
+    "SPARK_LOCAL_IP": "10.0.0.5", "SPARK_USER": "changejoin", "SPARK_JAVA_OPT_0": "-Dx=y", "SPARK_JAVA_OPT_12": "-Dz",
+    "KAFKA_HEAP_OPTS": "-Xmx1g", "KAFKA_OPTS": "-Dk", "JAVA_HOME": "/usr/lib/jvm/java-17",
+    "PYSPARK_PYTHON": "/usr/bin/python3", "PYSPARK_DRIVER_PYTHON": "/usr/bin/python3",
+    # Kubernetes service links of Services named kafka and schema-registry
+    "KAFKA_SERVICE_HOST": "10.96.0.10", "KAFKA_SERVICE_PORT": "9092", "KAFKA_SERVICE_PORT_CLIENT": "9092",
+    "KAFKA_PORT": "tcp://10.96.0.10:9092", "KAFKA_PORT_9092_TCP": "tcp://10.96.0.10:9092",
+    "KAFKA_PORT_9092_TCP_PROTO": "tcp", "KAFKA_PORT_9092_TCP_PORT": "9092", "KAFKA_PORT_9092_TCP_ADDR": "10.96.0.10",
+    "SCHEMA_REGISTRY_SERVICE_HOST": "10.96.0.11", "SCHEMA_REGISTRY_PORT": "tcp://10.96.0.11:8081",
+}
+
+
+def test_the_platforms_variables_are_neither_refused_nor_read():
+    s = load_settings({**VALID, **PLATFORM})
+    assert not any(k.upper() == k for k in s.spark_conf)  # SPARK_CONF_DIR is Spark's, not a property
+    assert "DIR" not in s.spark_conf and s.kafka_properties() == {"bootstrap.servers": "127.0.0.1:1"}
+
+
+def test_the_environment_of_a_process_that_ran_pyspark_is_accepted(spark):
+    """SparkContext puts SPARK_* variables into its process's environment, which processes it
+    starts (the service run by a test, a supervisor restarting it) inherit."""
+    import os
+
+    assert any(k.startswith("SPARK_") for k in os.environ)  # what this test is about
+    load_settings({**os.environ, **VALID})
+
+
+def test_a_port_variable_that_is_not_a_service_link_is_refused():
+    with pytest.raises(ConfigError, match="SCHEMA_REGISTRY_PORT: not a changejoin variable"):
+        load_settings({**VALID, "SCHEMA_REGISTRY_PORT": "8081"})
+
+
+def _dockerfile_env_names() -> set[str]:
+    """The variables the runtime image sets (deploy/Dockerfile's ENV instructions)."""
+    import re
+
+    text = (ROOT / "deploy" / "Dockerfile").read_text().replace("\\\n", " ")
+    names = set()
+    for line in text.splitlines():
+        if line.startswith("ENV "):
+            names |= set(re.findall(r"(?:^|\s)([A-Z_][A-Z0-9_]*)=", line[4:]))
+    return names
+
+
+def test_the_images_own_environment_is_accepted():
+    names = _dockerfile_env_names()
+    assert {"SPARK_HOME", "SPARK_CONF_DIR", "CHECKPOINT_LOCATION"} <= names
+    env = {name: "/x" for name in names}
+    s = load_settings({**VALID, **env})
+    assert s.checkpoint_location == "/x" and s.spark_conf.get("DIR") is None
+
+
+def test_spark_properties_must_start_with_spark():
+    with pytest.raises(ConfigError) as err:
+        load_settings({**VALID, "SPARK_CONF_SPARK_EXECUTOR_INSTANCES": "3"})
+    assert "SPARK_CONF_SPARK_EXECUTOR_INSTANCES" in str(err.value)
+    assert "did you mean SPARK_CONF_spark_executor_instances?" in str(err.value)
+
+
+# --------------------------------------------------------------------------------------------
+# refused at configuration time
+
+@pytest.mark.parametrize("change, message", [
+    ({"DLQ_TOPIC": "out"}, "DLQ_TOPIC: 'out' is also OUTPUT_TOPIC"),
+    ({"DLQ_TOPIC": "orders"}, "DLQ_TOPIC: 'orders' is also LEFT_TOPIC"),
+    ({"DLQ_TOPIC": "prices"}, "DLQ_TOPIC: 'prices' is also RIGHT_TOPIC"),
+    ({"OUTPUT_TOPIC": "prices"}, "OUTPUT_TOPIC: 'prices' is also RIGHT_TOPIC"),
+    ({"LEFT_TOPIC": "out.dlq", "JOIN_SQL": VALID["JOIN_SQL"], "LEFT_TABLE": "orders"},
+     "DLQ_TOPIC (default 'out.dlq'): 'out.dlq' is also LEFT_TOPIC"),
+    ({"KAFKA_CLIENT_ACKS": "1"}, "KAFKA_CLIENT_ACKS: the sink needs acks=all"),
+    ({"KAFKA_CLIENT_ACKS": "0"}, "KAFKA_CLIENT_ACKS: the sink needs acks=all"),
+    ({"KAFKA_CLIENT_REQUEST_REQUIRED_ACKS": "1"}, "KAFKA_CLIENT_REQUEST_REQUIRED_ACKS: the sink needs acks=all"),
+    ({"KAFKA_CLIENT_ENABLE_IDEMPOTENCE": "false"}, "KAFKA_CLIENT_ENABLE_IDEMPOTENCE: the sink needs an idempotent"),
+    ({"KAFKA_CLIENT_FOO_BAR": "1"}, 'KAFKA_CLIENT_FOO_BAR: No such configuration property: "foo.bar"'),
+    ({"KAFKA_CLIENT_SASL_MECHANISMS_TYPO": "PLAIN"}, "KAFKA_CLIENT_SASL_MECHANISMS_TYPO: No such configuration property"),
+    ({"KAFKA_CLIENT_LINGER_MS": "soon"}, "KAFKA_CLIENT_LINGER_MS: Invalid value"),
+    ({"KAFKA_CLIENT_MESSAGE_MAX_BYTES": "5"}, "KAFKA_CLIENT_MESSAGE_MAX_BYTES: "),
+    ({"KAFKA_CLIENT_SECURITY_PROTOCOL": "TLS"}, "KAFKA_CLIENT_SECURITY_PROTOCOL: one of PLAINTEXT"),
+    ({"KAFKA_CLIENT_BOOTSTRAP_SERVERS": "b:9092"}, "KAFKA_CLIENT_BOOTSTRAP_SERVERS: set KAFKA_BOOTSTRAP_SERVERS"),
+    ({"OUTPUT_TOPIC": "out put"}, "OUTPUT_TOPIC: invalid Kafka topic name"),
+    ({"LEFT_TOPIC": "..", "LEFT_TABLE": "orders"}, "LEFT_TOPIC: invalid Kafka topic name"),
+    ({"RIGHT_TOPIC": ".", "RIGHT_TABLE": "prices"}, "RIGHT_TOPIC: invalid Kafka topic name"),
+    ({"DLQ_TOPIC": "d" * 250}, "DLQ_TOPIC: invalid Kafka topic name"),
+    ({"OUTPUT_TOPIC": "o" * 248}, "DLQ_TOPIC (default"),  # the default <OUTPUT_TOPIC>.dlq is too long
+    ({"RIGHT_TOPIC": "preise€", "RIGHT_TABLE": "prices"}, "RIGHT_TOPIC: invalid Kafka topic name"),
+    ({"MAX_OUTPUT_RECORD_BYTES": "1000000"}, "MAX_OUTPUT_RECORD_BYTES: 1000000 leaves no room"),
+    ({"MAX_OUTPUT_RECORD_BYTES": "999786"}, "at most 999785"),
+    ({"KAFKA_CLIENT_MESSAGE_MAX_BYTES": "500000", "MAX_OUTPUT_RECORD_BYTES": "499800"},
+     "within KAFKA_CLIENT_MESSAGE_MAX_BYTES=500000: at most 499785"),
+    ({"SPARK_UI_ENABLED": "false", "SPARK_CONF_spark_ui_enabled": "true"}, "SPARK_CONF_spark_ui_enabled: contradicts"),
+])
+def test_refused_at_configuration_time(change, message):
+    with pytest.raises(ConfigError) as err:
+        load_settings({**VALID, **change})
+    assert message in str(err.value)
+
+
+@pytest.mark.parametrize("change", [
+    {"KAFKA_CLIENT_ACKS": "all"}, {"KAFKA_CLIENT_ACKS": "-1"}, {"KAFKA_CLIENT_ENABLE_IDEMPOTENCE": "true"},
+    {"KAFKA_CLIENT_LINGER_MS": "20", "KAFKA_CLIENT_COMPRESSION_TYPE": "zstd", "KAFKA_CLIENT_CLIENT_ID": "cj"},
+    {"KAFKA_CLIENT_GROUP_ID": "g", "KAFKA_CLIENT_FETCH_MAX_BYTES": "1048576"},  # consumer properties
+    # TLS and SASL settings are checked for their names and values only: the files need not exist here.
+    {"KAFKA_CLIENT_SECURITY_PROTOCOL": "SASL_SSL", "KAFKA_CLIENT_SASL_MECHANISM": "SCRAM-SHA-512",
+     "KAFKA_CLIENT_SSL_CA_LOCATION": "/no/such/ca.crt", "KAFKA_CLIENT_SASL_USERNAME": "u"},
+    {"MAX_OUTPUT_RECORD_BYTES": "999785"},
+    {"KAFKA_CLIENT_MESSAGE_MAX_BYTES": "2000000", "MAX_OUTPUT_RECORD_BYTES": "1999785"},
+])
+def test_accepted_producer_settings(change):
+    load_settings({**VALID, **change})
+
+
+def test_max_output_record_bytes_default_leaves_room_for_headers_and_framing():
+    assert load_settings(VALID).max_output_record_bytes == 1_000_000 - 215
+    assert output_framing_bytes("rowkind") == 215
+    s = load_settings({**VALID, "KAFKA_CLIENT_MESSAGE_MAX_BYTES": "4000000", "ROWKIND_HEADER": "op"})
+    assert s.max_output_record_bytes == 4_000_000 - 210
+
+
+def test_the_reserved_room_covers_the_largest_headers_librdkafka_counts():
+    """librdkafka's own accounting (36 bytes of record framing + key + value + serialized
+    headers) of a record of exactly MAX_OUTPUT_RECORD_BYTES with the longest header values,
+    plus the 61-byte batch header, stays within message.max.bytes."""
+    s = load_settings({**VALID, "ROWKIND_HEADER": "a-long-rowkind-header-name"})
+
+    def varint_len(n: int) -> int:
+        n = (n << 1) ^ (n >> 63)  # zigzag, as Kafka's record format
+        return max(1, (n.bit_length() + 6) // 7)
+
+    headers = [(s.rowkind_header, b"-U"), ("changejoin.batch", str(2**63 - 1).encode()),
+               ("changejoin.seq", f"{2**31 - 1}:{2**63 - 1}".encode())]
+    serialized = sum(varint_len(len(k)) + len(k) + varint_len(len(v)) + len(v) for k, v in headers)
+    assert 36 + s.max_output_record_bytes + serialized + 61 <= s.producer_message_max_bytes
+
+
+def test_check_config_exits_2_naming_a_refused_variable():
+    proc = changejoin("check-config", env={**VALID, "KAFKA_CLIENT_ACKS": "1", "STATE_TLL": "1h"})
+    assert proc.returncode == 2
+    assert "KAFKA_CLIENT_ACKS" in proc.stderr and "did you mean STATE_TTL?" in proc.stderr
+
+
+def test_trigger_interval_defaults_to_500ms_and_takes_durations():
+    assert load_settings(VALID).trigger_interval_ms == 500  # docs/configuration.md (bench/results/RESULTS.md, latency)
+    assert load_settings({**VALID, "TRIGGER_INTERVAL": "2s"}).trigger_interval_ms == 2000
+    assert load_settings({**VALID, "TRIGGER_INTERVAL": "0"}).trigger_interval_ms == 0
+
+
+# --------------------------------------------------------------------------------------------
+# warnings for what the plan does not use
+
+DATA = ROOT / "tests" / "data"
+EVENT_TIME = {
+    "LEFT_SCHEMA_FILE": str(DATA / "orders_timed.avsc"), "RIGHT_SCHEMA_FILE": str(DATA / "rates.avsc"),
+    "RIGHT_TABLE": "rates", "RIGHT_PRIMARY_KEY": "currency", "RIGHT_EVENT_TIME_COLUMN": "rate_time",
+    "JOIN_SQL": "SELECT o.order_id, r.rate FROM orders o LEFT JOIN rates FOR SYSTEM_TIME AS OF o.order_time AS r "
+                "ON o.currency = r.currency",
+}
+PROCESSING_TIME = {
+    **EVENT_TIME, "RIGHT_EVENT_TIME_COLUMN": None,
+    "JOIN_SQL": "SELECT o.order_id, r.rate FROM orders o JOIN rates FOR SYSTEM_TIME AS OF PROCTIME() AS r "
+                "ON o.currency = r.currency",
+}
+
+
+def _warnings(env):
+    from service.planner import build_plan
+
+    s = load_settings({k: v for k, v in {**VALID, **env}.items() if v is not None})
+    return _config.unused_settings(s, build_plan(s))
+
+
+@pytest.mark.parametrize("env, flagged", [
+    ({"RIGHT_EVENT_TIME_COLUMN": "price"}, ["RIGHT_EVENT_TIME_COLUMN"]),
+    ({"LEFT_WATERMARK_DELAY": "5s", "RIGHT_WATERMARK_DELAY": "0", "IDLE_TIMEOUT": "1m"},
+     ["LEFT_WATERMARK_DELAY", "RIGHT_WATERMARK_DELAY", "IDLE_TIMEOUT"]),
+    ({"LEFT_KEY_FORMAT": "raw"}, ["LEFT_KEY_FORMAT"]),  # not an upsert input
+    ({"LEFT_CHANGELOG_MODE": "upsert", "LEFT_KEY_FORMAT": "avro",  # joined directly: keys are read
+      "JOIN_SQL": "SELECT o.order_id, p.price FROM orders o LEFT JOIN prices p ON o.order_id = p.price"}, []),
+    ({"STATE_TTL": "1h", "LEFT_STATE_TTL": "1m", "MINI_BATCH_SIZE": "10"}, []),
+    ({**EVENT_TIME, "LEFT_WATERMARK_DELAY": "5s", "IDLE_TIMEOUT": "1m", "STATE_TTL": "1d"}, []),
+    ({**EVENT_TIME, "LEFT_STATE_TTL": "1d"}, ["LEFT_STATE_TTL"]),
+    ({**PROCESSING_TIME, "RIGHT_WATERMARK_DELAY": "5s", "IDLE_TIMEOUT": "1m"}, ["RIGHT_WATERMARK_DELAY", "IDLE_TIMEOUT"]),
+])
+def test_warnings_for_variables_the_plan_does_not_use(env, flagged):
+    warnings = _warnings(env)
+    assert [w.split(" ", 1)[0] for w in warnings] == flagged
+
+
+def test_check_config_prints_the_warnings_and_still_succeeds():
+    proc = changejoin("check-config", env={**VALID, "IDLE_TIMEOUT": "1m"})
+    assert proc.returncode == 0, proc.stderr
+    assert "warnings:\n  IDLE_TIMEOUT is set but not used: JOIN_SQL is a regular join" in proc.stdout
+    assert "changejoin: warning: IDLE_TIMEOUT" in proc.stderr
+
+
+def test_mini_batch_size_on_a_temporal_join_stays_an_error():
+    proc = changejoin("check-config", env={**VALID, **EVENT_TIME, "MINI_BATCH_SIZE": "10"})
+    assert proc.returncode == 2 and "MINI_BATCH_SIZE" in proc.stderr
+
+
+def test_the_source_gets_no_producer_property():
+    """librdkafka logs a CONFWARN line from every consumer given a producer's property."""
+    s = load_settings({**VALID, "KAFKA_CLIENT_LINGER_MS": "5", "KAFKA_CLIENT_BATCH_NUM_MESSAGES": "100",
+                       "KAFKA_CLIENT_FETCH_MAX_BYTES": "1000000", "KAFKA_CLIENT_CLIENT_ID": "cj",
+                       "KAFKA_CLIENT_SASL_MECHANISM": "PLAIN"})
+    assert s.consumer_properties() == {"fetch.max.bytes": "1000000", "client.id": "cj", "sasl.mechanism": "PLAIN"}
+    assert set(s.kafka_properties()) >= {"linger.ms", "batch.num.messages"}  # the sink's producer keeps them

@@ -1,0 +1,165 @@
+"""The documentation keeps up with the code: the README's map of the code names every module and
+every top-level folder (and nothing that does not exist), every relative link in the documents
+leads to a file and heading that exist, and docs/operations.md lists exactly the metrics served.
+
+The map is the section ``## Map of the code`` of README.md; each of its entries is a list item
+whose first inline code is a path: ```- `service/config.py`: ...```. A path ending in ``/`` is a
+folder. The modules of :data:`LISTED` packages are named one by one; a folder below them (a
+subpackage such as ``service/sql/``) covers every module inside it. Any other top-level folder
+(``bench/``, ``tests/``, a new ``devkit/``, ...) is named as a folder, which covers what it holds;
+add a package to :data:`LISTED` to have its modules listed one by one.
+"""
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+MAP_HEADING = "## Map of the code"
+# Packages whose modules the map names one by one.
+LISTED = ("service", "operators")
+# Not modules with a job of their own: a package marker (a package is named by its folder, or its
+# modules are) and the ``python -m`` shim (``service/__main__.py`` only calls ``cli.main``).
+NOT_MODULES = {"__init__.py", "__main__.py"}
+DOCUMENTS = [README, *sorted((ROOT / "docs").glob("*.md")), ROOT / "bench" / "README.md",
+             ROOT / "helm" / "changejoin" / "README.md"]
+
+
+def map_entries(readme: str) -> list[str]:
+    """The paths the README's map names, in order."""
+    assert MAP_HEADING in readme, f"README.md has no '{MAP_HEADING}' section"
+    section = readme.split(MAP_HEADING, 1)[1]
+    section = re.split(r"^#{1,2} ", section, maxsplit=1, flags=re.M)[0]
+    return re.findall(r"^- `([^`]+)`", section, flags=re.M)
+
+
+def listed_modules(root: Path = ROOT) -> list[str]:
+    """Every module of the :data:`LISTED` packages, as a path from the root."""
+    found = []
+    for package in LISTED:
+        for path in sorted((root / package).rglob("*.py")):
+            if "__pycache__" not in path.parts and path.name not in NOT_MODULES:
+                found.append(path.relative_to(root).as_posix())
+    return found
+
+
+def uncovered(modules: list[str], entries: list[str]) -> list[str]:
+    """The modules the map does not name: named exactly, or inside a folder entry below a listed
+    package (the listed package's own folder covers nothing: its modules are named one by one)."""
+    folders = [e for e in entries if e.endswith("/") and e.rstrip("/") not in LISTED]
+    return [m for m in modules if m not in entries and not any(m.startswith(f) for f in folders)]
+
+
+def tracked_top_level_folders() -> list[str]:
+    proc = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True)
+    if proc.returncode != 0:
+        pytest.skip("not a git checkout: the tracked folders are unknown")
+    return sorted({p.split("/", 1)[0] + "/" for p in proc.stdout.splitlines() if "/" in p and not p.startswith(".")})
+
+
+def test_the_map_names_every_module():
+    missing = uncovered(listed_modules(), map_entries(README.read_text()))
+    assert missing == [], "add a line for each to the README's map of the code (a package: one for its folder)"
+
+
+def test_the_map_names_every_top_level_folder():
+    entries = map_entries(README.read_text())
+    named = {e.split("/", 1)[0] + "/" for e in entries if "/" in e}
+    missing = [f for f in tracked_top_level_folders() if f not in named]
+    assert missing == [], "add a line for each folder to the README's map of the code"
+
+
+def test_everything_the_map_names_exists_once():
+    entries = map_entries(README.read_text())
+    assert entries, "the map names nothing"
+    wrong = [e for e in entries if not (ROOT / e).exists() or (ROOT / e).is_dir() != e.endswith("/")]
+    assert wrong == [], "map entries that are not (or not as written: folders end in /) in the tree"
+    assert sorted(e for e in set(entries) if entries.count(e) > 1) == []
+
+
+def test_a_subpackage_folder_covers_its_modules_but_a_listed_package_folder_does_not():
+    modules = ["service/config.py", "service/sql/parse.py", "service/sql/resolve.py", "operators/new.py"]
+    assert uncovered(modules, ["service/config.py", "service/sql/", "operators/"]) == ["operators/new.py"]
+    assert uncovered(modules, ["service/", "service/sql/parse.py"]) == [
+        "service/config.py", "service/sql/resolve.py", "operators/new.py"]
+    assert uncovered(modules, ["service/config.py", "service/sq/", "service/sql/parse.py", "operators/new.py"]) == [
+        "service/sql/resolve.py"]
+
+
+def test_map_entries_are_the_first_code_of_each_list_item_of_the_section():
+    text = "# t\n- `a.py`: not in the map\n## Map of the code\n\nintro `x/`\n\n- `b/c.py`: uses `d.py`\n" \
+           "- `e/`: a folder\n\n## Next\n- `f.py`: after the map\n"
+    assert map_entries(text) == ["b/c.py", "e/"]
+
+
+# -- links ------------------------------------------------------------------------------------
+
+FENCE = re.compile(r"^(```|~~~).*?^\1", re.M | re.S)
+INLINE_CODE = re.compile(r"`[^`\n]*`")
+LINK = re.compile(r"\]\(([^()\s]+)(?:\s+\"[^\"]*\")?\)")
+
+
+def prose(markdown: str) -> str:
+    """The text outside fenced blocks and inline code."""
+    return INLINE_CODE.sub("", FENCE.sub("", markdown))
+
+
+def slugs(markdown: str) -> set[str]:
+    """The anchors GitHub gives the headings: lower case, punctuation dropped, spaces to hyphens,
+    a repeated one numbered."""
+    seen: dict[str, int] = {}
+    out = set()
+    for heading in re.findall(r"^#{1,6} +(.+?) *#* *$", FENCE.sub("", markdown), flags=re.M):
+        slug = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+        n = seen.get(slug, 0)
+        seen[slug] = n + 1
+        out.add(slug if n == 0 else f"{slug}-{n}")
+    return out
+
+
+def broken_links(document: Path) -> list[str]:
+    text = document.read_text()
+    broken = []
+    for target in LINK.findall(prose(text)):
+        if re.match(r"[a-z][a-z0-9+.-]*:", target):  # https:, mailto:
+            continue
+        path, _, anchor = target.partition("#")
+        resolved = (document.parent / path).resolve() if path else document
+        if not resolved.exists():
+            broken.append(f"{target}: no such file")
+        elif anchor and resolved.suffix == ".md" and anchor not in slugs(resolved.read_text()):
+            broken.append(f"{target}: no such heading in {resolved.name}")
+    return broken
+
+
+@pytest.mark.parametrize("document", DOCUMENTS, ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_every_relative_link_leads_to_a_file_and_heading_that_exist(document):
+    assert broken_links(document) == []
+
+
+def test_the_link_check_sees_files_anchors_and_skips_code_and_urls(tmp_path):
+    (tmp_path / "other.md").write_text("# Other\n## A `code` heading: yes\n")
+    doc = tmp_path / "doc.md"
+    doc.write_text("# Doc\n[ok](other.md#a-code-heading-yes) [ok](#doc) [web](https://example.com/x)\n"
+                   "[bad](gone.md) [bad](other.md#nope) [bad](#nowhere) `[code](gone.md)`\n"
+                   "```\n[fenced](gone.md)\n```\n")
+    assert broken_links(doc) == ["gone.md: no such file", "other.md#nope: no such heading in other.md",
+                                 "#nowhere: no such heading in doc.md"]
+
+
+def test_the_links_the_documents_use_are_found():
+    assert "docs/configuration.md" in LINK.findall(prose(README.read_text()))
+
+
+# -- metrics ----------------------------------------------------------------------------------
+
+def test_operations_lists_exactly_the_metrics_the_service_serves():
+    from service.metrics import JoinMetrics
+
+    served = {f.name + "_total" if f.type == "counter" else f.name for f in JoinMetrics().registry.collect()}
+    text = (ROOT / "docs" / "operations.md").read_text()
+    section = text[text.index("## Metrics and health"):]
+    section = section[:section.index("\n## ", 1)]
+    assert set(re.findall(r"`(changejoin_[a-z_]+)`", section)) == served

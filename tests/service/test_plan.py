@@ -1,0 +1,243 @@
+"""The join plan: layouts from keys, output schema nullability, when the upsert materializer runs."""
+import re
+
+import pytest
+
+from service.config import load_settings
+from service.plan import JoinPlan, PlanError
+from service.planner import build_plan, explain
+from test_config import VALID
+
+
+def plan_for(**env):
+    settings = load_settings({**VALID, **env})
+    return settings, build_plan(settings)
+
+
+def test_layouts_follow_join_key_and_primary_key():
+    _, plan = plan_for()
+    assert plan.left.layout.value == "InputSideHasUniqueKey"  # order_id is not the join key
+    assert plan.right.layout.value == "JoinKeyContainsUniqueKey"  # product is the join key
+    _, plan = plan_for(LEFT_PRIMARY_KEY="", RIGHT_PRIMARY_KEY="")
+    assert {plan.left.layout.value, plan.right.layout.value} == {"InputSideHasNoUniqueKey"}
+
+
+def test_outer_padded_columns_are_nullable_in_the_output_schema():
+    _, plan = plan_for(JOIN_SQL="SELECT o.order_id, p.product, p.price FROM orders o LEFT JOIN prices p ON o.product = p.product")
+    types = {f["name"]: f["type"] for f in plan.output_schema["fields"]}
+    assert types["order_id"] == "long"
+    assert types["product"] == ["null", "string"] and types["price"] == ["null", "double"]
+
+
+def test_plan_survives_the_trip_to_the_workers():
+    _, plan = plan_for()
+    assert JoinPlan.from_json(plan.to_json()) == plan
+
+
+@pytest.mark.parametrize(
+    "sql, key, needed",
+    [
+        ("SELECT o.order_id, o.product, p.price FROM orders o LEFT JOIN prices p ON o.product = p.product", "order_id", True),
+        ("SELECT o.order_id, o.product, p.price FROM orders o LEFT JOIN prices p ON o.product = p.product", "order_id,product", False),
+        ("SELECT o.order_id, p.product, p.price FROM orders o LEFT JOIN prices p ON o.product = p.product", "order_id,product", True),
+        ("SELECT o.order_id, p.product, p.price FROM orders o JOIN prices p ON o.product = p.product", "order_id,product", False),
+    ],
+)
+def test_upsert_materializer_only_when_the_join_key_does_not_determine_the_output_key(sql, key, needed):
+    _, plan = plan_for(JOIN_SQL=sql, OUTPUT_MODE="upsert", OUTPUT_KEY=key)
+    assert plan.upsert_materializer is needed
+    assert ("upsert materializer" in explain(plan)) is needed
+
+
+def test_processing_time_temporal_join_against_a_versioned_table_is_refused():
+    with pytest.raises(PlanError, match="RIGHT_EVENT_TIME_COLUMN"):
+        plan_for(JOIN_SQL="SELECT o.order_id, p.price FROM orders o JOIN prices FOR SYSTEM_TIME AS OF PROCTIME() AS p "
+                          "ON o.product = p.product", RIGHT_EVENT_TIME_COLUMN="price")
+
+
+
+def test_an_event_time_join_drops_the_versioned_tables_update_before():
+    from pathlib import Path
+
+    from operators import EVENT, RowKind
+    from operators.testing import LocalRunner
+
+    data = Path(__file__).resolve().parents[1] / "data"
+    _, plan = plan_for(
+        LEFT_SCHEMA_FILE=str(data / "orders_timed.avsc"), RIGHT_SCHEMA_FILE=str(data / "rates.avsc"),
+        RIGHT_TABLE="rates", RIGHT_PRIMARY_KEY="currency", RIGHT_EVENT_TIME_COLUMN="rate_time",
+        JOIN_SQL="SELECT o.order_id, r.rate FROM orders o LEFT JOIN rates FOR SYSTEM_TIME AS OF o.order_time AS r "
+                 "ON o.currency = r.currency")
+    runner = LocalRunner(plan.operator)
+    runner.process([(1, RowKind.INSERT, ("USD", 1.1, 10)), (1, RowKind.UPDATE_BEFORE, ("USD", 1.1, 10)),
+                    (1, RowKind.UPDATE_AFTER, ("USD", 1.2, 50)), (0, RowKind.INSERT, (7, "USD", 5.0, 20))])
+    runner.watermark = 100
+    runner.fire(EVENT)
+    assert runner.output.rows == [(RowKind.INSERT, (7, 1.1))]  # the version of time 10 still holds at 20
+
+
+@pytest.mark.parametrize("sql, problem", [
+    ("SELECT o.order_id FROM orders o JOIN prices p ON o.product = p.product AND o.product > 5",
+     "'l.product > 5' compares a string with an integer"),
+    ("SELECT o.order_id FROM orders o JOIN prices p ON o.product = p.product AND o.product + 1 > p.price",
+     "'l.product + 1' computes with a string"),
+    ("SELECT o.order_id FROM orders o JOIN prices p ON o.product = p.product AND p.price LIKE 'x%'",
+     "matches a float with LIKE"),
+    ("SELECT o.order_id FROM orders o JOIN prices p ON o.product = p.product AND o.quantity IN (1, 'two')",
+     "compares an integer with a string"),
+    ("SELECT o.order_id FROM orders o JOIN prices p ON o.product = p.product AND (o.quantity OR p.price > 1)",
+     "applies OR to an integer"),
+    ("SELECT o.order_id FROM orders o JOIN prices p ON o.product = p.price", "the join key orders.product (string) = "
+     "prices.price (float) compares values SQL cannot compare"),
+])
+def test_a_join_that_would_fail_on_every_record_is_refused_at_configuration(sql, problem):
+    with pytest.raises(PlanError, match="^JOIN_SQL: .*" + re.escape(problem)):
+        plan_for(JOIN_SQL=sql)
+
+
+def test_conditions_sql_can_evaluate_are_accepted():
+    plan_for(JOIN_SQL="SELECT o.order_id FROM orders o JOIN prices p ON o.product = p.product "
+                      "AND o.quantity * 2 > p.price AND p.currency IS NULL AND NOT (o.product LIKE 'x%')")
+
+
+def test_an_event_time_column_must_hold_times():
+    from test_idle_timeout import TEMPORAL
+
+    env = {**TEMPORAL, "LEFT_TOPIC": "orders", "RIGHT_TOPIC": "rates"}
+    plan_for(**env)  # rate_time is an epoch-millis long
+    with pytest.raises(PlanError, match="^RIGHT_EVENT_TIME_COLUMN: column 'currency' of rates holds string values"):
+        plan_for(**{**env, "RIGHT_EVENT_TIME_COLUMN": "currency"})
+
+
+def test_numbers_of_different_types_meet_under_one_join_key(tmp_path):
+    from decimal import Decimal
+
+    import json
+
+    from service.envelope import join_key_group
+
+    schemas = {}
+    for name, avro_type in (("left", "long"), ("right", "double"), ("dec2", {"type": "bytes", "logicalType": "decimal",
+                                                                           "precision": 6, "scale": 2})):
+        path = tmp_path / f"{name}.avsc"
+        path.write_text(json.dumps({"type": "record", "name": name, "fields": [{"name": "k", "type": avro_type}]}))
+        schemas[name] = str(path)
+    sql = "SELECT a.k FROM a JOIN b ON a.k = b.k"
+    _, mixed = plan_for(JOIN_SQL=sql, LEFT_TABLE="a", RIGHT_TABLE="b", LEFT_PRIMARY_KEY="", RIGHT_PRIMARY_KEY="",
+                        LEFT_SCHEMA_FILE=schemas["left"], RIGHT_SCHEMA_FILE=schemas["right"])
+    assert join_key_group(mixed.join_key_of(0)((1,))) == join_key_group(mixed.join_key_of(1)((1.0,)))
+    _, decimals = plan_for(JOIN_SQL=sql, LEFT_TABLE="a", RIGHT_TABLE="b", LEFT_PRIMARY_KEY="", RIGHT_PRIMARY_KEY="",
+                           LEFT_SCHEMA_FILE=schemas["dec2"], RIGHT_SCHEMA_FILE=schemas["left"])
+    assert join_key_group(decimals.join_key_of(0)((Decimal("7.00"),))) == join_key_group(decimals.join_key_of(1)((7,)))
+    _, same = plan_for(JOIN_SQL=sql, LEFT_TABLE="a", RIGHT_TABLE="b", LEFT_PRIMARY_KEY="", RIGHT_PRIMARY_KEY="",
+                       LEFT_SCHEMA_FILE=schemas["left"], RIGHT_SCHEMA_FILE=schemas["left"])
+    assert same.join_key_of(0)((5,)) == (5,)
+
+
+# -- interval and window joins ------------------------------------------------------------------
+DATA = __import__("pathlib").Path(__file__).resolve().parents[1] / "data"
+TIMED = dict(
+    LEFT_SCHEMA_FILE=str(DATA / "orders_timed.avsc"), RIGHT_SCHEMA_FILE=str(DATA / "shipments.avsc"),
+    RIGHT_TABLE="shipments", LEFT_PRIMARY_KEY="order_id", RIGHT_PRIMARY_KEY="ship_id",
+    LEFT_CHANGELOG_MODE="append", RIGHT_CHANGELOG_MODE="append",
+    LEFT_EVENT_TIME_COLUMN="order_time", RIGHT_EVENT_TIME_COLUMN="ship_time",
+)
+INTERVAL_SQL = ("SELECT o.order_id, s.ship_id, s.carrier FROM orders o LEFT JOIN shipments s ON o.order_id = s.order_id "
+                "AND s.ship_time BETWEEN o.order_time - INTERVAL '10' MINUTE AND o.order_time + INTERVAL '1' HOUR")
+PROCTIME_SQL = ("SELECT o.order_id, s.ship_id FROM orders o JOIN shipments s ON o.order_id = s.order_id "
+                "AND s.proctime BETWEEN o.proctime AND o.proctime + INTERVAL '5' SECOND")
+WINDOW_SQL = ("SELECT o.order_id, o.window_start, o.window_end, s.ship_id FROM "
+              "TABLE(TUMBLE(TABLE orders, DESCRIPTOR(order_time), INTERVAL '10' SECOND)) o FULL JOIN "
+              "TABLE(TUMBLE(TABLE shipments, DESCRIPTOR(ship_time), INTERVAL '10' SECOND)) s "
+              "ON o.order_id = s.order_id AND o.window_start = s.window_start AND o.window_end = s.window_end")
+
+
+def timed_plan(sql, **env):
+    return plan_for(**{**TIMED, "JOIN_SQL": sql, **env})[1]
+
+
+def test_an_event_time_interval_join_runs_on_the_watermark_of_both_inputs():
+    plan = timed_plan(INTERVAL_SQL)
+    assert plan.kind == "interval_event_time" and plan.time_mode == "EventTime" and plan.is_event_time
+    assert plan.interval_ms == (-3_600_000, 600_000)
+    assert (plan.left.time_column, plan.right.time_column) == (3, 3)
+    assert plan.late_sides == ()  # an interval join drops no row as late
+    assert plan.operator.time_domain == "event" and plan.operator.output_watermark_delay_ms == 3_600_000
+    assert JoinPlan.from_json(plan.to_json()) == plan
+    explained = explain(plan)
+    assert "kind: interval_event_time" in explained
+    assert "r.ship_time - 3600000 ms <= l.order_time <= r.ship_time + 600000 ms" in explained
+    assert "a left row until the operator time passes its time + 3600000 ms" in explained
+    assert "unmatched left rows are null-padded then" in explained and "state layout" not in explained
+
+
+def test_a_processing_time_interval_join_has_no_time_columns_and_processing_time_timers():
+    plan = timed_plan(PROCTIME_SQL, LEFT_EVENT_TIME_COLUMN="", RIGHT_EVENT_TIME_COLUMN="")
+    assert plan.kind == "interval_processing_time" and plan.time_mode == "ProcessingTime"
+    assert (plan.left.time_column, plan.right.time_column) == (None, None) and not plan.is_event_time
+    assert plan.operator.time_domain == "proc"
+    assert "processing time: a row's time is the clock" in explain(plan)
+
+
+def test_a_window_join_adds_the_window_columns_and_dead_letters_late_rows_of_both_inputs():
+    from operators import EVENT
+    from operators.testing import LocalRunner
+
+    plan = timed_plan(WINDOW_SQL)
+    assert plan.kind == "window" and plan.time_mode == "EventTime" and plan.late_sides == (0, 1)
+    assert plan.window == {"kind": "TUMBLE", "size_ms": 10_000, "slide_ms": None, "step_ms": None, "offset_ms": 0}
+    assert JoinPlan.from_json(plan.to_json()) == plan
+    types = {f["name"]: f["type"] for f in plan.output_schema["fields"]}
+    assert types["window_start"] == ["null", {"type": "long", "logicalType": "timestamp-millis"}]
+    assert "window: TUMBLE (size INTERVAL '10' SECOND) on l.order_time and r.ship_time" in explain(plan)
+    assert "dead-letter topic (reason late)" in explain(plan)
+    runner = LocalRunner(plan.operator)
+    runner.process([(0, 0, (1, "EUR", 5.0, 12_000)), (1, 0, (7, 1, "ups", 15_000))])
+    runner.watermark = 19_999
+    runner.fire(EVENT)
+    assert runner.output.rows == [(0, (1, 10_000, 20_000, 7))]
+    runner.process([(1, 0, (8, 1, "dhl", 19_000))])
+    assert runner.output.late == [(0, (8, 1, "dhl", 19_000))] and runner.state.keys() == []  # fired windows leave no state
+
+
+@pytest.mark.parametrize(
+    "sql, change, variable, fragment",
+    [
+        (INTERVAL_SQL, {"LEFT_CHANGELOG_MODE": "retract"}, "LEFT_CHANGELOG_MODE", "must be append-only"),
+        (WINDOW_SQL, {"RIGHT_CHANGELOG_MODE": "upsert"}, "RIGHT_CHANGELOG_MODE", "must be append-only"),
+        (INTERVAL_SQL, {"LEFT_EVENT_TIME_COLUMN": ""}, "LEFT_EVENT_TIME_COLUMN", "required"),
+        (WINDOW_SQL, {"RIGHT_EVENT_TIME_COLUMN": ""}, "RIGHT_EVENT_TIME_COLUMN", "set RIGHT_EVENT_TIME_COLUMN=ship_time"),
+        (WINDOW_SQL, {"LEFT_EVENT_TIME_COLUMN": "amount"}, "LEFT_EVENT_TIME_COLUMN", "one time attribute"),
+        (WINDOW_SQL, {"LEFT_EVENT_TIME_COLUMN": "nope"}, "LEFT_EVENT_TIME_COLUMN", "no column 'nope'"),
+        (PROCTIME_SQL, {}, "LEFT_EVENT_TIME_COLUMN", "processing time"),
+        (INTERVAL_SQL, {"STATE_TTL": "1h"}, "STATE_TTL", "does not apply"),
+        (WINDOW_SQL, {"RIGHT_STATE_TTL": "1h"}, "RIGHT_STATE_TTL", "does not apply"),
+        (WINDOW_SQL, {"MINI_BATCH_SIZE": "10"}, "MINI_BATCH_SIZE", "regular joins only"),
+    ],
+)
+def test_interval_and_window_joins_refuse_what_they_cannot_run(sql, change, variable, fragment):
+    with pytest.raises(PlanError) as info:
+        timed_plan(sql, **change)
+    assert str(info.value).startswith(variable) and fragment in str(info.value)
+
+
+def test_an_event_time_temporal_join_refuses_another_left_time_column():
+    with pytest.raises(PlanError, match="LEFT_EVENT_TIME_COLUMN: is amount"):
+        plan_for(LEFT_SCHEMA_FILE=str(DATA / "orders_timed.avsc"), RIGHT_SCHEMA_FILE=str(DATA / "rates.avsc"),
+                 RIGHT_TABLE="rates", RIGHT_PRIMARY_KEY="currency", RIGHT_EVENT_TIME_COLUMN="rate_time",
+                 LEFT_EVENT_TIME_COLUMN="amount",
+                 JOIN_SQL="SELECT o.order_id, r.rate FROM orders o JOIN rates FOR SYSTEM_TIME AS OF o.order_time AS r "
+                          "ON o.currency = r.currency")
+
+
+def test_check_config_explains_a_window_join_its_window_and_its_state():
+    from test_config import VALID as BASE
+    from test_config import changejoin
+
+    proc = changejoin("check-config", env={**BASE, **TIMED, "JOIN_SQL": WINDOW_SQL})
+    assert proc.returncode == 0, proc.stderr
+    assert "kind: window" in proc.stdout
+    assert "window: TUMBLE (size INTERVAL '10' SECOND) on l.order_time and r.ship_time" in proc.stdout
+    assert "state per join key and window" in proc.stdout and "reason late" in proc.stdout
+    refused = changejoin("check-config", env={**BASE, **TIMED, "JOIN_SQL": WINDOW_SQL, "LEFT_CHANGELOG_MODE": "retract"})
+    assert refused.returncode == 2 and "LEFT_CHANGELOG_MODE: is retract" in refused.stderr

@@ -1,0 +1,227 @@
+"""A record's path is one straight line: each step depends on shared definitions, never on a neighbour.
+What the workers run never loads the driver's planner or SQL front end, and the SQL front end's
+modules each import only those above them. And the service stands apart from the tooling: no
+service module imports devkit at module level."""
+import ast
+import re
+from pathlib import Path
+
+SERVICE = Path(__file__).resolve().parents[2] / "service"
+STEPS = ("source", "decode", "processor", "encode", "sink")
+# The modules Spark's workers run (the record path, and the plan's trip to them).
+WORKERS = STEPS + ("shipping",)
+SQL = SERVICE / "sql"
+# The SQL front end's modules, each importing only modules before it here.
+SQL_LAYERS = ("model", "dialect", "resolve", "intervals", "windows", "joins")
+
+
+def imports(path: Path, package: str = "service") -> list[tuple[str, bool]]:
+    """Every import in ``path`` (a module of ``package``) as (absolute module name, at module level):
+    relative imports are resolved against ``package``; ``from m import a`` gives ``m`` and ``m.a``
+    (``a`` may be a module); an import inside a function (or lambda) is not at module level, one
+    anywhere else (class body, ``if``, ``try``) runs on import and is."""
+    found = []
+
+    def visit(node, top: bool) -> None:
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                parts = package.split(".")
+                base = parts[: len(parts) - node.level + 1]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module
+            if node.module:
+                found.append((module, top))
+            found.extend((f"{module}.{a.name}" if module else a.name, top) for a in node.names)
+        elif isinstance(node, ast.Import):
+            found.extend((alias.name, top) for alias in node.names)
+        inner = top and not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+        for child in ast.iter_child_nodes(node):
+            visit(child, inner)
+
+    visit(ast.parse(path.read_text()), True)
+    return found
+
+
+def imports_of(path: Path, package: str) -> set[str]:
+    """The modules (and names) ``path``, a module of ``package``, imports anywhere."""
+    return {name for name, _ in imports(path, package)}
+
+
+def service_imports(module: str) -> set[str]:
+    """The ``service`` modules that ``service/<module>.py`` imports anywhere (also inside functions)."""
+    return {name.split(".")[1] for name, _ in imports(SERVICE / f"{module}.py")
+            if name.startswith("service.")}
+
+
+def test_no_step_of_the_record_path_imports_another_step():
+    for step in STEPS:
+        neighbours = service_imports(step) & (set(STEPS) - {step})
+        assert not neighbours, f"service/{step}.py imports {sorted(neighbours)}: depend on shared definitions instead"
+
+
+def test_the_steps_do_not_import_the_wiring():
+    for step in STEPS:
+        assert not service_imports(step) & {"pipeline", "app", "cli", "session"}, step
+
+
+def modules() -> list[str]:
+    return sorted(path.stem for path in SERVICE.glob("*.py"))
+
+
+def test_only_the_processors_use_spark_state_and_it_knows_no_step_and_no_wiring():
+    """sparkstate.py is the service half of the checkpoint format: the processors' alone."""
+    assert [m for m in modules() if "sparkstate" in service_imports(m)] == ["processor"]
+    assert not service_imports("sparkstate") & (set(STEPS) | {"pipeline", "app", "cli", "session"})
+
+
+def test_the_spark_session_knows_no_step_and_no_state():
+    assert not service_imports("session") & (set(STEPS) | {"sparkstate", "pipeline", "app", "cli"})
+
+
+SPARK_PROPERTY = re.compile(r"^spark\.[A-Za-z0-9]+(\.[A-Za-z0-9]+)*$")
+
+
+def test_only_the_session_names_spark_properties():
+    """Every Spark property the service sets comes from session.spark_properties; config.py only
+    reads the user's spark.ui.enabled to check it against SPARK_UI_ENABLED (and jars.py reads
+    spark.version, a property of Spark's Maven pom)."""
+    allowed = {"config": {"spark.ui.enabled"}, "jars": {"spark.version"}}
+    for module in modules():
+        if module == "session":
+            continue
+        tree = ast.parse((SERVICE / f"{module}.py").read_text())
+        named = {node.value for node in ast.walk(tree)
+                 if isinstance(node, ast.Constant) and isinstance(node.value, str) and SPARK_PROPERTY.match(node.value)}
+        assert named <= allowed.get(module, set()), f"service/{module}.py names {sorted(named)}: use session.py"
+
+
+def test_the_import_parser_sees_relative_absolute_and_function_level_imports(tmp_path, monkeypatch):
+    (tmp_path / "probe.py").write_text(
+        "from .decode import x\nfrom . import encode\nimport service.sink\n"
+        "def f():\n    from service.processor import y\n"
+    )
+    monkeypatch.setattr(__import__(__name__), "SERVICE", tmp_path)
+    assert service_imports("probe") == {"decode", "encode", "sink", "processor"}
+
+
+def service_closure(module: str) -> set[str]:
+    """Every ``service`` module that loading ``service/<module>.py`` loads, through any chain of
+    imports. A package (``service/sql``) is listed but not followed."""
+    seen, todo = set(), [module]
+    while todo:
+        current = todo.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        if (SERVICE / f"{current}.py").exists():
+            todo.extend(service_imports(current))
+    return seen - {module}
+
+
+def test_the_workers_load_neither_the_planner_nor_the_sql_front_end():
+    """The workers receive a built plan (``service/plan.py``); building it is the driver's job."""
+    for worker in WORKERS + ("plan",):
+        loaded = service_closure(worker)
+        assert not loaded & {"planner", "sql"}, f"service/{worker}.py loads {sorted(loaded & {'planner', 'sql'})}"
+
+
+def sql_imports(module: str) -> set[str]:
+    """The ``service.sql`` modules that ``service/sql/<module>.py`` imports."""
+    return {name.split(".")[2] for name in imports_of(SQL / f"{module}.py", "service.sql")
+            if name.startswith("service.sql.")}
+
+
+def test_every_sql_module_has_a_layer():
+    assert {p.stem for p in SQL.glob("*.py")} - {"__init__"} == set(SQL_LAYERS)
+
+
+def test_each_sql_module_imports_only_the_modules_above_it():
+    """No import cycles: model (plain data) and dialect (sqlglot) at the bottom, joins at the top."""
+    for i, module in enumerate(SQL_LAYERS):
+        above = sql_imports(module) - set(SQL_LAYERS[:i])
+        assert not above, f"service/sql/{module}.py imports {sorted(above)}, which are not above it in {SQL_LAYERS}"
+    assert not sql_imports("model")
+    assert sql_imports("dialect") <= {"model"}
+
+
+def test_the_sql_front_end_knows_nothing_of_the_service():
+    """It reads SQL against column names; the plan, the configuration and the schemas are the planner's."""
+    for path in SQL.glob("*.py"):
+        outside = {name for name in imports_of(path, "service.sql")
+                   if name.split(".")[0] == "service" and not name.startswith("service.sql")}
+        assert not outside, f"service/sql/{path.name} imports {sorted(outside)}"
+
+
+def test_the_import_parser_resolves_relative_imports_in_a_subpackage(tmp_path):
+    (tmp_path / "probe.py").write_text("from .model import x\nfrom . import dialect\nfrom ..plan import y\n"
+                                       "import service.sql.joins\n")
+    assert imports_of(tmp_path / "probe.py", "service.sql") == {
+        "service.sql.model", "service.sql.model.x", "service.sql.dialect", "service.plan", "service.plan.y",
+        "service.sql.joins"}
+
+
+def test_the_import_parser_tells_module_level_from_function_level_imports(tmp_path):
+    (tmp_path / "probe.py").write_text(
+        "import devkit.jars\nfrom .. import devkit\ntry:\n    from devkit import kafka_broker\nexcept ImportError:\n    pass\n"
+        "class C:\n    from devkit.broker_process import free_port\n"
+        "def f():\n    from devkit.embedded_broker import EmbeddedBroker\n"
+        "async def h():\n    import devkit\n"
+    )
+    got = imports(tmp_path / "probe.py")
+    assert {name for name, top in got if top} == {
+        "devkit.jars", "devkit", "devkit.kafka_broker", "devkit.broker_process", "devkit.broker_process.free_port"}
+    assert {name for name, top in got if not top} == {
+        "devkit.embedded_broker", "devkit.embedded_broker.EmbeddedBroker", "devkit"}
+
+
+#: The service modules that may import devkit, inside a function only: the demo starts its broker.
+DEVKIT_INSIDE_FUNCTIONS = {"demo"}
+
+
+def test_no_service_module_imports_devkit_at_module_level():
+    """devkit (brokers, Maven jars) is tooling, never in the image: the service must import
+    without it. Only the demo may reach for it, from inside a function."""
+    modules = sorted(SERVICE.glob("*.py"))
+    assert {p.stem for p in modules} >= {"app", "cli", "demo", "pipeline"} | set(STEPS)
+    for path in modules:
+        for name, top in imports(path):
+            if name == "devkit" or name.startswith("devkit."):
+                assert not top, f"service/{path.name} imports {name} at module level"
+                assert path.stem in DEVKIT_INSIDE_FUNCTIONS, f"service/{path.name} imports {name}"
+    assert any(name.startswith("devkit.") for name, top in imports(SERVICE / "demo.py") if not top), \
+        "the demo no longer imports its broker from devkit: update DEVKIT_INSIDE_FUNCTIONS"
+
+
+BENCH = SERVICE.parent / "bench"
+
+
+def test_the_benchmarks_are_a_package_without_path_edits():
+    """bench/ runs as ``python -m bench.<name>``: no module edits ``sys.path``, and what one
+    benchmark takes from another comes from ``bench.harness``, never a sibling script by its bare
+    name (the old ``import pipeline_bench`` after a ``sys.path`` edit)."""
+    modules = sorted(BENCH.glob("*.py")) + sorted((BENCH / "harness").glob("*.py"))
+    assert (BENCH / "__init__.py").exists() and (BENCH / "harness" / "__init__.py").exists()
+    scripts = {p.stem for p in BENCH.glob("*.py")} | {p.stem for p in (BENCH / "harness").glob("*.py")}
+    for path in modules:
+        package = "bench.harness" if path.parent.name == "harness" else "bench"
+        tree = ast.parse(path.read_text())
+        edits = [n for n in ast.walk(tree) if isinstance(n, ast.Attribute) and n.attr == "path"
+                 and isinstance(n.value, ast.Name) and n.value.id == "sys"]
+        assert not edits, f"{path.relative_to(BENCH.parent)} uses sys.path (line {edits[0].lineno})"
+        bare = {name for name, _ in imports(path, package) if name.split(".")[0] in scripts - {"__init__"}}
+        assert not bare, f"{path.relative_to(BENCH.parent)} imports {sorted(bare)}: import from bench.harness"
+
+
+def test_every_package_is_in_the_wheel():
+    """pyproject.toml finds the packages by name patterns; setuptools ships no package they miss."""
+    import tomllib
+
+    from setuptools import find_packages
+
+    root = SERVICE.parent
+    found = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
+    shipped = set(find_packages(where=str(root), include=found["include"]))
+    packages = {".".join(p.parent.relative_to(root).parts) for top in ("operators", "service", "devkit")
+                for p in (root / top).rglob("__init__.py")}
+    assert packages == shipped

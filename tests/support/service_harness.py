@@ -1,0 +1,217 @@
+"""The one end-to-end driver of the tests: produce input changelogs, run the real service (in
+process on the session's Spark, or as a process: see test_recovery.ServiceProcess), read the
+output and dead-letter topics back, drop replays and materialize the output.
+
+The inputs' Avro schemas are the ones the service is configured with (``LEFT_SCHEMA_FILE``,
+``RIGHT_SCHEMA_FILE``), so a test that changes them sends in the new schema.
+"""
+from __future__ import annotations
+
+import io
+import json
+from collections import Counter, namedtuple
+from pathlib import Path
+from typing import Dict, Iterable, List
+
+import fastavro
+
+from kafka_fixture import consume_all, produce
+from service.app import Service
+from service.config import load_settings
+
+SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
+DATA = Path(__file__).resolve().parents[1] / "data"
+ORDERS = json.loads((SCHEMAS / "orders.avsc").read_text())
+PRICES = json.loads((SCHEMAS / "prices.avsc").read_text())
+TIMED_ORDERS = json.loads((DATA / "orders_timed.avsc").read_text())
+RATES = json.loads((DATA / "rates.avsc").read_text())
+
+#: Orders with an event time joined with a versioned table of currency rates.
+TEMPORAL = dict(
+    JOIN_SQL="SELECT o.order_id, o.currency, o.amount, r.rate FROM orders AS o JOIN rates "
+             "FOR SYSTEM_TIME AS OF o.order_time AS r ON o.currency = r.currency",
+    LEFT_SCHEMA_FILE=str(DATA / "orders_timed.avsc"), RIGHT_SCHEMA_FILE=str(DATA / "rates.avsc"),
+    LEFT_TABLE="orders", RIGHT_TABLE="rates", LEFT_PRIMARY_KEY="order_id", RIGHT_PRIMARY_KEY="currency",
+    RIGHT_EVENT_TIME_COLUMN="rate_time",
+)
+
+
+def avro(schema: dict, row: dict) -> bytes:
+    buffer = io.BytesIO()
+    fastavro.schemaless_writer(buffer, fastavro.parse_schema(schema), row)
+    return buffer.getvalue()
+
+
+def order(order_id, product, quantity):
+    return {"order_id": order_id, "product": product, "quantity": quantity}
+
+
+def price(product, value, currency="EUR"):
+    return {"product": product, "price": value, "currency": currency}
+
+
+def timed_order(order_id, currency, amount, at):
+    return {"order_id": order_id, "currency": currency, "amount": amount, "order_time": at}
+
+
+def rate(currency, value, at):
+    return {"currency": currency, "rate": value, "rate_time": at}
+
+
+# -- output: decode, drop replays, materialize ---------------------------------------------------
+#: One output record: its RowKind header ("" in upsert mode), decoded row (None for a tombstone),
+#: message key, headers, replay identity and where it was written.
+Change = namedtuple("Change", "kind row key headers batch seq partition offset")
+
+
+def read_changelog(bootstrap: str, topic: str, output_schema: dict, wire: bool = False, start: int = 0) -> List[Change]:
+    """The records of an output topic from the ``start``-th on, decoded in ``output_schema``
+    (``wire``: values in Confluent wire format)."""
+    schema = fastavro.parse_schema(output_schema)
+    skip = 5 if wire else 0
+    out = []
+    for record in consume_all(bootstrap, topic)[start:]:
+        headers = dict(record.headers)
+        row = None if record.value is None else tuple(
+            fastavro.schemaless_reader(io.BytesIO(record.value[skip:]), schema, None).values())
+        out.append(Change(
+            headers.get("rowkind", b"").decode(), row, record.key, headers, int(headers["changejoin.batch"]),
+            headers["changejoin.seq"].decode(), record.partition, record.offset,
+        ))
+    return out
+
+
+def dead_letters(bootstrap: str, topic: str) -> List[Change]:
+    """The records of a dead-letter topic, as changes whose ``kind`` is their ``reason`` header and
+    whose ``row`` is their value (so that drop_replays drops their replays too)."""
+    out = []
+    for record in consume_all(bootstrap, topic):
+        headers = dict(record.headers)
+        out.append(Change(headers["reason"].decode(), record.value, record.key, headers,
+                          int(headers["changejoin.batch"]), headers["changejoin.seq"].decode(), record.partition,
+                          record.offset))
+    return out
+
+
+def drop_replays(changes: Iterable[Change]):
+    """(first writes, replays): a record whose (batch, seq) was seen already is a replay. A replay
+    must be the very record written the first time."""
+    first: Dict[tuple, Change] = {}
+    kept, replays = [], []
+    for change in changes:
+        ident = (change.batch, change.seq)
+        if ident in first:
+            original = first[ident]
+            assert (change.kind, change.row, change.key) == (original.kind, original.row, original.key), (
+                f"the replay of batch {change.batch} seq {change.seq} is not the record written first: "
+                f"{original} then {change}")
+            replays.append(change)
+        else:
+            first[ident] = change
+            kept.append(change)
+    return kept, replays
+
+
+def retract_table(changes: Iterable[Change]) -> Counter:
+    """The multiset a retract changelog materializes to; every retraction must retract a row the
+    output holds (a full changelog)."""
+    table: Counter = Counter()
+    for c in changes:
+        table[c.row] += 1 if c.kind in ("+I", "+U") else -1
+        assert table[c.row] >= 0, f"{c.kind} {c.row} (batch {c.batch} seq {c.seq}) retracts a row not in the output"
+    return +table
+
+
+def upsert_table(changes: Iterable[Change]) -> dict:
+    """Message key -> latest row of an upsert changelog (tombstones delete)."""
+    table: dict = {}
+    for c in changes:
+        if c.row is None:
+            table.pop(c.key, None)
+        else:
+            table[c.key] = c.row
+    return table
+
+
+# -- the service in process ------------------------------------------------------------------------
+class JoinHarness:
+    """Two input topics (left: orders, right: prices unless the environment says otherwise), an
+    output topic, and the service's environment."""
+
+    def __init__(self, bootstrap: str, spark, tmp_path: Path, new_topic, partitions: int = 1, **env):
+        self.bootstrap = bootstrap
+        self.spark = spark
+        self.orders = new_topic(partitions)
+        self.prices = new_topic(partitions)
+        self.output = new_topic(partitions, create=False)
+        self.env = {
+            "KAFKA_BOOTSTRAP_SERVERS": bootstrap,
+            "LEFT_TOPIC": self.orders, "RIGHT_TOPIC": self.prices, "OUTPUT_TOPIC": self.output,
+            "LEFT_TABLE": "orders", "RIGHT_TABLE": "prices",
+            "LEFT_SCHEMA_FILE": str(SCHEMAS / "orders.avsc"), "RIGHT_SCHEMA_FILE": str(SCHEMAS / "prices.avsc"),
+            "LEFT_PRIMARY_KEY": "order_id", "RIGHT_PRIMARY_KEY": "product",
+            "CHECKPOINT_LOCATION": str(tmp_path / "checkpoint"),
+            "TRIGGER_INTERVAL": "0", "METRICS_PORT": "0",
+            **env,
+        }
+        self.service = None
+        self._schemas: Dict[str, dict] = {}
+
+    def send(self, topic: str, schema: dict, changes, partition=None):
+        """changes: (kind, row dict[, partition]); kind None sends no RowKind header."""
+        records = []
+        for change in changes:
+            kind, row = change[0], change[1]
+            part = change[2] if len(change) > 2 else partition
+            headers = [("rowkind", kind.encode())] if kind else None
+            records.append((None, avro(schema, row) if isinstance(row, dict) else row, headers, part))
+        produce(self.bootstrap, topic, records)
+
+    def _schema(self, variable: str) -> dict:
+        """The Avro schema in the file ``variable`` names (read once: a test may delete the file
+        once the service has read it)."""
+        path = self.env[variable]
+        if path not in self._schemas:
+            self._schemas[path] = json.loads(Path(path).read_text())
+        return self._schemas[path]
+
+    def send_left(self, changes, partition=None):
+        """Rows written in the left input's configured schema."""
+        self.send(self.orders, self._schema("LEFT_SCHEMA_FILE"), changes, partition)
+
+    def send_right(self, changes, partition=None):
+        self.send(self.prices, self._schema("RIGHT_SCHEMA_FILE"), changes, partition)
+
+    send_orders = send_left
+    send_prices = send_rates = send_right
+
+    def start(self, **env) -> Service:
+        """Start the service (same checkpoint as any earlier run); the caller stops it."""
+        self.service = Service(load_settings({**self.env, **env}), spark=self.spark)
+        self.service.start()
+        return self.service
+
+    def run(self, **env) -> Service:
+        """Start the service, join everything available, stop."""
+        self.start(**env)
+        try:
+            self.service.process_available()
+        finally:
+            self.service.stop()
+        return self.service
+
+    def changelog(self, start: int = 0) -> List[Change]:
+        """The output records from the ``start``-th on, decoded in the last run's output schema."""
+        return read_changelog(self.bootstrap, self.output, self.service.plan.output_schema,
+                              wire=bool(self.service.settings.schema_registry_url), start=start)
+
+    def retract_table(self) -> Counter:
+        """The output as a consumer applies it: replays dropped (a micro-batch interrupted by a stop
+        is written again at the next start), then every change applied."""
+        return retract_table(drop_replays(self.changelog())[0])
+
+    def upsert_table(self) -> dict:
+        return upsert_table(drop_replays(self.changelog())[0])
+
+    def dead_letters(self) -> list:
+        return consume_all(self.bootstrap, self.service.settings.dead_letter_topic)
