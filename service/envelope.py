@@ -27,8 +27,9 @@ row, and one row for Spark to shuffle and convert instead of hundreds.
 
 **Join output** (:data:`OUTPUT_SCHEMA`): ``target`` (:class:`Target`), ``kind``, ``payload``,
 ``okey`` (the output's upsert key, for the upsert materializer stage) and ``seq`` (emission order
-within the task). A :attr:`Target.PACKED` row holds consecutive changes of one key's call
-(:func:`pack`); the sink unpacks them (:func:`unpack`).
+within the task). A :attr:`Target.PACKED` row holds consecutive changes of one call (:func:`pack`);
+the sink unpacks them (:func:`unpack`). With buckets, a :attr:`Target.KEYED` row carries the
+changes of a bucket of upsert keys to the upsert materializer stage.
 """
 from __future__ import annotations
 
@@ -41,6 +42,7 @@ from typing import Iterator
 ENVELOPE_SCHEMA = (
     "jk binary, tag tinyint, kind tinyint, payload binary, event_time timestamp, ts long, part int, offset long"
 )
+ENVELOPE_FIELDS = ("jk", "tag", "kind", "payload", "event_time", "ts", "part", "offset")
 # Positions of the envelope's fields; Row attribute access is slow on the hot path.
 JK, TAG, KIND, PAYLOAD, EVENT_TIME, TS, PART, OFFSET = range(8)
 
@@ -148,7 +150,9 @@ class Target(IntEnum):
 
     OUTPUT = 0  # one change: kind = its RowKind, payload = the pickled output row
     DEAD_LETTER = 1  # one dead letter: payload = the pickled letter
-    PACKED = 2  # consecutive changes of one key's call, in order (see pack); kind is unused
+    PACKED = 2  # consecutive changes of one call, in order (see pack); kind is unused
+    KEYED = 3  # changes of one bucket of upsert keys, for the upsert materializer (STATE_BUCKETS):
+    #            payload = the pickled list of (upsert key group, kind, row), in order; okey = the bucket
 
 
 #: At most this many changes per PACKED row, which bounds a row's size when a key emits a lot.
