@@ -76,12 +76,7 @@ class InputDecoder:
 
     def map(self, record) -> Iterator[tuple]:
         """The record's envelope: its row's, or a dead letter."""
-        entry = self._entry(record)
-        if entry[TAG] > _RIGHT:  # a dead letter, an envelope already
-            yield entry
-            return
-        jk, side, kind, payload, time, ts, part, offset = entry
-        yield (jk, side, kind, dumps(payload), None if time is None else event_time(time), ts, part, offset)
+        yield _envelope(self._entry(record))
 
     def map_all(self, records: Iterable) -> Iterator[tuple]:
         """The envelopes of a reading task's records. With buckets, the rows of each bucket go
@@ -89,7 +84,7 @@ class InputDecoder:
         the last packs in bucket order once the records are read; dead letters go as they come."""
         if not self.buckets:
             for record in records:
-                yield from self.map(record)
+                yield _envelope(self._entry(record))
             return
         buckets, packs = self.buckets, {}
         for record in records:
@@ -204,6 +199,15 @@ class InputDecoder:
 
 
 _RIGHT = int(Tag.RIGHT)
+
+
+def _envelope(entry: tuple) -> tuple:
+    """The envelope of an entry (a row's: its payload pickled, its event time a timestamp) or of a
+    dead letter (an envelope already)."""
+    if entry[TAG] > _RIGHT:
+        return entry
+    jk, side, kind, payload, time, ts, part, offset = entry
+    return (jk, side, kind, dumps(payload), None if time is None else event_time(time), ts, part, offset)
 
 
 def _entry(jk: bytes, side: int, kind: int, payload, time_ms: int | None, record) -> tuple:

@@ -154,7 +154,9 @@ class JoinProcessor(StatefulProcessor):
         if self.buckets:
             bucket = self.state.open()
             changes: list = []
-            for jk, entries in by_key(rows):
+            groups = list(by_key(rows))
+            bucket.read_ahead(jk for jk, _ in groups)
+            for jk, entries in groups:
                 context = context or self._context(timerValues)
                 yield from self._process(bucket.key(jk), jk, ordered_records(entries), context, changes)
                 if len(changes) >= PACK_LIMIT:

@@ -77,6 +77,21 @@ def test_a_large_value_is_a_map_entry_of_its_own_and_stays_one_until_cleared():
     assert b.value.value is None, "an empty bucket holds no value"
 
 
+def test_large_keys_a_call_touches_are_read_in_one_iteration_when_they_are_many():
+    b = Bucket(small=10)
+    state = b.open()
+    for i in range(16):
+        state.key(b"k%02d" % i).put("x" * 50)
+    state.flush()
+    state = b.open()
+    state.read_ahead([b"k%02d" % i for i in range(4)])  # 4 of 16: one iteration instead of 4 calls
+    assert [state.key(b"k%02d" % i).get() for i in range(4)] == ["x" * 50] * 4
+    assert b.calls == ["get", "iterator"]
+    state = b.open()
+    state.read_ahead([b"k00"])  # one key: one call
+    assert state.key(b"k00").get() == "x" * 50 and b.calls == ["get", "getValue"]
+
+
 def test_beyond_the_bucket_budget_the_largest_small_values_leave_first():
     b = Bucket(small=1000, budget=1000)
     state = b.open()
