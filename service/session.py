@@ -50,10 +50,33 @@ QUIET_JVM_LINES = (
 )
 
 
+_TRACEBACK = b"Traceback (most recent call last):"
+_DAEMON_FRAME = re.compile(rb'^  File ".*pyspark/daemon\.py", line \d+, in \w+\s*$')
+#: What PySpark's Python daemon prints when a worker's connection to the JVM is gone as it answers
+#: (Spark lost an executor, or cancelled a task): a traceback through daemon.py alone ending in a
+#: BrokenPipeError. Nobody can act on it; Spark reports the loss itself. It becomes this one line.
+DAEMON_BROKEN_PIPE = (b"WARN PySparkDaemon: a Python worker's connection to the JVM was closed (BrokenPipeError), "
+                      b"as when Spark loses an executor or cancels a task\n")
+
+
 def _relay_jvm_stderr(stream, out) -> None:
-    """Copy the JVM's standard error to ``out`` line by line, except :data:`QUIET_JVM_LINES`."""
+    """Copy the JVM's standard error to ``out`` line by line, except :data:`QUIET_JVM_LINES`, and
+    with a traceback of PySpark's daemon's broken pipe as one line (:data:`DAEMON_BROKEN_PIPE`)."""
     dropped = False
+    traceback: list[bytes] = []  # a Python traceback being read, until its exception line
     for line in iter(stream.readline, b""):
+        if traceback:
+            traceback.append(line)
+            if line.startswith(b"  ") and len(traceback) < 64:
+                continue  # a frame: the exception line comes last
+            frames = traceback[1:-1]
+            quiet = frames and all(_DAEMON_FRAME.match(f) for f in frames) and line.startswith(b"BrokenPipeError")
+            _write(out, [DAEMON_BROKEN_PIPE] if quiet else traceback)
+            traceback = []
+            continue
+        if line.rstrip() == _TRACEBACK:
+            traceback = [line]
+            continue
         if any(pattern.match(line) for pattern in QUIET_JVM_LINES):
             dropped = True
             continue
@@ -61,11 +84,17 @@ def _relay_jvm_stderr(stream, out) -> None:
             dropped = False
             continue
         dropped = False
-        try:
+        _write(out, [line])
+    _write(out, traceback)
+
+
+def _write(out, lines: list[bytes]) -> None:
+    try:
+        for line in lines:
             out.write(line)
-            out.flush()
-        except (OSError, ValueError):  # our own stderr is gone: keep draining the JVM's
-            pass
+        out.flush()
+    except (OSError, ValueError):  # our own stderr is gone: keep draining the JVM's
+        pass
 
 
 def _launch_jvm(conf) -> None:

@@ -251,6 +251,10 @@ def test_left_join_on_a_standalone_cluster_survives_a_killed_executor(
              if any(p.match(line.encode()) for p in QUIET_JVM_LINES)
              or (" ERROR " in line and not LOST_EXECUTOR_ERROR.search(line)
                  and not killed_executor_network_error(line, killed_ports)) or "Traceback" in line]
-    assert not noise, "\n".join(noise)
+    lines, context = driver_log.splitlines(), []
+    for i, line in enumerate(lines):
+        if line in noise:  # what each unexpected line was about
+            context += [*lines[i:i + 10], "..."]
+    assert not noise, "\n".join(noise) + "\n--- in context:\n" + "\n".join(context[:300])
     assert not consume_all(kafka_bootstrap, svc.settings_dlq), "dead letters"
     assert retract_table(kept) == log.retract_table(), f"phase 2: not the expected table; {summary}"

@@ -10,7 +10,7 @@ from service.app import Service, log_fatal
 from service.config import load_settings
 from service.logs import JsonFormatter
 from service.planner import build_plan
-from service.session import TASK_ATTEMPTS, _relay_jvm_stderr, with_task_retries
+from service.session import DAEMON_BROKEN_PIPE, TASK_ATTEMPTS, _relay_jvm_stderr, with_task_retries
 from test_config import VALID
 
 
@@ -94,4 +94,27 @@ def test_the_jvm_stderr_relay_drops_only_the_lines_nobody_can_act_on():
         b"WARNING: Using incubator modules: jdk.incubator.foreign, jdk.incubator.vector\n"
         b"\tat org.apache.spark.X(X.scala:1)\n"
         b"partial line without newline"
+    )
+
+
+def test_the_jvm_stderr_relay_makes_one_line_of_pysparks_daemon_losing_a_worker_connection():
+    daemon = (b"Traceback (most recent call last):\n"
+              b'  File "/x/pyspark.zip/pyspark/daemon.py", line 264, in manager\n'
+              b'  File "/x/pyspark.zip/pyspark/daemon.py", line 95, in worker\n')
+    other = (b"Traceback (most recent call last):\n"
+             b'  File "/x/service/processor.py", line 3, in f\n'
+             b"    raise BrokenPipeError\n")
+    jvm = io.BytesIO(daemon + b"BrokenPipeError: [Errno 32] Broken pipe\n"
+                     + b"26/11/26 05:51:51 ERROR TaskSchedulerImpl: Lost executor 0\n"
+                     + other + b"BrokenPipeError: [Errno 32] Broken pipe\n"
+                     + daemon + b"ValueError: another error\n"
+                     + b"Traceback (most recent call last):\n" + b'  File "cut short"\n')
+    out = io.BytesIO()
+    _relay_jvm_stderr(jvm, out)
+    assert out.getvalue() == (
+        DAEMON_BROKEN_PIPE
+        + b"26/11/26 05:51:51 ERROR TaskSchedulerImpl: Lost executor 0\n"
+        + other + b"BrokenPipeError: [Errno 32] Broken pipe\n"  # not the daemon's: kept whole
+        + daemon + b"ValueError: another error\n"  # another error: kept whole
+        + b"Traceback (most recent call last):\n" + b'  File "cut short"\n'  # the stream's end: kept
     )
