@@ -150,14 +150,15 @@ class JoinProcessor(StatefulProcessor):
             if r[TAG] == _DEAD_LETTER_TAG:
                 yield Row(target=_DEAD_LETTER, kind=0, payload=r[PAYLOAD], okey=key[0], seq=self.seq.take())
         # Idle heartbeats (decode.py) only move the watermark: no state, no output.
-        context = None
         if self.buckets:
-            bucket = self.state.open()
-            changes: list = []
             groups = list(by_key(rows))
-            bucket.read_ahead(jk for jk, _ in groups)
+            if not groups:
+                return
+            bucket = self.state.open()
+            context = self._context(timerValues)
+            changes: list = []
+            bucket.read_ahead([jk for jk, _ in groups])
             for jk, entries in groups:
-                context = context or self._context(timerValues)
                 yield from self._process(bucket.key(jk), jk, ordered_records(entries), context, changes)
                 if len(changes) >= PACK_LIMIT:
                     yield from self._emit(changes)

@@ -13,7 +13,35 @@ Each stateful stage of the query (``pipeline.py``) is one ``transformWithState``
 ``StatefulProcessor`` (``processor.py``) opens its state variables here, per grouping key. Spark
 keeps them in RocksDB under the checkpoint's ``state/`` directory, by name, and checks each one's
 schema against the one it recorded: a name or a schema is part of the format (a renamed variable
-starts empty).
+starts empty). There are two layouts, fixed per checkpoint (``JoinPlan.state_buckets``, recorded
+in ``changejoin-state.json``; a checkpoint written before buckets is per key).
+
+**In buckets** (``STATE_BUCKETS`` > 0, the default for a new checkpoint). Every state call of
+PySpark's ``transformWithState`` is a synchronous round trip to the JVM (~80-140 CPU-us on 2
+cores), and PySpark adds one more (it sets the grouping key) and an output Arrow batch per
+grouping key and call; grouped by key, a micro-batch pays all that for every key it touches. So
+every stage's grouping key is a bucket of its keys (``envelope.bucket_group``, the CRC-32 of the
+key's grouping bytes modulo the count), and per bucket (:class:`Buckets`, :class:`BucketState`):
+
+- the value state :data:`BUCKET` (``"bucket"``): the pickle of ``(small, large, timers,
+  spark_timer)``: ``small`` = ``{key's grouping bytes: its value bytes}`` for the keys whose
+  value bytes are at most :data:`SMALL_VALUE_BYTES` long, all of them together at most
+  :data:`BUCKET_VALUE_BYTES` (the largest leave first), so one read and one write of the bucket
+  serve them all; ``large`` = ``{grouping bytes: None}``, the keys whose value is an entry of
+  :data:`KEYS` (a key stays large until it holds nothing, so a touched bucket never rewrites a
+  large key it did not touch); ``timers`` = ``{grouping bytes: (ts, ...)}`` every key's timers,
+  ascending; ``spark_timer``, the one Spark timer the bucket has registered: the earliest of them;
+- the map state :data:`KEYS` (``"keys"``): ``(grouping bytes,) -> (value bytes,)`` of the large keys;
+- in the join stage of a regular join, the map states :data:`JOIN_MAPS`: a split side's entries
+  under ``map_key((grouping bytes, entry key))``.
+
+A key's *value bytes* are its value framed as in the per-key layout (below, :class:`KeyCodec`).
+Every choice depends only on the values, so a replayed micro-batch writes the same state. The
+keys of a bucket are run in the order of their grouping bytes; when the bucket's timer fires,
+every key's timer due by then is fired in time order (ties in key order), and one that a timer
+registers and is due already fires in the same call, as Flink's timer service does.
+
+**Per key** (``STATE_BUCKETS=0``):
 
 - ``NormalizeProcessor``, per message key (column ``jk``: ``envelope.message_key_group``): the
   value state :data:`LAST` (``"last"``), the key's last row;
@@ -379,12 +407,14 @@ class BucketState:
     def key(self, jk: bytes) -> "BucketKey":
         return BucketKey(self, jk)
 
-    def read_ahead(self, keys) -> None:
+    def read_ahead(self, keys: list[bytes]) -> None:
         """The values of ``keys`` (about to be read) in as few calls as pays: where they include
         large keys, the bucket's map of large keys is read in one iteration (Spark replies with up
         to 10,000 entries at a time) instead of one call per key, when they are at least
         :data:`READ_AHEAD_SHARE` of its entries (each entry read and not needed costs a few
         microseconds, each call ~100)."""
+        if len(keys) < 2:
+            return
         self._load()
         large = [jk for jk in keys if jk in self._large and jk not in self._bytes]
         if len(large) < 2 or len(large) < len(self._large) * READ_AHEAD_SHARE:

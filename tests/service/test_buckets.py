@@ -447,3 +447,58 @@ def test_a_replayed_batch_writes_the_same_rows_with_the_same_sequence_numbers():
     replay = copy.deepcopy(query)
     rows = query.batch(second)
     assert rows and replay.batch(second) == rows
+
+
+# -- the count is fixed once a checkpoint exists ------------------------------------------------------
+import json as _json  # noqa: E402
+
+from service import checkpoint  # noqa: E402
+from service.checkpoint import CheckpointMismatch, reconcile  # noqa: E402
+
+
+def bucket_plan(buckets: str | None):
+    env = {**VALID, **LEFT_PK} if buckets is None else {**VALID, **LEFT_PK, "STATE_BUCKETS": buckets}
+    return build_plan(load_settings(env)), buckets is not None
+
+
+def test_a_new_checkpoint_takes_the_default_count_and_records_it(tmp_path):
+    plan, explicit = bucket_plan(None)
+    where = str(tmp_path / "cp")
+    assert reconcile(plan, where, buckets_set=explicit).state_buckets == 1024
+    facts = _json.loads((tmp_path / "cp" / checkpoint.FILE_NAME).read_text())["facts"]
+    assert facts["state_buckets"] == 1024
+
+
+def test_unset_the_count_is_the_checkpoints_set_to_another_it_is_refused(tmp_path):
+    where = str(tmp_path / "cp")
+    reconcile(*bucket_plan("64")[:1], where, buckets_set=True)
+    plan, explicit = bucket_plan(None)
+    assert reconcile(plan, where, buckets_set=explicit).state_buckets == 64
+    assert "STATE_BUCKETS=64" in checkpoint.describe(plan, where, explicit)
+    plan, explicit = bucket_plan("256")
+    with pytest.raises(CheckpointMismatch) as refused:
+        reconcile(plan, where, buckets_set=explicit)
+    assert "STATE_BUCKETS: the checkpoint keeps its state in 64 buckets (STATE_BUCKETS=64), not in 256" \
+        in str(refused.value)
+    assert "INCOMPATIBLE" in checkpoint.describe(plan, where, explicit)
+
+
+def test_a_checkpoint_written_before_buckets_keeps_its_state_per_key(tmp_path):
+    """Its facts have no count: its state is per key, and stays so, never read as buckets."""
+    where = tmp_path / "cp"
+    plan, explicit = bucket_plan("0")
+    reconcile(plan, str(where), buckets_set=explicit)
+    stored = _json.loads((where / checkpoint.FILE_NAME).read_text())
+    del stored["facts"]["state_buckets"]
+    (where / checkpoint.FILE_NAME).write_text(_json.dumps(stored))
+    plan, explicit = bucket_plan(None)
+    assert reconcile(plan, str(where), buckets_set=explicit).state_buckets == 0
+    with pytest.raises(CheckpointMismatch, match="keeps its state per key"):
+        reconcile(*bucket_plan("1024")[:1], str(where), buckets_set=True)
+
+
+def test_a_checkpoint_with_state_and_no_facts_file_is_taken_as_per_key(tmp_path):
+    (tmp_path / "cp" / "commits").mkdir(parents=True)
+    (tmp_path / "cp" / "commits" / "0").write_text("v1")
+    plan, explicit = bucket_plan(None)
+    assert reconcile(plan, str(tmp_path / "cp"), buckets_set=explicit).state_buckets == 0
