@@ -110,6 +110,9 @@ def local_directory(location: str) -> str | None:
     return location if parsed.scheme == "" or len(parsed.scheme) == 1 else None  # a drive letter is no scheme
 
 
+_TRANSACTIONAL_ID = re.compile(r"^[A-Za-z0-9._-]+$")
+
+
 class ConfigError(ValueError):
     """The environment does not describe a runnable service; the message names the variables."""
 
@@ -141,6 +144,8 @@ _PROBLEM_SEPARATOR = "\n"
 
 ChangelogMode = Literal["retract", "upsert", "append"]
 KeyFormat = Literal["auto", "avro", "raw"]  # message keys of upsert inputs, see keys.py
+Delivery = Literal["at-least-once", "exactly-once"]
+DEFAULT_DELIVERY: Delivery = "at-least-once"
 
 
 class Settings(BaseModel):
@@ -190,6 +195,13 @@ class Settings(BaseModel):
     state_buckets: int | None = Field(None, alias="STATE_BUCKETS", ge=0, le=1 << 20)
     trigger_interval_ms: int = Field(500, alias="TRIGGER_INTERVAL", ge=0)  # bench/results/RESULTS.md, latency
     max_records_per_trigger: int | None = Field(100_000, alias="MAX_RECORDS_PER_TRIGGER", ge=1)
+    # Output delivery (docs/semantics.md, "Delivery guarantees"; transactions.py).
+    delivery: Delivery = Field(DEFAULT_DELIVERY, alias="DELIVERY")
+    kafka_transactional_id_prefix: str | None = Field(None, alias="KAFKA_TRANSACTIONAL_ID_PREFIX", min_length=1,
+                                                      max_length=200)
+    kafka_transaction_timeout_ms: int = Field(120_000, alias="KAFKA_TRANSACTION_TIMEOUT_MS", ge=1_000,
+                                              le=2_147_483_647)
+    progress_topic: str | None = Field(None, alias="PROGRESS_TOPIC")
     starting_offsets: Literal["earliest", "latest"] = Field("earliest", alias="STARTING_OFFSETS")
     fail_on_data_loss: bool = Field(True, alias="FAIL_ON_DATA_LOSS")
     metrics_port: int = Field(9108, alias="METRICS_PORT", ge=0, le=65535)
@@ -212,7 +224,7 @@ class Settings(BaseModel):
         return _column_list(value) if isinstance(value, str) else value
 
     @field_validator("log_level", "log_format", "output_mode", "left_changelog_mode", "right_changelog_mode",
-                     "left_key_format", "right_key_format", "starting_offsets", mode="before")
+                     "left_key_format", "right_key_format", "starting_offsets", "delivery", mode="before")
     @classmethod
     def _case(cls, value):
         if not isinstance(value, str):
@@ -238,6 +250,7 @@ class Settings(BaseModel):
         problems += _kafka_client_problems(self.kafka_client)
         problems += self._record_size_problems()
         problems += self._spark_problems()
+        problems += self._delivery_problems()
         if problems:
             raise ValueError(_PROBLEM_SEPARATOR.join(problems))
         # Derived defaults, fixed here so that everything downstream reads plain values.
@@ -252,6 +265,9 @@ class Settings(BaseModel):
         dlq_var = "DLQ_TOPIC" if self.dlq_topic else f"DLQ_TOPIC (default {self.dead_letter_topic!r})"
         topics = (("LEFT_TOPIC", self.left_topic), ("RIGHT_TOPIC", self.right_topic),
                   ("OUTPUT_TOPIC", self.output_topic), (dlq_var, self.dead_letter_topic))
+        if self.exactly_once:
+            progress_var = "PROGRESS_TOPIC" if self.progress_topic else f"PROGRESS_TOPIC (default {self.progress_topic_name!r})"
+            topics += ((progress_var, self.progress_topic_name),)
         for var, topic in topics:
             try:
                 validate_topic_name(topic)
@@ -293,6 +309,35 @@ class Settings(BaseModel):
                     f"{self.producer_message_max_bytes}: at most {limit}, or raise KAFKA_CLIENT_MESSAGE_MAX_BYTES"]
         return []
 
+    def _delivery_problems(self) -> list[str]:
+        """What exactly-once output needs (transactions.py): bounded micro-batches, a transaction
+        timeout the producer accepts, the transactional ids to itself."""
+        from .sink import MESSAGE_TIMEOUT_MARGIN_MS
+
+        problems = []
+        for key in self.kafka_client:
+            if key.startswith("transactional.") or key == "transaction.timeout.ms":
+                var = KAFKA_CLIENT_PREFIX + key.upper().replace(".", "_")
+                problems.append(f"{var}: the service sets it per task with DELIVERY=exactly-once; use "
+                                f"KAFKA_TRANSACTIONAL_ID_PREFIX and KAFKA_TRANSACTION_TIMEOUT_MS")
+        if not self.exactly_once:
+            return problems
+        if not self.max_records_per_trigger:
+            problems.append("MAX_RECORDS_PER_TRIGGER: required with DELIVERY=exactly-once, so that one micro-batch's "
+                            "share of a task fits in one transaction")
+        if self.kafka_transaction_timeout_ms < 2 * MESSAGE_TIMEOUT_MARGIN_MS:
+            problems.append(f"KAFKA_TRANSACTION_TIMEOUT_MS: at least {2 * MESSAGE_TIMEOUT_MARGIN_MS} with "
+                            f"DELIVERY=exactly-once (a record's delivery timeout stays "
+                            f"{MESSAGE_TIMEOUT_MARGIN_MS} ms below it), got {self.kafka_transaction_timeout_ms}")
+        if self.kafka_transactional_id_prefix is not None and not _TRANSACTIONAL_ID.match(self.kafka_transactional_id_prefix):
+            problems.append(f"KAFKA_TRANSACTIONAL_ID_PREFIX: use the characters [A-Za-z0-9._-] "
+                            f"(got {self.kafka_transactional_id_prefix!r})")
+        speculation = self.spark_conf.get("spark.speculation", "false").strip().lower()
+        if speculation == "true":
+            problems.append("SPARK_CONF_spark_speculation: must stay false with DELIVERY=exactly-once (a speculative "
+                            "copy of a producing task only fences the other one)")
+        return problems
+
     def _spark_problems(self) -> list[str]:
         problems = []
         for key in self.spark_conf:
@@ -310,6 +355,20 @@ class Settings(BaseModel):
     @property
     def dead_letter_topic(self) -> str:
         return self.dlq_topic or f"{self.output_topic}.dlq"
+
+    @property
+    def exactly_once(self) -> bool:
+        return self.delivery == "exactly-once"
+
+    @property
+    def progress_topic_name(self) -> str:
+        """Where each task partition's transactions record the micro-batches they wrote (exactly-once)."""
+        return self.progress_topic or f"{self.output_topic}.progress"
+
+    @property
+    def transactional_id_prefix(self) -> str:
+        """``<prefix>-<task partition>`` are the producers' transactional ids (exactly-once)."""
+        return self.kafka_transactional_id_prefix or f"changejoin-{self.output_topic}"
 
     @property
     def left_table_name(self) -> str:
@@ -627,6 +686,9 @@ def unused_settings(settings: Settings, plan) -> list[str]:
     if kind != "regular":
         for var in ("LEFT_STATE_TTL", "RIGHT_STATE_TTL"):
             warn(var, "per-side TTLs apply to regular joins; a temporal join's state retention is STATE_TTL")
+    if not settings.exactly_once:
+        for var in ("KAFKA_TRANSACTIONAL_ID_PREFIX", "KAFKA_TRANSACTION_TIMEOUT_MS", "PROGRESS_TOPIC"):
+            warn(var, f"it applies to DELIVERY=exactly-once only (DELIVERY={settings.delivery})")
     for side in (plan.left, plan.right):
         var = f"{'LEFT' if side.side == 0 else 'RIGHT'}_KEY_FORMAT"
         if not side.direct_upsert:

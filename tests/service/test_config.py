@@ -449,3 +449,71 @@ def test_the_source_gets_no_producer_property():
                        "KAFKA_CLIENT_SASL_MECHANISM": "PLAIN"})
     assert s.consumer_properties() == {"fetch.max.bytes": "1000000", "client.id": "cj", "sasl.mechanism": "PLAIN"}
     assert set(s.kafka_properties()) >= {"linger.ms", "batch.num.messages"}  # the sink's producer keeps them
+
+
+# -- delivery -----------------------------------------------------------------------------------
+
+EXACTLY_ONCE = {**VALID, "DELIVERY": "exactly-once"}
+
+
+def test_exactly_once_defaults_derive_from_the_output_topic():
+    s = load_settings({**VALID, "DELIVERY": " Exactly-Once "})
+    assert s.exactly_once and s.delivery == "exactly-once"
+    assert (s.transactional_id_prefix, s.progress_topic_name, s.kafka_transaction_timeout_ms) == \
+        ("changejoin-out", "out.progress", 120_000)
+    s = load_settings({**EXACTLY_ONCE, "KAFKA_TRANSACTIONAL_ID_PREFIX": "team.a-join", "PROGRESS_TOPIC": "p",
+                       "KAFKA_TRANSACTION_TIMEOUT_MS": "60000"})
+    assert (s.transactional_id_prefix, s.progress_topic_name, s.kafka_transaction_timeout_ms) == ("team.a-join", "p", 60_000)
+    assert not load_settings(VALID).exactly_once
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"DELIVERY": "twice"}, "DELIVERY"),
+    ({"MAX_RECORDS_PER_TRIGGER": "0"}, "MAX_RECORDS_PER_TRIGGER"),
+    ({"KAFKA_TRANSACTION_TIMEOUT_MS": "15000"}, "KAFKA_TRANSACTION_TIMEOUT_MS: at least 20000"),
+    ({"KAFKA_TRANSACTION_TIMEOUT_MS": "soon"}, "KAFKA_TRANSACTION_TIMEOUT_MS"),
+    ({"KAFKA_TRANSACTIONAL_ID_PREFIX": "team a"}, "KAFKA_TRANSACTIONAL_ID_PREFIX: use the characters"),
+    ({"KAFKA_CLIENT_TRANSACTIONAL_ID": "mine"}, "KAFKA_CLIENT_TRANSACTIONAL_ID: the service sets it per task"),
+    ({"KAFKA_CLIENT_TRANSACTION_TIMEOUT_MS": "1000"}, "KAFKA_CLIENT_TRANSACTION_TIMEOUT_MS"),
+    ({"PROGRESS_TOPIC": "out"}, "PROGRESS_TOPIC: 'out' is also OUTPUT_TOPIC"),
+    ({"PROGRESS_TOPIC": "bad name"}, "PROGRESS_TOPIC: invalid Kafka topic name"),
+    ({"DLQ_TOPIC": "out.progress"}, r"PROGRESS_TOPIC \(default 'out.progress'\): 'out.progress' is also DLQ_TOPIC"),
+    ({"SPARK_CONF_spark_speculation": "true"}, "SPARK_CONF_spark_speculation: must stay false"),
+])
+def test_exactly_once_refuses_what_it_cannot_keep_naming_the_variable(change, message):
+    with pytest.raises(ConfigError, match=message):
+        load_settings({**EXACTLY_ONCE, **change})
+
+
+def test_a_transactional_id_set_by_hand_is_refused_in_either_mode():
+    with pytest.raises(ConfigError, match="KAFKA_CLIENT_TRANSACTIONAL_ID"):
+        load_settings({**VALID, "KAFKA_CLIENT_TRANSACTIONAL_ID": "mine"})
+
+
+def test_check_config_explains_the_delivery_and_warns_of_exactly_once_settings_left_unused():
+    proc = changejoin("check-config", env={**EXACTLY_ONCE, "SHUFFLE_PARTITIONS": "4", "CHECKPOINT_LOCATION": "/nonexistent/ck"})
+    assert proc.returncode == 0, proc.stderr
+    delivery = proc.stdout.split("delivery:\n", 1)[1]
+    assert "exactly-once for read_committed consumers of out and out.dlq" in delivery
+    assert "transactional ids changejoin-out-0 .. changejoin-out-3 (KAFKA_TRANSACTION_TIMEOUT_MS=120000)" in delivery
+    assert "progress markers in out.progress" in delivery
+    proc = changejoin("check-config", env={**VALID, "PROGRESS_TOPIC": "p", "CHECKPOINT_LOCATION": "/nonexistent/ck"})
+    assert proc.returncode == 0, proc.stderr
+    assert "at-least-once" in proc.stdout.split("delivery:\n", 1)[1]
+    assert "warning: PROGRESS_TOPIC is set but not used: it applies to DELIVERY=exactly-once only" in proc.stderr
+
+
+def test_a_transactional_producer_times_its_records_out_before_its_transaction():
+    from service.sink import DEFAULT_DELIVERY_TIMEOUT_MS, MESSAGE_TIMEOUT_MARGIN_MS, producer_config
+
+    conf = producer_config("b:9092", {}, transactional_id="p-3", transaction_timeout_ms=120_000)
+    assert conf["transactional.id"] == "p-3" and conf["transaction.timeout.ms"] == 120_000
+    assert conf["message.timeout.ms"] == 120_000 - MESSAGE_TIMEOUT_MARGIN_MS < DEFAULT_DELIVERY_TIMEOUT_MS
+    assert producer_config("b", {"delivery.timeout.ms": 5000}, transactional_id="p", transaction_timeout_ms=60_000)[
+        "message.timeout.ms"] == 5000
+    assert "transactional.id" not in producer_config("b", {})
+    from confluent_kafka import Producer
+
+    Producer(conf)  # librdkafka accepts it (it refuses message.timeout.ms above transaction.timeout.ms)
+    with pytest.raises(Exception, match="message.timeout.ms"):
+        Producer({**conf, "message.timeout.ms": 300_000})
