@@ -11,6 +11,11 @@ median, CPU seconds by process kind (median) and the ratio of medians to the fir
 unless ``--no-check``, the output's count by kind and the digest of the final table it
 materializes to (first round), which must be the same for every variant.
 
+``--record`` appends the table, with the date and the command, to bench/results/RESULTS.md and
+plots bench/results/ab-<date>.png (input rows/s per scenario and variant); ``--from-log FILE``
+renders (and with ``--record`` records) the runs a previous invocation printed to FILE instead of
+running them again (give the same ``--scenario``, ``--variant`` and sizes).
+
 ``--without-output NAME`` makes variant NAME write nothing: its micro-batches count the join's
 output rows where the others encode and produce them (the join's output still reaches the
 counting task). What it gains over the others bounds what any change to the output path
@@ -26,11 +31,13 @@ import os
 import statistics
 import sys
 import time
+from datetime import datetime, timezone
 
 from bench.harness.changejoin import parse_variant, run_changejoin
 from bench.harness.data import load
 from bench.harness.outputs import changejoin_reader, output_counts
 from bench.harness.processes import broker_pid, child_result, process_tree, processes
+from bench.harness.report import append_results, results_png
 
 
 def tree_cpu(root: int, broker: int | None) -> dict[str, float]:
@@ -103,6 +110,8 @@ def main() -> None:
     parser.add_argument("--no-check", action="store_true")
     parser.add_argument("--without-output", action="append", default=[], metavar="NAME",
                         help="this variant encodes and produces nothing, it only counts (repeatable)")
+    parser.add_argument("--record", action="store_true", help="append to bench/results/RESULTS.md and plot")
+    parser.add_argument("--from-log", metavar="FILE", help="the runs a previous invocation printed, not new ones")
     parser.add_argument("--child", action="store_true")
     parser.add_argument("--count-only", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--bootstrap")
@@ -114,10 +123,31 @@ def main() -> None:
         child(args)
         return
     variants = [parse_variant(v) for v in args.variant] or [("base", {})]
+    started = datetime.now(timezone.utc)
+    results: dict = collections.defaultdict(list)
+    if args.from_log:
+        for line in open(args.from_log):
+            if line.startswith("{") and '"variant"' in line:
+                r = json.loads(line)
+                results[(r["scenario"], r["variant"])].append(r)
+    else:
+        run_all(args, variants, results)
+    table = render(args, variants, results)
+    print(table)
+    if args.record:
+        png = results_png("ab", started)
+        plot(args, variants, results, png)
+        command = "python -m bench.ab_bench " + " ".join(a for a in sys.argv[1:] if not a.startswith("--from-log")
+                                                         and a != args.from_log)
+        append_results(f"\n## {started:%Y-%m-%d %H:%M} UTC A/B: {', '.join(n for n, _ in variants)}, "
+                       f"{args.rows:,} rows per side\n\n`{command}`\n\n{table}\n\n![input rows/s per variant]"
+                       f"({png.name})\n")
+
+
+def run_all(args, variants, results: dict) -> None:
     from devkit.kafka_broker import KafkaBroker
 
     external = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
-    results: dict = collections.defaultdict(list)
     with contextlib.nullcontext(external) if external else KafkaBroker(heap="1g") as bootstrap:
         args.bootstrap = bootstrap
         broker = None if external else broker_pid()
@@ -135,7 +165,6 @@ def main() -> None:
                     r["rows_s"] = 2 * args.rows / r["elapsed"]
                     results[(scenario, name)].append(r)
                     print(json.dumps({"scenario": scenario, "variant": name, "round": round_, **r}), flush=True)
-    print(render(args, variants, results))
 
 
 def render(args, variants, results) -> str:
@@ -153,11 +182,38 @@ def render(args, variants, results) -> str:
             outputs = {json.dumps(r["output"], sort_keys=True) for r in runs if r.get("output")}
             if name in args.without_output:
                 output = "none written (--without-output)"
+            elif not outputs:
+                output = "not read (--no-check)"
             else:
                 output = "; ".join(outputs) if len(outputs) == 1 else "DIFFERENT: " + " | ".join(sorted(outputs))
             lines.append(f"| {scenario} | {name} | {len(runs)} | {min(speeds):,.0f} | {median:,.0f} | {median / base:.2f} | "
                          f"{cpu['jvm']:.1f} / {cpu['python']:.1f} / {cpu['broker']:.1f} | {output} |")
     return "\n".join(lines)
+
+
+def plot(args, variants, results, png) -> None:
+    """Input rows/s per scenario (groups) and variant (bars: median, dots: every run)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    scenarios = args.scenario or ["left-pk", "inner-nopk"]
+    names = [name for name, _ in variants]
+    width = 0.8 / len(names)
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for i, name in enumerate(names):
+        xs = [j + i * width for j in range(len(scenarios))]
+        speeds = [[r["rows_s"] for r in results[(s, name)]] for s in scenarios]
+        ax.bar(xs, [statistics.median(v) if v else 0 for v in speeds], width, label=name)
+        for x, v in zip(xs, speeds):
+            ax.scatter([x] * len(v), v, color="black", s=8, zorder=3)
+    ax.set_xticks([j + width * (len(names) - 1) / 2 for j in range(len(scenarios))], scenarios)
+    ax.set_ylabel("input rows/s (bar: median, dots: runs)")
+    ax.set_title(f"{args.rows:,} rows per side")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(png, dpi=100)
 
 
 if __name__ == "__main__":

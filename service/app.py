@@ -183,7 +183,8 @@ class Service:
             # Before anything runs: state made for another join must not be touched.
             self.plan = checkpoint.reconcile(
                 self.plan, self.settings.checkpoint_location,
-                checkpoint.CheckpointFile(self.settings.checkpoint_location, lambda: self.spark))
+                checkpoint.CheckpointFile(self.settings.checkpoint_location, lambda: self.spark),
+                buckets_set=self.settings.state_buckets is not None)
             output_partitions = self.ensure_topics()
             self._query_known.clear()
             self._terminated.clear()

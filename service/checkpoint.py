@@ -65,6 +65,7 @@ def facts(plan: JoinPlan) -> dict:
         "condition": plan.condition_sql, "filter_nulls": list(plan.filter_nulls), "sides": sides,
         "materializer": materializer,
         "interval_ms": None if plan.interval_ms is None else list(plan.interval_ms), "window": plan.window,
+        "state_buckets": plan.state_buckets,
     }
 
 
@@ -74,6 +75,11 @@ def differences(old: dict, new: dict, plan: JoinPlan) -> list[str]:
     if old["state_format"] != new["state_format"]:
         problems.append(f"changejoin stores its state in format v{new['state_format']}, the checkpoint holds "
                         f"v{old['state_format']} (no migration from it exists)")
+    was, now = old.get("state_buckets", 0), new["state_buckets"]
+    if was != now:
+        problems.append(f"STATE_BUCKETS: the checkpoint keeps its state {f'in {was} buckets' if was else 'per key'} "
+                        f"(STATE_BUCKETS={was}), not {f'in {now}' if now else 'per key'}; the count is fixed once a "
+                        f"checkpoint exists (leave STATE_BUCKETS unset to take the checkpoint's)")
     for key, what in (("kind", "the kind of join"), ("join_type", "the join type"),
                       ("condition", "the join condition"), ("filter_nulls", "= vs IS NOT DISTINCT FROM on the keys"),
                       ("interval_ms", "the interval join's time bounds"), ("window", "the window")):
@@ -179,11 +185,15 @@ def _columns(plan: JoinPlan) -> list[list[str]]:
     return [list(s.columns) for s in plan.sides]
 
 
-def reconcile(plan: JoinPlan, location: str, store=None) -> JoinPlan:
+def reconcile(plan: JoinPlan, location: str, store=None, buckets_set: bool = False) -> JoinPlan:
     """Check ``plan`` against the facts stored in the checkpoint at ``location`` and record them:
-    returns the plan with its state generations, or raises :class:`CheckpointMismatch`."""
+    returns the plan with its state generations, or raises :class:`CheckpointMismatch`.
+
+    The state's buckets are fixed once a checkpoint exists: unless ``STATE_BUCKETS`` was set
+    (``buckets_set``), the plan takes the checkpoint's (0 for a checkpoint written before buckets)."""
     store = store or CheckpointFile(location)
     stored = store.read()
+    plan = _checkpoint_buckets(plan, stored, store, buckets_set, location)
     current = facts(plan)
     sources = [list(source) for source in plan.output_sources] if plan.upsert_materializer else None
     if stored is None:
@@ -218,19 +228,35 @@ def reconcile(plan: JoinPlan, location: str, store=None) -> JoinPlan:
                                output_generations=tuple(tuple(tuple(source) for source in g) for g in outputs))
 
 
-def describe(plan: JoinPlan, location: str) -> str:
+def _checkpoint_buckets(plan: JoinPlan, stored: dict | None, store, buckets_set: bool, location: str) -> JoinPlan:
+    """The plan with the checkpoint's state buckets, where it has state and STATE_BUCKETS is unset."""
+    if buckets_set or (stored is None and not store.has_state()):
+        return plan
+    was = 0 if stored is None else stored["facts"].get("state_buckets", 0)  # 0: written before buckets
+    if was != plan.state_buckets:
+        log.info("CHECKPOINT_LOCATION=%s keeps its state %s: STATE_BUCKETS=%d", location,
+                 f"in {was} buckets" if was else "per key", was)
+        plan = dataclasses.replace(plan, state_buckets=was)
+    return plan
+
+
+def describe(plan: JoinPlan, location: str, buckets_set: bool = False) -> str:
     """``check-config``'s word on the checkpoint (read without Spark: local locations only)."""
     store = CheckpointFile(location)
     if not store._local:
         return f"{location}: checked when the service starts"
     stored = store.read()
+    planned = plan.state_buckets
+    plan = _checkpoint_buckets(plan, stored, store, buckets_set, location)
+    kept = "" if plan.state_buckets == planned else \
+        f" (its state {f'in {plan.state_buckets} buckets' if plan.state_buckets else 'per key'}: STATE_BUCKETS={plan.state_buckets})"
     if stored is None:
-        return f"{location}: {'state of an earlier changejoin, taken as this join' if store.has_state() else 'new'}"
+        return f"{location}: {'state of an earlier changejoin, taken as this join' if store.has_state() else 'new'}{kept}"
     problems = differences(stored["facts"], facts(plan), plan)
     if problems:
         return f"{location}: INCOMPATIBLE, the service will refuse to start:\n    - " + "\n    - ".join(problems)
     evolved = stored["generations"][-1] != _columns(plan) or len(stored["generations"]) > 1
-    return f"{location}: compatible{' (input schemas evolved: stored rows are upgraded as read)' if evolved else ''}"
+    return f"{location}: compatible{' (input schemas evolved: stored rows are upgraded as read)' if evolved else ''}{kept}"
 
 
 class CheckpointFile:

@@ -70,7 +70,7 @@ def cmd_check_config(args) -> int:
     from . import checkpoint
 
     print("checkpoint:")
-    print(f"  {checkpoint.describe(plan, settings.checkpoint_location)}")
+    print(f"  {checkpoint.describe(plan, settings.checkpoint_location, settings.state_buckets is not None)}")
     print("output schema:")
     print(json.dumps(plan.output_schema, indent=2))
     warnings = unused_settings(settings, plan)

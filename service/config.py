@@ -186,6 +186,8 @@ class Settings(BaseModel):
     spark_conf: dict[str, str] = Field(default_factory=dict, exclude=True)  # as set; all Spark gets: session.py
     spark_ui_enabled: bool = Field(False, alias="SPARK_UI_ENABLED")
     shuffle_partitions: int = Field(8, alias="SHUFFLE_PARTITIONS", ge=1)
+    # None: the checkpoint's count, or plan.DEFAULT_STATE_BUCKETS for a new checkpoint (checkpoint.py)
+    state_buckets: int | None = Field(None, alias="STATE_BUCKETS", ge=0, le=1 << 20)
     trigger_interval_ms: int = Field(500, alias="TRIGGER_INTERVAL", ge=0)  # bench/results/RESULTS.md, latency
     max_records_per_trigger: int | None = Field(100_000, alias="MAX_RECORDS_PER_TRIGGER", ge=1)
     starting_offsets: Literal["earliest", "latest"] = Field("earliest", alias="STARTING_OFFSETS")

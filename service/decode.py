@@ -3,7 +3,9 @@
 This runs inside the Kafka source's reading task on Spark's Python workers (the source calls
 :meth:`InputDecoder.map` for every record), so a record is read, decoded and keyed in one pass.
 Every record becomes one envelope row (``envelope.py``): a left or right row under its join key
-(an upsert record that is normalized first: under its message key), or a dead letter.
+(an upsert record that is normalized first: under its message key), or a dead letter. With
+``STATE_BUCKETS`` the rows of each bucket of keys that one task reads travel packed instead
+(:meth:`InputDecoder.map_all`).
 
 Bad records never stop the service: they travel on as dead letters (``deadletters.py``), which the
 sink writes to the dead-letter topic with their reason.
@@ -11,7 +13,7 @@ sink writes to the dead-letter topic with their reason.
 from __future__ import annotations
 
 import logging
-from typing import Iterator
+from typing import Iterable, Iterator
 
 from operators import RowKind
 
@@ -21,12 +23,18 @@ from .deadletters import from_record as dead_letter_of
 from .deadletters import original
 from .envelope import (
     ENVELOPE_SCHEMA,
+    JK,
+    PACK_ROWS,
+    TAG,
+    Tag,
+    bucket_of,
     dead_letter_envelope,
+    dumps,
     event_time,
     heartbeat_envelope,
     join_key_group,
     message_key_group,
-    row_envelope,
+    packed_envelope,
 )
 from .keys import KeyDecoder
 from .plan import JoinPlan
@@ -64,8 +72,39 @@ class InputDecoder:
         self.keys = KeyDecoder(sp, sp.key_format, registry) if sp.direct_upsert else None
         self.primary_key_of = _getter(sp.primary_key or ())
         self.key_format_warned = False
+        self.buckets = plan.state_buckets
 
     def map(self, record) -> Iterator[tuple]:
+        """The record's envelope: its row's, or a dead letter."""
+        yield _envelope(self._entry(record))
+
+    def map_all(self, records: Iterable) -> Iterator[tuple]:
+        """The envelopes of a reading task's records. With buckets, the rows of each bucket go
+        packed (``envelope.packed_envelope``), at most :data:`~service.envelope.PACK_ROWS` a pack,
+        the last packs in bucket order once the records are read; dead letters go as they come."""
+        if not self.buckets:
+            for record in records:
+                yield _envelope(self._entry(record))
+            return
+        buckets, packs = self.buckets, {}
+        for record in records:
+            entry = self._entry(record)
+            if entry[TAG] > _RIGHT:
+                yield entry
+                continue
+            bucket = bucket_of(entry[JK], buckets)
+            pack = packs.get(bucket)
+            if pack is None:
+                pack = packs[bucket] = []
+            pack.append(entry)
+            if len(pack) >= PACK_ROWS:
+                yield packed_envelope(bucket, pack)
+                del packs[bucket]
+        for bucket in sorted(packs):
+            yield packed_envelope(bucket, packs[bucket])
+
+    def _entry(self, record) -> tuple:
+        """The record's row as a packed envelope's entry (``envelope.py``), or its dead letter."""
         try:
             kind = self._kind(record)
             if self.mode == "upsert" and record.key is None:
@@ -74,32 +113,31 @@ class InputDecoder:
                 if self.mode != "upsert":
                     raise DeadLetterError(Reason.TOMBSTONE_ON_RETRACT_TOPIC, f"a null value (tombstone) on a {self.mode} topic")
                 if self.keys is not None:
-                    yield self._keyed_delete(record)
-                    return
+                    return self._keyed_delete(record)
                 # A delete on an upsert topic: the normalize stage knows which row it removes.
-                yield row_envelope(message_key_group(record.key), self.side, int(RowKind.DELETE), None, None, record)
-                return
+                return _entry(message_key_group(record.key), self.side, int(RowKind.DELETE), None, None, record)
             row = self.decoder.decode(record.value)
             for index in self.required:
                 if row[index] is None:
                     raise DeadLetterError(Reason.NULL_IN_REQUIRED_COLUMN, f"column {self.side_plan.columns[index]} is NULL")
             time = None if self.time_column is None else self._event_time(row[self.time_column])
         except DeadLetterError as dead:
-            yield self.dead_letter(record, dead.reason, dead.detail)
-            return
+            return self.dead_letter(record, dead.reason, dead.detail)
         payload = (row, original(record)) if self.keep_original else row
         if self.keys is not None and not self.key_format_warned:
             self._check_key(record, row)
         # Normalized upsert records are grouped by their message key first, then by join key.
         normalized = self.mode == "upsert" and self.keys is None
         group = message_key_group(record.key) if normalized else join_key_group(self.key_of(row))
-        yield row_envelope(group, self.side, int(kind), payload, time, record)
+        return _entry(group, self.side, int(kind), payload, time, record)
 
-    def _event_time(self, value):
-        """The ``event_time`` column's value, or a dead letter for a value that is no time Spark
-        (or Python) can hold: epoch milliseconds outside the years 1 to 9999."""
+    def _event_time(self, value) -> int:
+        """The row's event time in epoch milliseconds, or a dead letter for a value that is no time
+        Spark (or Python) can hold: epoch milliseconds outside the years 1 to 9999."""
         try:
-            return event_time(to_epoch_millis(value))
+            millis = to_epoch_millis(value)
+            event_time(millis)  # raises where the event_time column could not hold it
+            return millis
         except (OverflowError, ValueError, TypeError) as err:
             column = self.side_plan.columns[self.time_column]
             raise DeadLetterError(Reason.INVALID_EVENT_TIME,
@@ -107,7 +145,7 @@ class InputDecoder:
 
     def _keyed_delete(self, record) -> tuple:
         """A tombstone of an upsert input joined directly: a -D of a row holding only the primary
-        key, under the join key (the join deletes the row it stores for that key)."""
+        key, under the join key (the join deletes the row it stores for that key); an entry."""
         try:
             values = self.keys.decode(record.key)
         except DeadLetterError as err:
@@ -119,7 +157,7 @@ class InputDecoder:
                                         f"column {self.side_plan.columns[index]} is NULL")
             row[index] = value
         row = tuple(row)
-        return row_envelope(join_key_group(self.key_of(row)), self.side, int(RowKind.DELETE), row, None, record)
+        return _entry(join_key_group(self.key_of(row)), self.side, int(RowKind.DELETE), row, None, record)
 
     def _check_key(self, record, row: tuple) -> None:
         """Warn (once per worker and input) when a message key does not hold its value's primary key
@@ -158,6 +196,23 @@ class InputDecoder:
 
     def dead_letter(self, record, reason: Reason, detail: str) -> tuple:
         return dead_letter_envelope(dead_letter_of(record, reason, detail), record)
+
+
+_RIGHT = int(Tag.RIGHT)
+
+
+def _envelope(entry: tuple) -> tuple:
+    """The envelope of an entry (a row's: its payload pickled, its event time a timestamp) or of a
+    dead letter (an envelope already)."""
+    if entry[TAG] > _RIGHT:
+        return entry
+    jk, side, kind, payload, time, ts, part, offset = entry
+    return (jk, side, kind, dumps(payload), None if time is None else event_time(time), ts, part, offset)
+
+
+def _entry(jk: bytes, side: int, kind: int, payload, time_ms: int | None, record) -> tuple:
+    """A row of Kafka ``record`` as a packed envelope's entry."""
+    return (jk, side, kind, payload, time_ms, record.timestamp_ms or 0, record.partition, record.offset)
 
 
 def _parse_kind(raw) -> RowKind | None:

@@ -17,21 +17,32 @@ source -> decode -> [normalize] -> join -> [upsert materializer] -> encode -> si
 - ``ts``, ``part``, ``offset``: the Kafka timestamp, partition and offset, which order the records
   of one key deterministically (``processor.ordered_records``).
 
+**Packed envelope** (``STATE_BUCKETS`` > 0): the rows of one bucket of join keys (or of message
+keys, on the way to the normalize stage) that one reading task read travel as one envelope,
+``jk`` = :func:`bucket_group`, ``tag`` = :attr:`Tag.PACKED`, ``payload`` = the pickled list of
+their *entries*, ``event_time`` = the latest of theirs (so the watermark is the same). An entry
+is an envelope tuple whose payload is not pickled on its own and whose event time is epoch
+milliseconds (:func:`packed_envelope`, :func:`unpacked`): one pickle per pack instead of one per
+row, and one row for Spark to shuffle and convert instead of hundreds.
+
 **Join output** (:data:`OUTPUT_SCHEMA`): ``target`` (:class:`Target`), ``kind``, ``payload``,
 ``okey`` (the output's upsert key, for the upsert materializer stage) and ``seq`` (emission order
-within the task). A :attr:`Target.PACKED` row holds consecutive changes of one key's call
-(:func:`pack`); the sink unpacks them (:func:`unpack`).
+within the task). A :attr:`Target.PACKED` row holds consecutive changes of one call (:func:`pack`);
+the sink unpacks them (:func:`unpack`). With buckets, a :attr:`Target.KEYED` row carries the
+changes of a bucket of upsert keys to the upsert materializer stage.
 """
 from __future__ import annotations
 
 import datetime as _dt
 import pickle
+import zlib
 from enum import IntEnum
 from typing import Iterator
 
 ENVELOPE_SCHEMA = (
     "jk binary, tag tinyint, kind tinyint, payload binary, event_time timestamp, ts long, part int, offset long"
 )
+ENVELOPE_FIELDS = ("jk", "tag", "kind", "payload", "event_time", "ts", "part", "offset")
 # Positions of the envelope's fields; Row attribute access is slow on the hot path.
 JK, TAG, KIND, PAYLOAD, EVENT_TIME, TS, PART, OFFSET = range(8)
 
@@ -43,13 +54,17 @@ class Tag(IntEnum):
     RIGHT = 1
     DEAD_LETTER = 2
     HEARTBEAT = 3
+    PACKED = 4  # entries of one bucket (see the module docstring)
 
 
 #: Tags of envelopes that carry no input row: the join and normalize stages pass them by.
 NOT_ROWS = (Tag.DEAD_LETTER, Tag.HEARTBEAT)
 
+#: At most this many entries per packed envelope, which bounds a row's size.
+PACK_ROWS = 1000
+
 HEARTBEAT_GROUP = b"\x02heartbeat"
-_DEAD_LETTER, _HEARTBEAT = int(Tag.DEAD_LETTER), int(Tag.HEARTBEAT)  # plain ints in Spark rows
+_DEAD_LETTER, _HEARTBEAT, _PACKED = int(Tag.DEAD_LETTER), int(Tag.HEARTBEAT), int(Tag.PACKED)  # plain ints in Spark rows
 
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
 
@@ -89,17 +104,36 @@ def output_key_group(values: tuple) -> bytes:
     return repr(values).encode()
 
 
+def bucket_of(group: bytes, buckets: int) -> int:
+    """The bucket of a grouping key: a stable hash (never Python's salted ``hash``), so that every
+    worker and every run puts a key in the same bucket."""
+    return zlib.crc32(group) % buckets
+
+
+def bucket_group(bucket: int) -> bytes:
+    """Grouping key of a bucket of keys (``STATE_BUCKETS``)."""
+    return b"\x03" + bucket.to_bytes(4, "big")
+
+
 # -- envelopes -------------------------------------------------------------------------------------
-def row_envelope(jk: bytes, side: int, kind: int, payload, event_time_value, record) -> tuple:
-    """An input row (or an upsert tombstone, payload None) read from Kafka ``record``."""
-    return (jk, side, kind, dumps(payload), event_time_value, record.timestamp_ms or 0, record.partition,
-            record.offset)
-
-
 def dead_letter_envelope(letter: dict, record) -> tuple:
     """A dead letter (``deadletters.py``) for Kafka ``record``."""
     return (dead_letter_group(record.partition), _DEAD_LETTER, 0, dumps(letter), None,
             record.timestamp_ms or 0, record.partition, record.offset)
+
+
+def packed_envelope(bucket: int, entries: list) -> tuple:
+    """One bucket's entries (envelope tuples with unpickled payloads and event times in epoch
+    milliseconds), in the order read, as one envelope."""
+    first = entries[0]
+    times = [e[EVENT_TIME] for e in entries if e[EVENT_TIME] is not None]
+    return (bucket_group(bucket), _PACKED, 0, dumps(entries), event_time(max(times)) if times else None,
+            first[TS], first[PART], first[OFFSET])
+
+
+def unpacked(payload: bytes) -> list:
+    """The entries of a packed envelope's payload."""
+    return loads(payload)
 
 
 def heartbeat_envelope(event_time_ms: int) -> tuple:
@@ -116,7 +150,9 @@ class Target(IntEnum):
 
     OUTPUT = 0  # one change: kind = its RowKind, payload = the pickled output row
     DEAD_LETTER = 1  # one dead letter: payload = the pickled letter
-    PACKED = 2  # consecutive changes of one key's call, in order (see pack); kind is unused
+    PACKED = 2  # consecutive changes of one call, in order (see pack); kind is unused
+    KEYED = 3  # changes of one bucket of upsert keys, for the upsert materializer (STATE_BUCKETS):
+    #            payload = the pickled list of (upsert key group, kind, row), in order; okey = the bucket
 
 
 #: At most this many changes per PACKED row, which bounds a row's size when a key emits a lot.

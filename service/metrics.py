@@ -21,9 +21,10 @@ Where the numbers come from (Spark's ``StreamingQueryProgress``):
   ``latestOffset`` the newest offsets the Kafka source saw when it planned the batch, before
   ``maxRecordsPerTrigger`` capped the range (``KafkaStreamReader.reportLatestOffset``), so their
   difference is the records left behind in each partition. No extra Kafka call is made;
-* ``stateOperators[i]``: ``numRowsTotal`` is the number of state rows; the join processor keeps
-  one row per join key (both sides together), so it is exported as join keys. ``memoryUsedBytes``
-  and the RocksDB ``customMetrics["rocksdbSstFileSize"]`` are exported as state bytes.
+* ``stateOperators[i]``: ``numRowsTotal`` is the number of state rows, exported as such: one per
+  key (``STATE_BUCKETS=0``), or one per bucket plus one per large key and per split side's entry
+  (``sparkstate.py``). ``memoryUsedBytes`` and the RocksDB ``customMetrics["rocksdbSstFileSize"]``
+  are exported as state bytes.
 """
 from __future__ import annotations
 
@@ -108,9 +109,10 @@ class JoinMetrics:
         self.input_lag = Gauge(
             PREFIX + "input_lag_records", "Records in an input partition not read yet: the newest offset the "
             "source saw when planning the last batch minus the batch's end offset.", ["side", "partition"], registry=r)
-        self.state_keys = Gauge(
-            PREFIX + "state_keys", "Join keys holding state, both sides together (Spark's numRowsTotal; one state "
-            "row per join key).", ["operator"], registry=r)
+        self.state_rows = Gauge(
+            PREFIX + "state_rows", "Rows in the stage's state store (Spark's numRowsTotal): per key with "
+            "STATE_BUCKETS=0; else per bucket of keys, plus one per large key and per split side's entry.",
+            ["operator"], registry=r)
         self.state_bytes = Gauge(
             PREFIX + "state_bytes", "Size of the join state: 'memory' is Spark's memoryUsedBytes, 'sst_files' the "
             "RocksDB SST files of the committed version.", ["operator", "kind"], registry=r)
@@ -150,7 +152,7 @@ class JoinMetrics:
             self.last_batch_id.set(progress["batchId"])
         for name, operator in _operators(progress.get("stateOperators") or []):
             if operator.get("numRowsTotal") is not None:
-                self.state_keys.labels(operator=name).set(operator["numRowsTotal"])
+                self.state_rows.labels(operator=name).set(operator["numRowsTotal"])
             if operator.get("memoryUsedBytes") is not None:
                 self.state_bytes.labels(operator=name, kind="memory").set(operator["memoryUsedBytes"])
             sst = (operator.get("customMetrics") or {}).get("rocksdbSstFileSize")

@@ -121,6 +121,10 @@ class SidePlan:
         return self.changelog_mode == "upsert" and not self.direct_upsert
 
 
+DEFAULT_STATE_BUCKETS = 1024
+"""Buckets of a new checkpoint unless ``STATE_BUCKETS`` says otherwise (bench/results/RESULTS.md)."""
+
+
 @dataclass(frozen=True)
 class JoinPlan:
     kind: PlanKind
@@ -146,6 +150,9 @@ class JoinPlan:
     # The upsert materializer's output rows of every output the checkpoint's state has seen, oldest
     # first: per output column [side, input column, nullable] (``output_sources``).
     output_generations: tuple[tuple[tuple, ...], ...] = ()
+    # Keys per grouping key of every stateful stage: 0 = one grouping key per key; N = the keys in
+    # N buckets (sparkstate.py), fixed once a checkpoint exists (checkpoint.py).
+    state_buckets: int = 0
     description: str = field(default="", compare=False)
 
     @property

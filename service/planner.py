@@ -15,7 +15,7 @@ from operators.spec import WINDOW_COLUMNS
 from .avro import SchemaRegistry, load_schema_file, output_schema, record_columns
 from .config import Settings
 from .keys import KeyDecoder
-from .plan import TIME_BOUNDED_KINDS, JoinPlan, OutputMode, PlanError, PlanKind, SidePlan
+from .plan import DEFAULT_STATE_BUCKETS, TIME_BOUNDED_KINDS, JoinPlan, OutputMode, PlanError, PlanKind, SidePlan
 from .sql import JoinQuery, QueryError, describe, interval_sql, parse_join_sql
 
 
@@ -78,6 +78,7 @@ def build_plan(settings: Settings, schemas: tuple[dict, dict] | None = None) -> 
         projection=projection, output_names=output_names, output_schema=schema, output_key=output_key,
         mini_batch_size=settings.mini_batch_size, retention_ms=_retention(settings, kind),
         output_mode=OutputMode(settings.output_mode), interval_ms=_interval_ms(query), window=_window(query),
+        state_buckets=DEFAULT_STATE_BUCKETS if settings.state_buckets is None else settings.state_buckets,
         description=describe(query),
     )
     _check_types(plan)
@@ -387,6 +388,11 @@ def explain(plan: JoinPlan) -> str:
     key = ", ".join(plan.output_names[i] for i in plan.output_key) if plan.output_key else "none"
     lines.append(f"output: {', '.join(plan.output_names)}; message key ({key}); {plan.output_mode.value}")
     lines.append("stages: " + "; then ".join(plan.stages()))
+    if plan.state_buckets:
+        lines.append(f"state: the keys of every stage in {plan.state_buckets} buckets (STATE_BUCKETS; state calls "
+                     "to Spark per bucket of keys)")
+    else:
+        lines.append("state: one Spark grouping key per key (STATE_BUCKETS=0)")
     return "\n".join(lines)
 
 

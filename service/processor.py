@@ -2,14 +2,19 @@
 operators on Spark's RocksDB-backed state (its state variables and their bytes: ``sparkstate.py``).
 
 Thin adapters from ``transformWithState``'s shape to the operators' calls; they hold no join
-logic. Per join key and micro-batch it makes one state read and one state write (the whole
-key's join state is one value), whatever the number of records.
+logic. Spark calls them per grouping key: a key (join key, message key, upsert key), or with
+``STATE_BUCKETS`` a bucket of keys, whose rows arrive packed (``envelope.py``). Within a bucket
+the operator still runs per key, in the keys' sorted order, each key's state a view into its
+bucket (``sparkstate.py``); what the bucket's keys emit goes out packed together. Per grouping
+key and micro-batch a stage makes one state read and one state write, whatever the number of
+keys and records (besides the entries of large keys and split sides).
 
 Order of a key's records within a micro-batch: Spark hands a group's rows in no particular order.
 They are put back in a deterministic order that keeps every input's per-partition offset order:
 the records of each (side, Kafka partition) are sorted by offset, and these runs are merged by
 Kafka timestamp, ties broken by side (left first), partition and offset. A replayed micro-batch
-therefore processes the same records in the same order and emits the same output.
+therefore processes the same records in the same order and emits the same output; the keys of a
+bucket are run in the order of their grouping bytes, and timers in time order, ties by key.
 """
 from __future__ import annotations
 
@@ -25,23 +30,30 @@ from operators import EVENT, PROC, ChangelogNormalize, Context, Output, UpsertMa
 from . import deadletters
 from .deadletters import Reason
 from .envelope import (
+    ENVELOPE_FIELDS,
     ENVELOPE_SCHEMA,
     EVENT_TIME,
+    JK,
     KIND,
     NOT_ROWS,
     OFFSET,
     PACK_LIMIT,
+    PACK_ROWS,
     PART,
     PAYLOAD,
     TAG,
     TS,
     Tag,
     Target,
+    bucket_group,
+    bucket_of,
     dumps,
     join_key_group,
     loads,
     output_key_group,
     pack,
+    packed_envelope,
+    unpacked,
 )
 from .plan import JoinPlan, PlanKind, TimeMode
 from .shipping import built
@@ -49,8 +61,11 @@ from .sparkstate import Pending, join_state, normalize_state, upsert_state
 
 log = logging.getLogger(__name__)
 
-_OUTPUT, _DEAD_LETTER, _PACKED = int(Target.OUTPUT), int(Target.DEAD_LETTER), int(Target.PACKED)
-_DEAD_LETTER_TAG = int(Tag.DEAD_LETTER)
+_OUTPUT, _DEAD_LETTER, _PACKED, _KEYED = (int(t) for t in (Target.OUTPUT, Target.DEAD_LETTER, Target.PACKED,
+                                                             Target.KEYED))
+_DEAD_LETTER_TAG, _PACKED_TAG = int(Tag.DEAD_LETTER), int(Tag.PACKED)
+_EnvelopeRow = Row(*ENVELOPE_FIELDS)  # a named envelope row from a tuple: _EnvelopeRow(*envelope)
+_TIMER_ROUNDS = 1000  # a bucket's timers fired in one call, round after round: a bound against a runaway operator
 
 
 def _plan(plan_json: str) -> JoinPlan:
@@ -60,6 +75,21 @@ def _plan(plan_json: str) -> JoinPlan:
 
 def _plan_from_config(config: dict) -> JoinPlan:
     return JoinPlan.from_json(config["plan"])
+
+
+def by_key(rows) -> Iterator[tuple[bytes, list]]:
+    """Packed envelope rows' entries grouped by key, keys in sorted order; other rows (dead
+    letters, heartbeats) are not rows of a key and are left out."""
+    groups: dict[bytes, list] = {}
+    for r in rows:
+        if r[TAG] == _PACKED_TAG:
+            for entry in unpacked(r[PAYLOAD]):
+                group = groups.get(entry[JK])
+                if group is None:
+                    group = groups[entry[JK]] = []
+                group.append(entry)
+    for key in sorted(groups):
+        yield key, groups[key]
 
 
 def ordered_records(rows) -> list:
@@ -81,11 +111,12 @@ class JoinProcessor(StatefulProcessor):
     """Runs one :class:`JoinPlan`'s operator per join key.
 
     With ``pack`` (the default unless the upsert materializer stage follows), the changes that one
-    call (one key's rows, or one expired timer) emits go out together in one PACKED row (or more,
-    beyond :data:`~service.envelope.PACK_LIMIT` changes), which the sink unpacks: Spark's per-row
-    costs (Row objects, Arrow conversion, the JVM) are then paid once per key and call instead of
-    once per change. Without it, every change is one OUTPUT row keyed by its upsert key (``okey``),
-    as the upsert materializer stage needs."""
+    call (one key's or one bucket's rows, or expired timers) emits go out together in one PACKED
+    row (or more, beyond :data:`~service.envelope.PACK_LIMIT` changes), which the sink unpacks:
+    Spark's per-row costs (Row objects, Arrow conversion, the JVM) are then paid once per call
+    instead of once per change. Without it, every change is one OUTPUT row keyed by its upsert key
+    (``okey``), as the upsert materializer stage needs; with buckets, the changes of each bucket of
+    upsert keys go together in one KEYED row keyed by that bucket."""
 
     def __init__(self, plan_json: str, pack: bool | None = None):
         self.plan_json = plan_json
@@ -98,8 +129,9 @@ class JoinProcessor(StatefulProcessor):
             self.pack = not self.plan.upsert_materializer
         self.handle = handle
         self.time_mode = self.plan.time_mode
-        domain = {TimeMode.PROCESSING_TIME: PROC, TimeMode.EVENT_TIME: EVENT}.get(self.time_mode)
-        self.state = join_state(handle, self.plan, domain)
+        self.domain = {TimeMode.PROCESSING_TIME: PROC, TimeMode.EVENT_TIME: EVENT}.get(self.time_mode)
+        self.state = join_state(handle, self.plan, self.domain)
+        self.buckets = self.plan.state_buckets
         # Rows the join may drop as late carry their original record (decode.py): (row, original).
         self.original_sides = self.plan.late_sides
         self.window_join = self.plan.kind is PlanKind.WINDOW
@@ -113,50 +145,101 @@ class JoinProcessor(StatefulProcessor):
         return Context(now=now if now >= 0 else 0, watermark=watermark if watermark >= 0 else None)
 
     def handleInputRows(self, key, rows, timerValues) -> Iterator[Row]:
-        ordered = ordered_records(rows)
-        out = Output()
-        letters = [r for r in ordered if r[TAG] == _DEAD_LETTER_TAG]
+        rows = list(rows)
+        for r in rows:  # dead letters only pass through: their key holds no state
+            if r[TAG] == _DEAD_LETTER_TAG:
+                yield Row(target=_DEAD_LETTER, kind=0, payload=r[PAYLOAD], okey=key[0], seq=self.seq.take())
         # Idle heartbeats (decode.py) only move the watermark: no state, no output.
-        records = [(r[TAG], r[KIND], loads(r[PAYLOAD])) for r in ordered if r[TAG] not in NOT_ROWS]
+        if self.buckets:
+            groups = list(by_key(rows))
+            if not groups:
+                return
+            bucket = self.state.open()
+            context = self._context(timerValues)
+            changes: list = []
+            bucket.read_ahead([jk for jk, _ in groups])
+            for jk, entries in groups:
+                yield from self._process(bucket.key(jk), jk, ordered_records(entries), context, changes)
+                if len(changes) >= PACK_LIMIT:
+                    yield from self._emit(changes)
+                    changes = []
+            bucket.flush()
+            yield from self._emit(changes)
+            return
+        entries = [(r[JK], r[TAG], r[KIND], loads(r[PAYLOAD]), None, r[TS], r[PART], r[OFFSET])
+                   for r in ordered_records(rows) if r[TAG] not in NOT_ROWS]
+        if entries:
+            changes = []
+            yield from self._process(self.state, key[0], entries, self._context(timerValues), changes)
+            yield from self._emit(changes)
+
+    def _process(self, key_state, jk: bytes, entries: list, context: Context, changes: list) -> Iterator[Row]:
+        """Run the operator on one key's ``entries`` (envelope tuples, payloads unpickled, in order):
+        its changes are added to ``changes``, its late rows and failures are yielded as dead letters."""
+        records = [(e[TAG], e[KIND], e[PAYLOAD]) for e in entries]
         originals = {}
         if self.original_sides:
             for i, (side, kind, payload) in enumerate(records):
                 if side in self.original_sides:
                     records[i] = (side, kind, payload[0])
                     originals[id(payload[0])] = payload[1]
-        for r in letters:  # dead letters only pass through: their key holds no state
-            yield Row(target=_DEAD_LETTER, kind=0, payload=r[PAYLOAD], okey=key[0], seq=self.seq.take())
-        if not records:
-            return
-        context = self._context(timerValues)
-        state = Pending(self.state)
+        out = Output()
+        state = Pending(key_state)
         try:
             self.operator.process(state, records, context, out)
         except Exception as err:  # noqa: BLE001 - one key's failure must not stop the service
             # The key's state stays as it was before these records; they become dead letters.
-            detail = self._join_error(key, err)
-            rows = [r for r in ordered if r[TAG] not in NOT_ROWS]
-            for r, (side, kind, row) in zip(rows, records):
+            detail = self._join_error(jk, err)
+            for e, (side, kind, row) in zip(entries, records):
                 letter = deadletters.from_row(Reason.JOIN_ERROR, detail, kind, row, originals.get(id(row)),
-                                              self._source(side, r))
-                yield Row(target=_DEAD_LETTER, kind=kind, payload=dumps(letter), okey=key[0], seq=self.seq.take())
+                                              self._source(side, e))
+                yield Row(target=_DEAD_LETTER, kind=kind, payload=dumps(letter), okey=jk, seq=self.seq.take())
             return
         state.flush()
-        yield from self._emit(out, originals, context)
+        changes += out.rows
+        yield from self._late(out, originals, context)
 
     def handleExpiredTimer(self, key, timerValues, expiredTimerInfo) -> Iterator[Row]:
-        out = Output()
         domain = EVENT if self.time_mode is TimeMode.EVENT_TIME else PROC
-        state = Pending(self.state)
+        context = self._context(timerValues)
+        fired = expiredTimerInfo.getExpiryTimeInMs()
+        if not self.buckets:
+            changes: list = []
+            yield from self._on_timer(self.state, key[0], domain, fired, context, changes)
+            yield from self._emit(changes)
+            return
+        # The bucket's one Spark timer is its keys' earliest: fire every key's timer that is due,
+        # in time order; one that a timer registers and is already due fires in the next round.
+        until = timerValues.getCurrentWatermarkInMs() if domain == EVENT else timerValues.getCurrentProcessingTimeInMs()
+        bucket = self.state.open()
+        bucket.timer_fired(fired)
+        changes = []
+        for _ in range(_TIMER_ROUNDS):
+            due = bucket.due(until)
+            if not due:
+                break
+            for ts, jk in due:
+                bucket.delete_timer(jk, ts)
+                yield from self._on_timer(bucket.key(jk), jk, domain, ts, context, changes)
+        else:
+            raise RuntimeError(f"timers still due after {_TIMER_ROUNDS} rounds: an operator registers timers "
+                               "that are due already")
+        bucket.flush()
+        yield from self._emit(changes)
+
+    def _on_timer(self, key_state, jk: bytes, domain: str, ts: int, context: Context, changes: list) -> Iterator[Row]:
+        out = Output()
+        state = Pending(key_state)
         try:
-            self.operator.on_timer(state, domain, expiredTimerInfo.getExpiryTimeInMs(), self._context(timerValues), out)
-        except Exception as err:  # noqa: BLE001 - as in handleInputRows; a timer has no records to keep
-            self._join_error(key, err)
+            self.operator.on_timer(state, domain, ts, context, out)
+        except Exception as err:  # noqa: BLE001 - as in _process; a timer has no records to keep
+            self._join_error(jk, err)
             return
         state.flush()
-        yield from self._emit(out)
+        changes += out.rows
+        yield from self._late(out, None, context)
 
-    def _join_error(self, key, err: Exception) -> str:
+    def _join_error(self, jk: bytes, err: Exception) -> str:
         """Log a key's failure once, with the micro-batch id; the dead letters' detail."""
         from pyspark import TaskContext
 
@@ -164,7 +247,7 @@ class JoinProcessor(StatefulProcessor):
         batch = context.getLocalProperty("streaming.sql.batchId") if context is not None else None
         detail = f"{type(err).__name__}: {err}"
         log.error("join_error in micro-batch %s for join key %r: %s; the key's records of this call go to the "
-                  "dead-letter topic and its state is kept as it was", batch, key[0], detail, exc_info=err)
+                  "dead-letter topic and its state is kept as it was", batch, jk, detail, exc_info=err)
         return detail
 
     def _source(self, side: int, envelope) -> tuple:
@@ -173,19 +256,29 @@ class JoinProcessor(StatefulProcessor):
         offset = envelope[OFFSET] // 4 if side_plan.normalized else envelope[OFFSET]
         return (side_plan.topic, envelope[PART], offset)
 
-    def _emit(self, out: Output, originals: dict | None = None, context: Context | None = None) -> Iterator[Row]:
+    def _emit(self, changes: list) -> Iterator[Row]:
         if self.pack:
-            for i in range(0, len(out.rows), PACK_LIMIT):
-                changes = out.rows[i : i + PACK_LIMIT]
-                yield Row(target=_PACKED, kind=0, payload=pack(changes), okey=b"", seq=self.seq.take(len(changes)))
+            for i in range(0, len(changes), PACK_LIMIT):
+                chunk = changes[i : i + PACK_LIMIT]
+                yield Row(target=_PACKED, kind=0, payload=pack(chunk), okey=b"", seq=self.seq.take(len(chunk)))
+        elif self.buckets:
+            keyed: dict[int, list] = {}
+            for kind, row in changes:
+                okey = self.output_key(row)
+                keyed.setdefault(bucket_of(okey, self.buckets), []).append((okey, kind, row))
+            for bucket in sorted(keyed):
+                yield Row(target=_KEYED, kind=0, payload=dumps(keyed[bucket]), okey=bucket_group(bucket),
+                          seq=self.seq.take())
         else:
-            for kind, row in out.rows:
+            for kind, row in changes:
                 yield Row(target=_OUTPUT, kind=kind, payload=dumps(row), okey=self.output_key(row),
                           seq=self.seq.take())
+
+    def _late(self, out: Output, originals: dict | None, context: Context) -> Iterator[Row]:
         for kind, row, copies in _late_records(out.late):
             original = (originals or {}).get(id(row))
             if self.window_join:
-                letter = deadletters.late_row(kind, row, original, copies, context.watermark if context else None)
+                letter = deadletters.late_row(kind, row, original, copies, context.watermark)
             else:
                 letter = deadletters.late_row(kind, row, original)
             yield Row(target=_DEAD_LETTER, kind=kind, payload=dumps(letter), okey=b"late", seq=self.seq.take())
@@ -229,7 +322,8 @@ class _TaskSequence:
 
 
 class UpsertProcessor(StatefulProcessor):
-    """The upsert materializer stage, keyed by the output's upsert key (see ``operators/upsert.py``).
+    """The upsert materializer stage, keyed by the output's upsert key (see ``operators/upsert.py``),
+    or by a bucket of upsert keys.
 
     Used when the output is written as upserts under a key that the join key does not determine:
     the changes of one upsert key then come from several join tasks, in no particular order
@@ -242,29 +336,47 @@ class UpsertProcessor(StatefulProcessor):
         self.operator = UpsertMaterializer()
         plan = _plan(self.plan_json) if self.plan_json is not None else None
         self.state = upsert_state(handle, plan, self.operator)
+        self.buckets = plan.state_buckets if plan is not None else 0
         self.seq = _TaskSequence()
 
     def handleInputRows(self, key, rows, timerValues) -> Iterator[Row]:
         ordered = sorted(rows, key=lambda r: r.seq)  # each join task's own order; tasks in turn
-        changes = []
+        changes: dict[bytes, list] = {}
         for r in ordered:
             if r.target == _DEAD_LETTER:
                 yield Row(target=_DEAD_LETTER, kind=r.kind, payload=r.payload, okey=r.okey, seq=self.seq.take())
+            elif r.target == _KEYED:
+                for okey, kind, row in loads(r.payload):
+                    changes.setdefault(okey, []).append((0, kind, row))
             else:
-                changes.append((0, r.kind, loads(r.payload)))
-        if changes:
+                changes.setdefault(key[0], []).append((0, r.kind, loads(r.payload)))
+        if not changes:
+            return
+        if not self.buckets:
             out = Output()
-            self.operator.process(self.state, changes, Context(), out)
+            self.operator.process(self.state, changes[key[0]], Context(), out)
             for kind, row in out.rows:
                 yield Row(target=_OUTPUT, kind=kind, payload=dumps(row), okey=key[0], seq=self.seq.take())
+            return
+        bucket = self.state.open()
+        out = Output()
+        for okey in sorted(changes):
+            state = Pending(bucket.key(okey))
+            self.operator.process(state, changes[okey], Context(), out)
+            state.flush()
+        bucket.flush()
+        for i in range(0, len(out.rows), PACK_LIMIT):
+            chunk = out.rows[i : i + PACK_LIMIT]
+            yield Row(target=_PACKED, kind=0, payload=pack(chunk), okey=b"", seq=self.seq.take(len(chunk)))
 
     def close(self) -> None:
         pass
 
 
 class NormalizeProcessor(StatefulProcessor):
-    """The normalize stage of an upsert input, keyed by message key (see ``operators/normalize.py``):
-    emits envelopes of a full changelog, keyed by join key, for the join stage."""
+    """The normalize stage of an upsert input, keyed by message key (see ``operators/normalize.py``)
+    or by a bucket of message keys: emits envelopes of a full changelog, keyed by join key (packed
+    per bucket of join keys), for the join stage."""
 
     schema = ENVELOPE_SCHEMA
 
@@ -278,22 +390,51 @@ class NormalizeProcessor(StatefulProcessor):
         self.join_key = lambda row: join_key_group(join_key_of(row))
         self.operator = ChangelogNormalize()
         self.state = normalize_state(handle, plan, self.side, self.operator)
+        self.buckets = plan.state_buckets
 
     def handleInputRows(self, key, rows, timerValues) -> Iterator[Row]:
+        if self.buckets:
+            yield from self._buckets(rows)
+            return
         ordered = ordered_records(rows)
         state = Pending(self.state)
         for r in ordered:
             if r[TAG] in NOT_ROWS:  # passed on to the join stage
                 yield r
                 continue
-            out = Output()
-            self.operator.process(state, [(self.side, r[KIND], loads(r[PAYLOAD]))], Context(), out)
-            # Each output keeps its record's place; a -U/+U pair gets two consecutive offsets
-            # (offset * 4 + i) so the join stage orders them, whatever order the shuffle gives.
-            for i, (kind, row) in enumerate(out.rows):
-                yield Row(jk=self.join_key(row), tag=self.side, kind=int(kind), payload=dumps(row),
-                          event_time=r[EVENT_TIME], ts=r[TS], part=r[PART], offset=r[OFFSET] * 4 + i)
+            for kind, row, offset in self._normalize(state, r[KIND], loads(r[PAYLOAD]), r[OFFSET]):
+                yield Row(jk=self.join_key(row), tag=self.side, kind=kind, payload=dumps(row),
+                          event_time=r[EVENT_TIME], ts=r[TS], part=r[PART], offset=offset)
         state.flush()
+
+    def _buckets(self, rows) -> Iterator[Row]:
+        rows = list(rows)
+        for r in rows:
+            if r[TAG] in NOT_ROWS:  # passed on to the join stage
+                yield r
+        bucket = self.state.open()
+        packs: dict[int, list] = {}
+        for message_key, entries in by_key(rows):
+            state = Pending(bucket.key(message_key))
+            for e in ordered_records(entries):
+                for kind, row, offset in self._normalize(state, e[KIND], e[PAYLOAD], e[OFFSET]):
+                    jk = self.join_key(row)
+                    packs.setdefault(bucket_of(jk, self.buckets), []).append(
+                        (jk, self.side, kind, row, e[EVENT_TIME], e[TS], e[PART], offset))
+            state.flush()
+        bucket.flush()
+        for b in sorted(packs):
+            entries = packs[b]
+            for i in range(0, len(entries), PACK_ROWS):
+                yield _EnvelopeRow(*packed_envelope(b, entries[i : i + PACK_ROWS]))
+
+    def _normalize(self, state, kind: int, payload, offset: int) -> list[tuple[int, tuple, int]]:
+        """The full changelog of one upsert record: (kind, row, offset) of each change. Each keeps
+        its record's place; a -U/+U pair gets two consecutive offsets (offset * 4 + i) so the join
+        stage orders them, whatever order the shuffle gives."""
+        out = Output()
+        self.operator.process(state, [(self.side, kind, payload)], Context(), out)
+        return [(int(k), row, offset * 4 + i) for i, (k, row) in enumerate(out.rows)]
 
     def close(self) -> None:
         pass

@@ -48,7 +48,9 @@ Rows: by default the raw schema :data:`RAW_SCHEMA`. With ``mapper = "package.mod
 and ``mapper.config = <JSON>``, ``factory(json.loads(config))`` must return an object with a
 ``schema`` attribute (a Spark DDL string, which becomes the source's schema) and a
 ``map(record: KafkaRecord) -> Iterable[tuple]`` method; it runs inside the reading task, so the
-records are decoded without another Python hop. The module must be importable by Spark's Python
+records are decoded without another Python hop. A mapper that also has
+``map_all(records: Iterable[KafkaRecord]) -> Iterable[tuple]`` is given the task's records
+together instead (to pack rows of several records into one). The module must be importable by Spark's Python
 workers. ``mapper.secret`` (JSON object, optional) is merged into the config: its option name
 matches Spark's ``spark.redaction.regex``, so Spark hides its value wherever it shows options.
 
@@ -908,6 +910,10 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
 
 def _mapped(mapper: Any, msgs: Iterable[Any]) -> Iterator[tuple]:
+    map_all = getattr(mapper, "map_all", None)
+    if map_all is not None:  # the mapper sees the task's records together (it may pack them)
+        yield from map_all(_to_record(m) for m in msgs)
+        return
     map_record = mapper.map
     for m in msgs:
         yield from map_record(_to_record(m))

@@ -71,7 +71,7 @@ def test_progress_feeds_input_batch_and_state_metrics():
     assert value(m, "changejoin_batch_input_records_sum") == 6
     assert value(m, "changejoin_last_committed_batch_id") == 1
     op = "transformWithStateInPySparkExec"
-    assert value(m, "changejoin_state_keys", operator=op) == 2
+    assert value(m, "changejoin_state_rows", operator=op) == 2
     assert value(m, "changejoin_state_bytes", operator=op, kind="memory") == 6332
     assert value(m, "changejoin_state_bytes", operator=op, kind="sst_files") == 1343
     assert value(m, "changejoin_last_progress_timestamp_seconds") == pytest.approx(time.time(), abs=60)
@@ -314,7 +314,7 @@ def test_service_exposes_metrics_and_readiness_while_joining(kafka_bootstrap, sp
         assert samples[("changejoin_last_committed_batch_id", ())] >= 0
         assert samples[("changejoin_query_active", ())] == 1
         assert samples[("changejoin_input_lag_records", (("partition", "0"), ("side", "left")))] == 0
-        assert any(name == "changejoin_state_keys" and v >= 3 for (name, _), v in samples.items())
+        assert any(name == "changejoin_state_rows" and v >= 3 for (name, _), v in samples.items())
         # No new input: the query is idle, and stays ready past the window.
         until = time.monotonic() + 8
         while time.monotonic() < until:

@@ -11,7 +11,7 @@ from service import checkpoint
 from service.checkpoint import CheckpointMismatch, reconcile
 from service.config import load_settings
 from service.planner import build_plan
-from service.sparkstate import SparkKeyState
+from service.sparkstate import KeyCodec, SparkKeyState
 from test_config import SCHEMAS, VALID
 
 ORDERS = json.loads((SCHEMAS / "orders.avsc").read_text())
@@ -19,7 +19,7 @@ LEFT = "SELECT o.order_id, o.product, p.price FROM orders o LEFT JOIN prices p O
 
 
 def plan(tmp_path, orders=None, **env):
-    settings = {**VALID, "JOIN_SQL": LEFT, **env}
+    settings = {**VALID, "STATE_BUCKETS": "0", "JOIN_SQL": LEFT, **env}  # per key; buckets: test_buckets.py
     if orders is not None:
         path = tmp_path / f"orders-{abs(hash(json.dumps(orders)))}.avsc"
         path.write_text(json.dumps(orders))
@@ -126,7 +126,7 @@ def test_stored_values_carry_their_generation_and_older_ones_are_upgraded_when_r
         return [row + ("new",) for row in value]
 
     legacy = _Value(pickle.dumps([(1, "ink")], protocol=5))  # written by generation 0: a plain pickle
-    state = SparkKeyState(legacy, None, None, generation=2, upgrade=upgrade)
+    state = SparkKeyState(legacy, None, None, KeyCodec(2, upgrade))
     assert state.get() == [(1, "ink", "new")] and upgraded == [0]
     state.put([(1, "ink", "new")])
     assert legacy.stored[:3] == b"\x01\x00\x02"

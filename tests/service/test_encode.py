@@ -21,8 +21,13 @@ from test_config import VALID
 LEFT_JOIN = "SELECT o.order_id, o.product, o.quantity, p.price FROM orders o LEFT JOIN prices p ON o.product = p.product"
 
 
+# The per-key layout (STATE_BUCKETS=0): one call per join key; the bucket layout's calls are
+# checked against it in test_buckets.py.
+PER_KEY = {"STATE_BUCKETS": "0"}
+
+
 def plan_for(**env):
-    return build_plan(load_settings({**VALID, "JOIN_SQL": LEFT_JOIN, **env}))
+    return build_plan(load_settings({**VALID, **PER_KEY, "JOIN_SQL": LEFT_JOIN, **env}))
 
 
 def encoder_for(plan, **env):

@@ -27,7 +27,7 @@ def window_plan(function="TUMBLE(TABLE {t}, DESCRIPTOR({c}), INTERVAL '10' SECON
     left, right = function.format(t="orders", c="order_time"), function.format(t="shipments", c="ship_time")
     sql = (f"SELECT o.order_id, o.window_start, s.ship_id FROM TABLE({left}) o {join} TABLE({right}) s "
            "ON o.order_id = s.order_id AND o.window_start = s.window_start AND o.window_end = s.window_end")
-    return build_plan(load_settings({**VALID, **TIMED, "JOIN_SQL": sql}))
+    return build_plan(load_settings({**VALID, **TIMED, "STATE_BUCKETS": "0", "JOIN_SQL": sql}))
 
 
 class _Expired:

@@ -1,0 +1,504 @@
+"""Join keys in buckets (service/buckets.py): what a bucket stores, and what it costs in state calls."""
+from __future__ import annotations
+
+import pytest
+
+from service.sparkstate import BucketState, KeyCodec
+from spark_fakes import FakeHandle, FakeMapState, FakeValueState
+
+
+class Counting:
+    """Counts the calls made to a fake state (each is one round trip to the JVM in Spark)."""
+
+    def __init__(self, inner, calls: list):
+        self._inner, self._calls = inner, calls
+
+    def __getattr__(self, name):
+        attr = getattr(self._inner, name)
+        if not callable(attr):
+            return attr
+
+        def call(*args):
+            self._calls.append(name)
+            return attr(*args)
+
+        return call
+
+
+class Bucket:
+    """One bucket's fake Spark state, opened anew for each call as a processor does."""
+
+    def __init__(self, small: int = 4096, budget: int = 64 * 1024, codec: KeyCodec | None = None):
+        self.value, self.keys, self.left = FakeValueState(), FakeMapState(), FakeMapState()
+        self.handle = FakeHandle()
+        self.small, self.budget, self.codec = small, budget, codec or KeyCodec()
+        self.calls: list[str] = []
+
+    def open(self, domain: str | None = "proc") -> BucketState:
+        self.calls.clear()
+        c = self.calls
+        return BucketState(Counting(self.value, c), Counting(self.keys, c), {"left": Counting(self.left, c)},
+                           Counting(self.handle, c), domain, self.codec, self.small, self.budget)
+
+
+def test_values_of_many_keys_cost_one_read_and_one_write_of_the_bucket():
+    b = Bucket()
+    state = b.open()
+    for i in range(50):
+        state.key(b"k%d" % i).put(("row", i))
+    state.flush()
+    assert b.calls == ["get", "update"]
+    state = b.open()
+    assert [state.key(b"k%d" % i).get() for i in range(50)] == [("row", i) for i in range(50)]
+    assert state.key(b"absent").get() is None
+    state.flush()
+    assert b.calls == ["get"]  # nothing changed, nothing written
+
+
+def test_a_large_value_is_a_map_entry_of_its_own_and_stays_one_until_cleared():
+    b = Bucket(small=100)
+    state = b.open()
+    state.key(b"big").put("x" * 200)
+    state.key(b"small").put("y")
+    state.flush()
+    assert sorted(k for (k,) in b.keys.entries) == [b"big"]
+    state = b.open()
+    state.key(b"big").put("x")  # shrunk: still a map entry, so the bucket value is not rewritten
+    state.flush()
+    assert b.calls == ["get", "updateValue"]
+    state = b.open()
+    assert state.key(b"big").get() == "x" and state.key(b"small").get() == "y"
+    state.key(b"big").clear()
+    state.flush()
+    assert b.keys.entries == {}
+    state = b.open()
+    state.key(b"small").clear()
+    state.flush()
+    assert b.value.value is None, "an empty bucket holds no value"
+
+
+def test_large_keys_a_call_touches_are_read_in_one_iteration_when_they_are_many():
+    b = Bucket(small=10)
+    state = b.open()
+    for i in range(16):
+        state.key(b"k%02d" % i).put("x" * 50)
+    state.flush()
+    state = b.open()
+    state.read_ahead([b"k%02d" % i for i in range(4)])  # 4 of 16: one iteration instead of 4 calls
+    assert [state.key(b"k%02d" % i).get() for i in range(4)] == ["x" * 50] * 4
+    assert b.calls == ["get", "iterator"]
+    state = b.open()
+    state.read_ahead([b"k00"])  # one key: one call
+    assert state.key(b"k00").get() == "x" * 50 and b.calls == ["get", "getValue"]
+
+
+def test_beyond_the_bucket_budget_the_largest_small_values_leave_first():
+    b = Bucket(small=1000, budget=1000)
+    state = b.open()
+    for name, size in ((b"a", 300), (b"b", 500), (b"c", 400), (b"d", 100)):
+        state.key(name).put("x" * size)
+    state.flush()
+    assert sorted(k for (k,) in b.keys.entries) == [b"b"]
+    state = b.open()
+    assert [len(state.key(k).get()) for k in (b"a", b"b", b"c", b"d")] == [300, 500, 400, 100]
+
+
+def test_one_spark_timer_per_bucket_at_its_keys_earliest():
+    b = Bucket()
+    state = b.open()
+    state.key(b"a").register_timer("proc", 300)
+    state.key(b"b").register_timer("proc", 200)
+    state.key(b"b").register_timer("proc", 500)
+    state.key(b"c").register_timer("event", 100)  # another domain than the processor's: ignored
+    state.flush()
+    assert b.handle.timers == {200}
+    state = b.open()
+    assert state.due(300) == [(200, b"b"), (300, b"a")]
+    state.key(b"b").delete_timer("proc", 200)
+    state.flush()
+    assert b.handle.timers == {300}
+    assert b.calls == ["get", "deleteTimer", "registerTimer", "update"]
+
+
+def test_a_fired_bucket_timer_is_not_deleted_again_and_the_next_one_is_registered():
+    b = Bucket()
+    state = b.open()
+    state.key(b"a").register_timer("proc", 100)
+    state.key(b"a").register_timer("proc", 900)
+    state.flush()
+    state = b.open()
+    state.timer_fired(100)
+    b.handle.timers.discard(100)  # Spark deletes a timer it fired after the call
+    for ts, jk in state.due(100):
+        state.delete_timer(jk, ts)
+    state.flush()
+    assert b.handle.timers == {900}
+    assert "deleteTimer" not in b.calls
+
+
+def test_a_value_read_twice_is_decoded_twice_so_changes_in_place_are_not_kept():
+    b = Bucket()
+    state = b.open()
+    state.key(b"a").put({"rows": [1]})
+    state.flush()
+    state = b.open()
+    value = state.key(b"a").get()
+    value["rows"].append(2)  # a call that fails after changing what it read: nothing is put
+    assert state.key(b"a").get() == {"rows": [1]}
+
+
+def test_maps_of_two_keys_in_one_bucket_stay_apart():
+    b = Bucket()
+    state = b.open()
+    one, two = state.key(b"one").map("left"), state.key(b"two").map("left")
+    one.put(("pk", 1), ["row1"])
+    two.put(("pk", 1), ["row2"])
+    two.put(("pk", 2), ["row3"])
+    assert state.key(b"one").map("right") is None
+    assert one.get(("pk", 1)) == ["row1"] and two.get(("pk", 1)) == ["row2"]
+    assert sorted(two.items()) == [(("pk", 1), ["row2"]), (("pk", 2), ["row3"])]
+    two.clear()
+    assert list(two.items()) == [] and list(one.items()) == [(("pk", 1), ["row1"])]
+
+
+def test_values_of_an_older_generation_are_upgraded_as_they_are_read():
+    b = Bucket(codec=KeyCodec(0))
+    state = b.open()
+    state.key(b"a").put(("old",))
+    state.flush()
+    b.codec = KeyCodec(2, upgrade=lambda value, generation: (*value, f"from {generation}"))
+    state = b.open()
+    assert state.key(b"a").get() == ("old", "from 0")
+    state.key(b"a").put(("new",))
+    state.flush()
+    assert b.codec.decode(state._small[b"a"]) == ("new",)
+    with pytest.raises(TypeError):
+        KeyCodec(1).decode(b.codec.encode(("x",)))  # an older codec meets a newer value: no upgrade known
+
+
+def test_the_same_changes_write_the_same_bytes():
+    def run():
+        b = Bucket(small=50, budget=120)
+        state = b.open()
+        for i in (5, 3, 9, 1, 7):
+            state.key(b"k%d" % i).put("v" * (i * 10))
+            state.key(b"k%d" % i).register_timer("proc", 1000 - i)
+        state.flush()
+        return b.value.value, sorted(b.keys.entries.items()), b.handle.timers
+
+    assert run() == run()
+
+
+# -- the stages on buckets emit what they emit per key ------------------------------------------------
+# Each micro-batch runs through the real decoder and processors on a fake of Spark's state
+# (spark_fakes.KeyedHandle), once per key (STATE_BUCKETS=0) and once in buckets; both must write
+# the same changes and dead letters, batch by batch.
+
+import copy  # noqa: E402
+import pickle  # noqa: E402
+import random  # noqa: E402
+from collections import Counter  # noqa: E402
+
+from service import sparkstate  # noqa: E402
+from service.config import load_settings  # noqa: E402
+from service.decode import InputDecoder  # noqa: E402
+from service.envelope import Target, unpack  # noqa: E402
+from service.planner import build_plan  # noqa: E402
+from service.processor import JoinProcessor, NormalizeProcessor, UpsertProcessor  # noqa: E402
+from service.source import KafkaRecord  # noqa: E402
+from service_harness import ORDERS, PRICES, avro  # noqa: E402
+from spark_fakes import KeyedHandle  # noqa: E402
+from test_config import VALID  # noqa: E402
+from test_plan import TIMED  # noqa: E402
+from test_window_late_rows import SHIPMENTS, TIMED_ORDERS  # noqa: E402
+
+LEFT_PK = {"JOIN_SQL": "SELECT o.order_id, o.product, o.quantity, p.price FROM orders o LEFT JOIN prices p "
+                       "ON o.product = p.product"}
+
+
+class Query:
+    """The query's stages for one plan, in one layout, with Spark's state faked per stage."""
+
+    def __init__(self, env: dict, buckets: int):
+        settings = {name: value for name, value in {**VALID, **env}.items() if value is not None}
+        self.plan = build_plan(load_settings({**settings, "STATE_BUCKETS": str(buckets)}))
+        plan_json = self.plan.to_json()
+        self.decoders = [InputDecoder(self.plan, side, "rowkind", None) for side in (0, 1)]
+        self.normalize = {side: (NormalizeProcessor(plan_json, side), KeyedHandle())
+                          for side in (0, 1) if self.plan.sides[side].normalized}
+        self.join = (JoinProcessor(plan_json), KeyedHandle())
+        self.upsert = (UpsertProcessor(plan_json), KeyedHandle()) if self.plan.upsert_materializer else None
+        for processor, handle in [*self.normalize.values(), self.join, *([self.upsert] if self.upsert else [])]:
+            processor.init(handle)
+
+    def batch(self, records: list, now: int = 5_000, watermark: int = -1) -> list:
+        """The rows written for one micro-batch of ``records`` ((side, KafkaRecord) pairs)."""
+        envelopes = []
+        for side in (0, 1):
+            mine = [record for s, record in records if s == side]
+            rows = list(self.decoders[side].map_all(mine))
+            if side in self.normalize:
+                processor, handle = self.normalize[side]
+                rows = handle.run(processor, rows, lambda r: r[0])
+            envelopes += rows
+        mode = self.plan.time_mode.value
+        until = {"EventTime": watermark, "ProcessingTime": now}.get(mode)
+        processor, handle = self.join
+        out = handle.run(processor, envelopes, lambda r: r[0], now, watermark, until)
+        if self.upsert:
+            processor, handle = self.upsert
+            out = handle.run(processor, out, lambda r: r.okey, now, watermark)
+        return out
+
+
+def written(rows) -> Counter:
+    """What the sink writes for join output rows: changes and dead letters, as a multiset."""
+    out = Counter()
+    for r in rows:
+        if r.target == Target.PACKED:
+            out.update(("change", kind, row) for kind, row in unpack(r.payload))
+        elif r.target == Target.OUTPUT:
+            out[("change", r.kind, pickle.loads(r.payload))] += 1
+        else:
+            assert r.target == Target.DEAD_LETTER, r.target
+            out[("dead letter", r.kind, repr(sorted(pickle.loads(r.payload).items())))] += 1
+    return out
+
+
+def changelogs(seed: int, batches: int, per_batch: int, keys: int, upsert: bool = False,
+               moves: bool = True) -> list[list]:
+    """Random order and price changelogs (the left-pk benchmark's shape: updates of live orders,
+    price updates and deletes, and a few undecodable records), cut into micro-batches. Without
+    ``moves``, an order is always for the same product (its join key)."""
+    rng = random.Random(seed)
+    orders, prices, offsets = {}, {}, [0, 0]
+    out = []
+    for _ in range(batches):
+        batch = []
+        for _ in range(per_batch):
+            side = rng.random() < 0.4
+            offset = offsets[side]
+            offsets[side] += 1
+            if rng.random() < 0.01:
+                batch.append((int(side), KafkaRecord("prices" if side else "orders", 0, offset, 1000 + offset, b"x",
+                                                     b"\x00not avro", [("rowkind", b"+I")])))
+                continue
+            if not side:
+                oid = rng.randrange(keys * 3)
+                old = orders.get(oid)
+                product = f"p{rng.randrange(keys)}" if moves else f"p{oid % keys}"
+                new = {"order_id": oid, "product": product, "quantity": rng.randrange(1, 9)}
+                changes = [(b"+I", new)] if old is None else [(b"-U", old), (b"+U", new)]
+                if old is not None and rng.random() < 0.2:
+                    changes, new = [(b"-D", old)], None
+                orders[oid] = new
+                if new is None:
+                    del orders[oid]
+                schema, topic, key = ORDERS, "orders", str(oid).encode()
+            else:
+                product = f"p{rng.randrange(keys)}"
+                old = prices.get(product)
+                new = {"product": product, "price": float(rng.randrange(100)), "currency": "EUR"}
+                changes = [(b"+I", new)] if old is None else [(b"-U", old), (b"+U", new)]
+                prices[product] = new
+                schema, topic, key = PRICES, "prices", product.encode()
+            for i, (kind, row) in enumerate(changes):
+                if upsert and kind in (b"-U", b"-D"):
+                    if kind == b"-D":  # an upsert topic's delete: a tombstone
+                        batch.append((int(side), KafkaRecord(topic, 0, offset, 1000 + offset, key, None, [])))
+                    continue
+                batch.append((int(side), KafkaRecord(topic, 0, offset, 1000 + offset, key, avro(schema, row),
+                                                     [("rowkind", kind)])))
+                if i == 0 and len(changes) > 1:
+                    offset = offsets[side]
+                    offsets[side] += 1
+        out.append(batch)
+    return out
+
+
+def upsert_table(key: tuple[int, ...]):
+    """What an upsert output amounts to (``written`` as a table, batch after batch): the changes of
+    one upsert key come from several join keys, whose order the layouts interleave differently,
+    so the upserts written in between may differ; the table after each batch may not."""
+    table: dict = {}
+
+    def after(rows) -> dict:
+        letters = Counter()
+        for r in rows:
+            if r.target == Target.DEAD_LETTER:
+                letters[r.payload] += 1
+                continue
+            changes = unpack(r.payload) if r.target == Target.PACKED else [(r.kind, pickle.loads(r.payload))]
+            for kind, row in changes:
+                okey = tuple(row[i] for i in key)
+                if kind in (0, 2):
+                    table[okey] = row
+                elif kind == 3:
+                    table.pop(okey, None)
+        return {"table": dict(table), "dead letters": letters}
+
+    return after
+
+
+def same_output(env: dict, batches: list, buckets: int = 8, compare=None, **times) -> tuple[Query, Query]:
+    per_key, bucketed = Query(env, 0), Query(env, buckets)
+    seen = {id(per_key): compare() if compare else written, id(bucketed): compare() if compare else written}
+    for i, batch in enumerate(batches):
+        clock = {name: value(i) for name, value in times.items()}
+        assert seen[id(bucketed)](bucketed.batch(batch, **clock)) == seen[id(per_key)](per_key.batch(batch, **clock)), \
+            f"batch {i}"
+    return per_key, bucketed
+
+
+def test_a_left_join_with_primary_keys_writes_the_same_changes_in_buckets():
+    per_key, bucketed = same_output(LEFT_PK, changelogs(1, batches=6, per_batch=300, keys=40))
+    # what crosses into Spark: far fewer state calls per batch, fewer state rows
+    assert bucketed.join[1].calls * 3 < per_key.join[1].calls
+    assert bucketed.join[1].rows() < per_key.join[1].rows()
+
+
+def test_large_keys_and_full_bucket_values_write_the_same_changes(monkeypatch):
+    monkeypatch.setattr(sparkstate, "SMALL_VALUE_BYTES", 300)
+    monkeypatch.setattr(sparkstate, "BUCKET_VALUE_BYTES", 1500)
+    env = {"LEFT_PRIMARY_KEY": None, "RIGHT_PRIMARY_KEY": None,  # multisets: values grow with every row
+           "JOIN_SQL": "SELECT o.order_id, p.price FROM orders o JOIN prices p ON o.product = p.product"}
+    rng = random.Random(2)
+    batches = [[(0, KafkaRecord("orders", 0, b * 100 + i, 1000, None,
+                                avro(ORDERS, {"order_id": b * 100 + i, "product": f"p{rng.randrange(12)}",
+                                              "quantity": rng.randrange(1, 9)}), [("rowkind", b"+I")]))
+                 for i in range(100)] + batch
+               for b, batch in enumerate(changelogs(2, batches=5, per_batch=100, keys=12))]
+    _, bucketed = same_output(env, batches, buckets=3)
+    _, handle = bucketed.join
+    assert any(name == sparkstate.KEYS for name, _ in handle.maps), "no key left its bucket's value"
+
+
+def test_a_hot_keys_split_side_in_a_shared_bucket_writes_the_same_changes():
+    hot = [[(0, KafkaRecord("orders", 0, b * 600 + i, 1000, str(i).encode(),
+                            avro(ORDERS, {"order_id": b * 600 + i, "product": "hot", "quantity": 1}),
+                            [("rowkind", b"+I")])) for i in range(600)]
+           + [(1, KafkaRecord("prices", 0, b, 1000, b"hot", avro(PRICES, {"product": "hot", "price": float(b),
+                                                                           "currency": None}),
+                              [("rowkind", b"+I" if b == 0 else b"+U")]))]
+           for b in range(3)]
+    mixed = changelogs(3, batches=3, per_batch=200, keys=6)
+    _, bucketed = same_output(LEFT_PK, [h + m for h, m in zip(hot, mixed)], buckets=2)
+    assert any(name == "left" for name, _ in bucketed.join[1].maps), "the hot key's side was not split"
+
+
+def test_state_ttl_timers_fire_per_key_from_one_timer_per_bucket():
+    env = {**LEFT_PK, "STATE_TTL": "1s"}
+    per_key, bucketed = same_output(env, changelogs(4, batches=6, per_batch=150, keys=30),
+                                    now=lambda i: 10_000 + i * 700)
+    per_bucket = Counter(key for _, key in bucketed.join[1].timers)
+    assert per_bucket and max(per_bucket.values()) == 1
+    assert len(bucketed.join[1].timers) < len(per_key.join[1].timers)
+
+
+def test_an_upsert_input_and_an_upsert_materializer_write_the_same_changes_in_buckets():
+    """An order that moves from one product to another several times in one micro-batch reaches
+    the materializer from several join keys, whose changes neither layout orders as the input
+    did (docs/semantics.md, order): here orders keep their product."""
+    env = {**LEFT_PK, "LEFT_CHANGELOG_MODE": "upsert", "OUTPUT_MODE": "upsert", "OUTPUT_KEY": "order_id"}
+    per_key, _ = same_output(env, changelogs(5, batches=5, per_batch=300, keys=25, upsert=True, moves=False),
+                             compare=lambda: upsert_table((0,)))
+    assert per_key.normalize and per_key.upsert, "the plan has no normalize or materializer stage"
+
+
+def windowed(seed: int) -> list[list]:
+    rng = random.Random(seed)
+    batches = []
+    for b in range(6):
+        batch = []
+        for i in range(120):
+            at = b * 10_000 + rng.randrange(-15_000, 10_000)  # some rows late for fired windows
+            oid = rng.randrange(40)
+            if rng.random() < 0.5:
+                row = {"order_id": oid, "currency": "EUR", "amount": 1.0, "order_time": at}
+                batch.append((0, KafkaRecord("orders", 0, b * 1000 + i, 1000, None, avro(TIMED_ORDERS, row), [])))
+            else:
+                row = {"ship_id": b * 1000 + i, "order_id": oid, "carrier": "ups", "ship_time": at}
+                batch.append((1, KafkaRecord("shipments", 0, b * 1000 + i, 1000, None, avro(SHIPMENTS, row), [])))
+        batches.append(batch)
+    return batches
+
+
+def test_window_join_timers_and_late_rows_are_the_same_in_buckets():
+    sql = ("SELECT o.order_id, o.window_start, s.ship_id FROM TABLE(TUMBLE(TABLE orders, DESCRIPTOR(order_time), "
+           "INTERVAL '10' SECOND)) o LEFT JOIN TABLE(TUMBLE(TABLE shipments, DESCRIPTOR(ship_time), "
+           "INTERVAL '10' SECOND)) s ON o.order_id = s.order_id AND o.window_start = s.window_start "
+           "AND o.window_end = s.window_end")
+    same_output({**TIMED, "JOIN_SQL": sql}, windowed(6), buckets=4, watermark=lambda i: 5_000 + i * 10_000)
+
+
+def test_an_event_time_temporal_join_is_the_same_in_buckets():
+    sql = ("SELECT o.order_id, s.carrier FROM orders o LEFT JOIN shipments FOR SYSTEM_TIME AS OF o.order_time AS s "
+           "ON o.order_id = s.order_id")
+    env = {**TIMED, "RIGHT_CHANGELOG_MODE": "retract", "RIGHT_PRIMARY_KEY": "order_id", "JOIN_SQL": sql}
+    batches = [[(s, KafkaRecord(r.topic, r.partition, r.offset, r.timestamp_ms, r.key, r.value, [("rowkind", b"+I")]))
+                for s, r in batch] for batch in windowed(7)]
+    same_output(env, batches, buckets=4, watermark=lambda i: 5_000 + i * 10_000)
+
+
+def test_a_replayed_batch_writes_the_same_rows_with_the_same_sequence_numbers():
+    query = Query(LEFT_PK, 8)
+    first, second = changelogs(8, batches=2, per_batch=300, keys=40)
+    query.batch(first)
+    replay = copy.deepcopy(query)
+    rows = query.batch(second)
+    assert rows and replay.batch(second) == rows
+
+
+# -- the count is fixed once a checkpoint exists ------------------------------------------------------
+import json as _json  # noqa: E402
+
+from service import checkpoint  # noqa: E402
+from service.checkpoint import CheckpointMismatch, reconcile  # noqa: E402
+
+
+def bucket_plan(buckets: str | None):
+    env = {**VALID, **LEFT_PK} if buckets is None else {**VALID, **LEFT_PK, "STATE_BUCKETS": buckets}
+    return build_plan(load_settings(env)), buckets is not None
+
+
+def test_a_new_checkpoint_takes_the_default_count_and_records_it(tmp_path):
+    plan, explicit = bucket_plan(None)
+    where = str(tmp_path / "cp")
+    assert reconcile(plan, where, buckets_set=explicit).state_buckets == 1024
+    facts = _json.loads((tmp_path / "cp" / checkpoint.FILE_NAME).read_text())["facts"]
+    assert facts["state_buckets"] == 1024
+
+
+def test_unset_the_count_is_the_checkpoints_set_to_another_it_is_refused(tmp_path):
+    where = str(tmp_path / "cp")
+    reconcile(*bucket_plan("64")[:1], where, buckets_set=True)
+    plan, explicit = bucket_plan(None)
+    assert reconcile(plan, where, buckets_set=explicit).state_buckets == 64
+    assert "STATE_BUCKETS=64" in checkpoint.describe(plan, where, explicit)
+    plan, explicit = bucket_plan("256")
+    with pytest.raises(CheckpointMismatch) as refused:
+        reconcile(plan, where, buckets_set=explicit)
+    assert "STATE_BUCKETS: the checkpoint keeps its state in 64 buckets (STATE_BUCKETS=64), not in 256" \
+        in str(refused.value)
+    assert "INCOMPATIBLE" in checkpoint.describe(plan, where, explicit)
+
+
+def test_a_checkpoint_written_before_buckets_keeps_its_state_per_key(tmp_path):
+    """Its facts have no count: its state is per key, and stays so, never read as buckets."""
+    where = tmp_path / "cp"
+    plan, explicit = bucket_plan("0")
+    reconcile(plan, str(where), buckets_set=explicit)
+    stored = _json.loads((where / checkpoint.FILE_NAME).read_text())
+    del stored["facts"]["state_buckets"]
+    (where / checkpoint.FILE_NAME).write_text(_json.dumps(stored))
+    plan, explicit = bucket_plan(None)
+    assert reconcile(plan, str(where), buckets_set=explicit).state_buckets == 0
+    with pytest.raises(CheckpointMismatch, match="keeps its state per key"):
+        reconcile(*bucket_plan("1024")[:1], str(where), buckets_set=True)
+
+
+def test_a_checkpoint_with_state_and_no_facts_file_is_taken_as_per_key(tmp_path):
+    (tmp_path / "cp" / "commits").mkdir(parents=True)
+    (tmp_path / "cp" / "commits" / "0").write_text("v1")
+    plan, explicit = bucket_plan(None)
+    assert reconcile(plan, str(tmp_path / "cp"), buckets_set=explicit).state_buckets == 0
