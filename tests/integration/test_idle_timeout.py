@@ -31,9 +31,12 @@ def plan_for(**env):
 
 
 class _Untouchable:
-    """A state handle whose state must not be used."""
+    """A state handle whose state may be opened but not used."""
 
     def getValueState(self, name, schema):
+        return self
+
+    def getMapState(self, name, key_schema, value_schema):
         return self
 
     def __getattr__(self, name):
