@@ -163,7 +163,7 @@ _PROBLEM_SEPARATOR = "\n"
 ChangelogMode = Literal["retract", "upsert", "append"]
 KeyFormat = Literal["auto", "avro", "raw"]  # message keys of upsert inputs, see keys.py
 Delivery = Literal["at-least-once", "exactly-once"]
-DEFAULT_DELIVERY: Delivery = "at-least-once"
+DEFAULT_DELIVERY: Delivery = "exactly-once"  # docs/semantics.md, "Delivery guarantees": why
 
 
 class Settings(BaseModel):

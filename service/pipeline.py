@@ -108,7 +108,7 @@ def _produce_transaction(config, batch_id, partition, attempt, batches, rows, en
         arrows = (arrow for arrow in batches if arrow.num_rows)
         first = next(arrows, None)
         if first is None:
-            return  # no output: no transaction (the init ends in its thread, which closes the producer)
+            return  # no output: no transaction (close() waits for the init to end: transactions.py)
         marker = transaction.written(built(ProgressReader.from_config, config))
         if marker is not None:
             for _ in arrows:

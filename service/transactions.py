@@ -167,7 +167,6 @@ class TaskTransaction:
         self._producer: Any = None
         self._error: Optional[BaseException] = None
         self._lock = threading.Lock()
-        self._abandoned = False
         self._thread = threading.Thread(target=self._init, name=f"changejoin-txn-{partition}", daemon=True)
         self._thread.start()
 
@@ -184,10 +183,6 @@ class TaskTransaction:
             self._error = err
         finally:
             self.init_seconds = time.perf_counter() - started
-            with self._lock:
-                abandoned = self._abandoned
-            if abandoned:
-                self._close_producer()
 
     def ready(self) -> None:
         """Wait for the producer's initialization; raise what it failed with."""
@@ -240,12 +235,11 @@ class TaskTransaction:
         return sent
 
     def close(self) -> None:
-        """Close the producer, which aborts a transaction still open. Without waiting for an
-        initialization still under way: the thread closes the producer when it ends."""
-        with self._lock:
-            if self._thread.is_alive():
-                self._abandoned = True
-                return
+        """Close the producer, which aborts a transaction still open, once its initialization has
+        ended: an initialization left to finish later (after this task, say one without output)
+        could fence the producer of the next task attempt or micro-batch of this partition, which
+        would then fail."""
+        self._thread.join()
         self._close_producer()
 
     def _close_producer(self) -> None:

@@ -170,3 +170,19 @@ def test_the_marker_is_a_compacted_record_keyed_by_checkpoint_and_partition(kafk
     assert marker.key == marker_key(delivery["delivery"]["checkpoint_id"], 1)
     assert json.loads(marker.value) == {"batch": 2, "partition": 1, "attempt": 0, "records": 2,
                                         "counts": [["dead_letter", "decode", 1], ["output", "+I", 1]]}
+
+
+def test_a_task_without_output_leaves_no_initialization_behind_to_fence_the_next_one(kafka_bootstrap, delivery):
+    """A task with no output closes its producer without a transaction; its init must be over by
+    then, or it could end after the next micro-batch's producer of the same partition started and
+    fence it (that task would fail)."""
+    for batch in range(0, 12, 2):
+        empty = TaskTransaction(delivery, 0, batch_id=batch)
+        empty.close()  # at once, as a task whose rows turn out to be none
+        assert empty.init_seconds is not None
+        task = TaskTransaction(delivery, 0, batch_id=batch + 1)
+        try:
+            task.write(records(delivery["output"], batch + 1, 1), {("output", "+I"): 1})
+        finally:
+            task.close()
+    assert len(values(kafka_bootstrap, delivery["output"])) == 6

@@ -464,7 +464,8 @@ def test_exactly_once_defaults_derive_from_the_output_topic():
     s = load_settings({**EXACTLY_ONCE, "KAFKA_TRANSACTIONAL_ID_PREFIX": "team.a-join", "PROGRESS_TOPIC": "p",
                        "KAFKA_TRANSACTION_TIMEOUT_MS": "60000"})
     assert (s.transactional_id_prefix, s.progress_topic_name, s.kafka_transaction_timeout_ms) == ("team.a-join", "p", 60_000)
-    assert not load_settings(VALID).exactly_once
+    assert load_settings(VALID).exactly_once  # the default
+    assert not load_settings({**VALID, "DELIVERY": "at-least-once"}).exactly_once
 
 
 @pytest.mark.parametrize("change, message", [
@@ -497,7 +498,8 @@ def test_check_config_explains_the_delivery_and_warns_of_exactly_once_settings_l
     assert "exactly-once for read_committed consumers of out and out.dlq" in delivery
     assert "transactional ids changejoin-out-0 .. changejoin-out-3 (KAFKA_TRANSACTION_TIMEOUT_MS=120000)" in delivery
     assert "progress markers in out.progress" in delivery
-    proc = changejoin("check-config", env={**VALID, "PROGRESS_TOPIC": "p", "CHECKPOINT_LOCATION": "/nonexistent/ck"})
+    proc = changejoin("check-config", env={**VALID, "DELIVERY": "at-least-once", "PROGRESS_TOPIC": "p",
+                                           "CHECKPOINT_LOCATION": "/nonexistent/ck"})
     assert proc.returncode == 0, proc.stderr
     assert "at-least-once" in proc.stdout.split("delivery:\n", 1)[1]
     assert "warning: PROGRESS_TOPIC is set but not used: it applies to DELIVERY=exactly-once only" in proc.stderr
