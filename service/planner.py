@@ -88,19 +88,21 @@ def build_plan(settings: Settings, schemas: tuple[dict, dict] | None = None) -> 
 
 
 def _check_upsert_key(plan: JoinPlan) -> None:
-    """An upsert key must never be NULL: a column of an input that the outer join pads with NULLs is
-    NULL on every padded row, whose upserts and deletes would then all share one NULL key."""
+    """An upsert key must never be NULL as a whole: when all its columns come from an input that the
+    outer join pads with NULLs, every padded row's upserts and deletes would share one NULL key."""
     if plan.output_mode is not OutputMode.UPSERT or not plan.output_key:
         return
+    sides = {plan.projection[i][0] for i in plan.output_key}
     padded = {0: plan.join_type.right_outer, 1: plan.join_type.left_outer}
-    for i in plan.output_key:
-        side = plan.projection[i][0]
-        if padded.get(side):
-            other = "right" if side == 0 else "left"
-            raise PlanError(
-                f"OUTPUT_KEY: {plan.output_names[i]} comes from the {('left', 'right')[side]} input, which this "
-                f"{plan.join_type.value} join pads with NULLs when a {other} row has no match: the upsert key of "
-                f"every padded row would be NULL. Use output columns of the {other} input (its primary key)")
+    if len(sides) == 1 and padded.get(next(iter(sides))):
+        side = next(iter(sides))
+        other = "right" if side == 0 else "left"
+        names = ", ".join(plan.output_names[i] for i in plan.output_key)
+        raise PlanError(
+            f"OUTPUT_KEY: {names} {'comes' if len(plan.output_key) == 1 else 'come'} from the "
+            f"{('left', 'right')[side]} input, which this {plan.join_type.value} join pads with NULLs when a "
+            f"{other} row has no match: the upsert key of every padded row would be NULL. Add output columns of "
+            f"the {other} input (its primary key)")
 
 
 def _input_columns(settings: Settings, schemas) -> list:

@@ -682,7 +682,8 @@ def test_service_accepts_the_rendered_configuration(rendered, tmp_path):
     for label, docs in rendered.items():
         env = dict(env_configmap(docs))
         for entry in driver_container(docs).get("env", []):
-            env[entry["name"]] = "stand-in"
+            # A Secret's value; the registry's user info has its form (user:password).
+            env[entry["name"]] = "stand-in:secret" if entry["name"].endswith("USER_INFO") else "stand-in"
         schema_cms = [d for d in by_kind(docs, "ConfigMap") if d["metadata"]["name"].endswith("-schemas")]
         for var in ("LEFT_SCHEMA_FILE", "RIGHT_SCHEMA_FILE"):
             if var in env:

@@ -92,10 +92,12 @@ SPARK_PROPERTY = re.compile(r"^spark\.[A-Za-z0-9]+(\.[A-Za-z0-9]+)*$")
 
 def test_only_the_session_names_spark_properties():
     """Every Spark property the service sets comes from session.spark_properties; config.py only
-    reads the user's spark.ui.enabled to check it against SPARK_UI_ENABLED and spark.speculation to
-    refuse it with DELIVERY=exactly-once (and jars.py reads
+    reads what the user's SPARK_CONF_ sets to check it: spark.ui.enabled against SPARK_UI_ENABLED,
+    spark.sql.shuffle.partitions against SHUFFLE_PARTITIONS, the state store provider (RocksDB only),
+    spark.speculation (off with DELIVERY=exactly-once) (and jars.py reads
     spark.version, a property of Spark's Maven pom)."""
-    allowed = {"config": {"spark.ui.enabled", "spark.speculation"}, "jars": {"spark.version"}}
+    allowed = {"config": {"spark.ui.enabled", "spark.speculation", "spark.sql.shuffle.partitions",
+                          "spark.sql.streaming.stateStore.providerClass"}, "jars": {"spark.version"}}
     for module in modules():
         if module == "session":
             continue
