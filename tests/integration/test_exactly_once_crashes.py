@@ -29,6 +29,7 @@ from test_recovery import (
     _group_alive,
     caught_up,
     drive,
+    references,
     send,
     service_env,
     wait_until,
@@ -72,19 +73,7 @@ def test_killed_at_every_point_of_a_micro_batch_read_committed_sees_each_record_
     log = Changelogs(seed=20261126)
     chunks = [log.chunk(order_ops=16, price_ops=5, poison=i < 2) for i in range(len(RUNS) + 1)]
 
-    references = []
-    for mode, env in (("retract", {}), ("upsert", {"OUTPUT_MODE": "upsert", "OUTPUT_KEY": "order_id"})):
-        ref = JoinHarness(kafka_bootstrap, spark, tmp_path / f"reference-{mode}", new_topic, PARTITIONS,
-                          **service_env(MAX_RECORDS_PER_TRIGGER="100000", **env))
-        for chunk in chunks:
-            send(ref, chunk)
-        references.append(ref)
-
-    def run_references():
-        retract_ref, upsert_ref = references
-        retract_ref.run()
-        upsert_ref.run()
-        return retract_ref.retract_table(), upsert_ref.upsert_table()
+    run_references = references(kafka_bootstrap, spark, tmp_path, new_topic, chunks)
 
     h = JoinHarness(kafka_bootstrap, None, tmp_path / "retract", new_topic, PARTITIONS, **service_env(**EXACTLY_ONCE))
     create_topic(kafka_bootstrap, h.output, PARTITIONS)
