@@ -4,7 +4,8 @@ Both topics are read by the Python Kafka source (``source.py``), which decodes e
 reading task (``decode.py``); the two envelope streams are unioned, grouped by join key and run
 through :class:`~service.processor.JoinProcessor` inside ``transformWithState`` on RocksDB state,
 checkpointed at ``CHECKPOINT_LOCATION``. Each micro-batch's output is encoded (``encode.py``) and
-produced to Kafka (``sink.py``) by the tasks that computed it; the driver only sees counts.
+produced to Kafka (``sink.py``) by the tasks that computed it, with ``DELIVERY=exactly-once`` in one
+transaction per task (``transactions.py``); the driver only sees counts.
 """
 from __future__ import annotations
 
