@@ -16,6 +16,10 @@ exp = None  # sqlglot.expressions, bound on first use by compile_condition
 Condition = Callable[[Sequence[Any], Sequence[Any]], Any]
 
 
+#: The most digits a numeric literal may have (Flink SQL's largest exact type is DECIMAL(38)).
+MAX_LITERAL_DIGITS = 38
+
+
 class ConditionError(ValueError):
     """The condition cannot be compiled: the message names what the user must fix."""
 
@@ -34,18 +38,19 @@ SUPPORTED = (
 )
 
 
-def _and(a, b):
-    if a is False or b is False:
+def _and(*operands):
+    """SQL's AND of any number of operands (a chain ``a AND b AND c`` is one call)."""
+    if any(o is False for o in operands):
         return False
-    if a is None or b is None:
+    if any(o is None for o in operands):
         return None
     return True
 
 
-def _or(a, b):
-    if a is True or b is True:
+def _or(*operands):
+    if any(o is True for o in operands):
         return True
-    if a is None or b is None:
+    if any(o is None for o in operands):
         return None
     return False
 
@@ -203,6 +208,10 @@ class _Compiler:
             if node.is_string:
                 return repr(node.this)
             text = node.this
+            digits = sum(c.isdigit() for c in text.split("e")[0].split("E")[0])
+            if digits > MAX_LITERAL_DIGITS:
+                raise ConditionError(f"the numeric literal {text[:20]}... has {digits} digits; at most "
+                                     f"{MAX_LITERAL_DIGITS} (Flink SQL's DECIMAL(38))")
             return repr(float(text) if any(c in text for c in ".eE") else int(text))
         if isinstance(node, exp.Null):
             return "None"
@@ -232,6 +241,17 @@ class _Compiler:
             value = self.compile(node.this)
             low, high = self.compile(node.args["low"]), self.compile(node.args["high"])
             return f"_and(_ge({value}, {low}), _le({value}, {high}))"
+        if isinstance(node, (exp.And, exp.Or)):
+            # A chain of one connective is one call, however long: walked without recursion, so
+            # neither this compiler nor Python's parser (at most 200 nested parentheses) meets its depth.
+            operands, todo = [], [node]
+            while todo:
+                current = todo.pop()
+                if type(current) is type(node):
+                    todo += [current.expression, current.this]
+                else:
+                    operands.append(current)
+            return f"{_BINARY[type(node).__name__]}({', '.join(self.compile(o) for o in operands)})"
         fn = _BINARY.get(type(node).__name__)
         if fn is not None and isinstance(node, exp.Binary):
             return f"{fn}({self.compile(node.this)}, {self.compile(node.expression)})"
@@ -282,7 +302,10 @@ def compile_condition(
     if left_types is not None and right_types is not None:
         _Types(compiler, {"L": list(left_types), "R": list(right_types)}).check(tree)
     namespace = dict(_RUNTIME, **compiler.constants)
-    fn = eval(f"lambda L, R: {body}", namespace)  # noqa: S307 - source generated above from a parsed tree
+    try:
+        fn = eval(f"lambda L, R: {body}", namespace)  # noqa: S307 - source generated above from a parsed tree
+    except (SyntaxError, RecursionError, MemoryError):  # Python's parser nests at most 200 parentheses
+        raise ConditionError("the join condition nests too deeply to compile; simplify it") from None
     fn.sql = tree.sql()
     return fn
 

@@ -151,25 +151,57 @@ class Service:
         sources = progress.get("sources") or []
         inputs = {side: (s.get("numInputRows") or 0) for side, s in zip(("left", "right"), sources)}
         duration_ms = (progress.get("durationMs") or {}).get("triggerExecution")
+        replayed = sorted(counts.skipped)
         log.info(
-            "batch %s committed: input left %d, right %d; output %s; dead letters %s; %s ms",
+            "batch %s committed: input left %d, right %d; output %s; dead letters %s; %s ms%s",
             batch_id, inputs.get("left", 0), inputs.get("right", 0), counts.output, counts.dead_letters, duration_ms,
+            f"; written before, not again: task partitions {replayed}" if replayed else "",
             extra={
                 "batch_id": batch_id, "input_left": inputs.get("left", 0), "input_right": inputs.get("right", 0),
                 "output": counts.output, "dead_letters": counts.dead_letters, "duration_ms": duration_ms,
+                "replayed_partitions": replayed,
             },
         )
 
-    def ensure_topics(self) -> int:
+    def ensure_topics(self, task_partitions: int | None = None) -> int:
         """Create the output and dead-letter topics if missing (as many partitions as the left
-        input); returns the output topic's partition count."""
+        input), and with ``task_partitions`` (exactly-once) the compacted progress topic with one
+        partition per producing task; returns the output topic's partition count."""
         from .sink import ensure_topics, topic_partitions
 
-        kafka = self.settings.kafka_properties()
+        s = self.settings
+        kafka = s.kafka_properties()
         bootstrap = kafka.pop("bootstrap.servers")
-        partitions = max(1, topic_partitions(bootstrap, kafka, self.settings.left_topic) or 1)
-        ensure_topics(bootstrap, kafka, {self.settings.output_topic: partitions, self.settings.dead_letter_topic: 1})
-        return topic_partitions(bootstrap, kafka, self.settings.output_topic) or partitions
+        partitions = max(1, topic_partitions(bootstrap, kafka, s.left_topic) or 1)
+        topics, configs = {s.output_topic: partitions, s.dead_letter_topic: 1}, {}
+        if task_partitions:
+            topics[s.progress_topic_name] = task_partitions
+            configs[s.progress_topic_name] = {"cleanup.policy": "compact"}
+        ensure_topics(bootstrap, kafka, topics, configs=configs)
+        if task_partitions:
+            have = topic_partitions(bootstrap, kafka, s.progress_topic_name) or 0
+            if have < task_partitions:
+                raise RuntimeError(
+                    f"PROGRESS_TOPIC={s.progress_topic_name!r} has {have} partitions; DELIVERY=exactly-once needs one "
+                    f"per task partition ({task_partitions}): add partitions to it, or name a new topic")
+        return topic_partitions(bootstrap, kafka, s.output_topic) or partitions
+
+    def _delivery(self, store: checkpoint.CheckpointFile, partitions: int) -> dict:
+        """With exactly-once delivery, what the producing tasks' transactions need; first the
+        progress topic, and every task partition's transactional id initialized once, which aborts
+        what a killed run left open (``transactions.py``)."""
+        from .shipping import worker_secrets
+        from .transactions import abort_open_transactions
+
+        s = self.settings
+        delivery = {"prefix": s.transactional_id_prefix, "progress_topic": s.progress_topic_name,
+                    "checkpoint_id": store.identity(), "timeout_ms": s.kafka_transaction_timeout_ms,
+                    "task_partitions": partitions}
+        seconds = abort_open_transactions({"delivery": delivery, **worker_secrets(s)}, partitions)
+        log.info("exactly-once delivery: %d transactional ids %s-0..%d initialized in %.2f s (what a stopped run "
+                 "left open is aborted); progress markers in %s", partitions, s.transactional_id_prefix,
+                 partitions - 1, seconds, s.progress_topic_name)
+        return delivery
 
     def start(self):
         log.info("join plan:\n%s", explain(self.plan))
@@ -181,11 +213,14 @@ class Service:
                 raise RuntimeError(f"cannot serve metrics on METRICS_PORT={self.settings.metrics_port}: {err}") from err
         try:
             # Before anything runs: state made for another join must not be touched.
-            self.plan = checkpoint.reconcile(
-                self.plan, self.settings.checkpoint_location,
-                checkpoint.CheckpointFile(self.settings.checkpoint_location, lambda: self.spark),
-                buckets_set=self.settings.state_buckets is not None)
-            output_partitions = self.ensure_topics()
+            store = checkpoint.CheckpointFile(self.settings.checkpoint_location, lambda: self.spark)
+            self.plan = checkpoint.reconcile(self.plan, self.settings.checkpoint_location, store,
+                                             buckets_set=self.settings.state_buckets is not None)
+            task_partitions = None
+            if self.settings.exactly_once:
+                task_partitions = store.shuffle_partitions() or self.settings.shuffle_partitions
+            output_partitions = self.ensure_topics(task_partitions)
+            delivery = self._delivery(store, task_partitions) if task_partitions else None
             self._query_known.clear()
             self._terminated.clear()
             self._query_listener = _QueryListener(self)
@@ -193,7 +228,7 @@ class Service:
             try:
                 with self._idle_events_within_ready_window():
                     self.query = JoinPipeline(
-                        self.settings, self.plan, self.spark, self._on_batch, output_partitions).start()
+                        self.settings, self.plan, self.spark, self._on_batch, output_partitions, delivery).start()
                 self._run_id = str(self.query.runId)
             finally:
                 self._query_known.set()

@@ -244,7 +244,7 @@ class SchemaRegistry:
         missing_ttl: float = 30.0,
     ):
         url = url.strip()
-        if not url.startswith(("http://", "https://")):
+        if not url.lower().startswith(("http://", "https://")):
             raise ValueError(f"schema registry url must be http(s)://..., got {url!r}")
         self.url = url.rstrip("/")
         self.basic_auth_user_info = basic_auth_user_info or None

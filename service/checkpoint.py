@@ -23,6 +23,7 @@ import dataclasses
 import json
 import logging
 import os
+import uuid
 
 from operators import STATE_FORMAT_VERSION
 
@@ -223,7 +224,10 @@ def reconcile(plan: JoinPlan, location: str, store=None, buckets_set: bool = Fal
             if len(outputs) > 1:
                 log.warning("CHECKPOINT_LOCATION=%s: the output gained columns (output generation %d); the upsert "
                             "materializer's stored rows are upgraded as they are read", location, len(outputs) - 1)
-    store.write({"format": FORMAT, "facts": current, "generations": generations, "output_generations": outputs})
+    # The checkpoint's identity (exactly-once delivery's progress markers name it): kept for its life.
+    identity = (stored or {}).get("id") or uuid.uuid4().hex
+    store.write({"format": FORMAT, "facts": current, "generations": generations, "output_generations": outputs,
+                 "id": identity})
     return dataclasses.replace(plan, state_generations=tuple(tuple(tuple(c) for c in g) for g in generations),
                                output_generations=tuple(tuple(tuple(source) for source in g) for g in outputs))
 
@@ -296,6 +300,48 @@ class CheckpointFile:
         try:
             reader = self._spark._jvm.java.io.BufferedReader(self._spark._jvm.java.io.InputStreamReader(stream, "UTF-8"))
             return json.loads("\n".join(iter(reader.readLine, None)))
+        finally:
+            stream.close()
+
+    def identity(self) -> str | None:
+        """The id :func:`reconcile` gave this checkpoint (None before it ran)."""
+        return (self.read() or {}).get("id")
+
+    def shuffle_partitions(self) -> int | None:
+        """The shuffle partitions Spark fixed for this checkpoint (``spark.sql.shuffle.partitions``
+        in the newest ``offsets/<batch>`` file's metadata line; Spark uses it over the session's on
+        every restart), or None before the first micro-batch."""
+        from .session import SHUFFLE_PARTITIONS
+
+        newest = self._newest_offsets()
+        if newest is None:
+            return None
+        for line in newest.splitlines()[1:2]:
+            value = json.loads(line).get("conf", {}).get(SHUFFLE_PARTITIONS)
+            return int(value) if value is not None else None
+        return None
+
+    def _newest_offsets(self) -> str | None:
+        if self._local:
+            directory = os.path.join(self._dir, "offsets")
+            names = [n for n in os.listdir(directory) if n.isdigit()] if os.path.isdir(directory) else []
+            if not names:
+                return None
+            with open(os.path.join(directory, max(names, key=int))) as f:
+                return f.read()
+        jvm = self._spark._jvm
+        path = jvm.org.apache.hadoop.fs.Path(self.location.rstrip("/") + "/offsets")
+        fs = path.getFileSystem(self._spark._jsc.hadoopConfiguration())
+        if not fs.exists(path):
+            return None
+        names = [status.getPath().getName() for status in fs.listStatus(path)]
+        names = [n for n in names if n.isdigit()]
+        if not names:
+            return None
+        stream = fs.open(jvm.org.apache.hadoop.fs.Path(path, max(names, key=int)))
+        try:
+            reader = jvm.java.io.BufferedReader(jvm.java.io.InputStreamReader(stream, "UTF-8"))
+            return "\n".join(iter(reader.readLine, None))
         finally:
             stream.close()
 

@@ -1,4 +1,4 @@
-"""``changejoin`` (and ``python -m service``): run | demo | check-config | schema."""
+"""``changejoin`` (and ``python -m service``): run | demo | check-config | schema | abort-transactions."""
 from __future__ import annotations
 
 import argparse
@@ -71,6 +71,9 @@ def cmd_check_config(args) -> int:
 
     print("checkpoint:")
     print(f"  {checkpoint.describe(plan, settings.checkpoint_location, settings.state_buckets is not None)}")
+    print("delivery:")
+    for line in _delivery(settings):
+        print(f"  {line}")
     print("output schema:")
     print(json.dumps(plan.output_schema, indent=2))
     warnings = unused_settings(settings, plan)
@@ -79,6 +82,44 @@ def cmd_check_config(args) -> int:
         for warning in warnings:
             print(f"  {warning}")
             print(f"changejoin: warning: {warning}", file=sys.stderr)
+    return 0
+
+
+def _task_partitions(settings) -> int:
+    """The producing tasks' partitions: the checkpoint's shuffle partitions, else SHUFFLE_PARTITIONS."""
+    from . import checkpoint
+
+    store = checkpoint.CheckpointFile(settings.checkpoint_location)
+    return (store.shuffle_partitions() if store._local else None) or settings.shuffle_partitions
+
+
+def _delivery(settings) -> list[str]:
+    if not settings.exactly_once:
+        return ["at-least-once: a micro-batch replayed after a crash is written again, with the same "
+                "changejoin.batch and changejoin.seq headers"]
+    n = _task_partitions(settings)
+    return [f"exactly-once for read_committed consumers of {settings.output_topic} and {settings.dead_letter_topic}: "
+            f"a Kafka transaction per producing task and micro-batch",
+            f"transactional ids {settings.transactional_id_prefix}-0 .. {settings.transactional_id_prefix}-{n - 1} "
+            f"(KAFKA_TRANSACTION_TIMEOUT_MS={settings.kafka_transaction_timeout_ms})",
+            f"progress markers in {settings.progress_topic_name} (compacted, at least {n} partitions)"]
+
+
+def cmd_abort_transactions(args) -> int:
+    """Abort what a stopped exactly-once deployment left open (its read_committed consumers wait at
+    the last stable offset until then, or until the transaction timeout)."""
+    settings = load_settings()
+    _configure_logging(settings.log_level, settings.log_format, settings.secret_values())
+    if not settings.exactly_once:
+        print("changejoin: DELIVERY is not exactly-once: there are no transactions to abort", file=sys.stderr)
+        return 2
+    from .shipping import worker_secrets
+    from .transactions import abort_open_transactions
+
+    n = _task_partitions(settings)
+    delivery = {"prefix": settings.transactional_id_prefix, "timeout_ms": settings.kafka_transaction_timeout_ms}
+    seconds = abort_open_transactions({"delivery": delivery, **worker_secrets(settings)}, n)
+    print(f"transactional ids {settings.transactional_id_prefix}-0 .. -{n - 1}: nothing left open ({seconds:.2f} s)")
     return 0
 
 
@@ -102,6 +143,8 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("demo", help="start an embedded broker, join a sample changelog, print it").set_defaults(fn=cmd_demo)
     sub.add_parser("check-config", help="validate the environment and print the plan").set_defaults(fn=cmd_check_config)
     sub.add_parser("schema", help="print the output Avro schema").set_defaults(fn=cmd_schema)
+    sub.add_parser("abort-transactions", help="DELIVERY=exactly-once: abort the transactions a stopped service "
+                   "left open").set_defaults(fn=cmd_abort_transactions)
     args = parser.parse_args(argv)
     try:
         return args.fn(args)

@@ -11,6 +11,7 @@ import logging
 import json
 import os
 import re
+from fractions import Fraction
 from typing import Iterable, Literal, Mapping
 from urllib.parse import urlparse
 
@@ -110,6 +111,9 @@ def local_directory(location: str) -> str | None:
     return location if parsed.scheme == "" or len(parsed.scheme) == 1 else None  # a drive letter is no scheme
 
 
+_TRANSACTIONAL_ID = re.compile(r"^[A-Za-z0-9._-]+$")
+
+
 class ConfigError(ValueError):
     """The environment does not describe a runnable service; the message names the variables."""
 
@@ -118,13 +122,27 @@ _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|sec|m|min|h|d)?\s*$", re.IG
 _UNIT_MS = {None: 1, "ms": 1, "s": 1000, "sec": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 
+#: The most shuffle partitions: each is a RocksDB state store per stateful stage, opened by a task
+#: of every micro-batch (and, with exactly-once delivery, a transactional id).
+MAX_SHUFFLE_PARTITIONS = 10_000
+
+#: The longest duration any variable takes: 36,500 days (a hundred years; "forever" in practice).
+MAX_DURATION_MS = 36_500 * 86_400_000
+
+
 def parse_duration_ms(text: str) -> int:
-    """``"500ms"``, ``"5s"``, ``"2m"``, ``"1h"``, ``"1d"`` or a plain number of milliseconds."""
+    """``"500ms"``, ``"5s"``, ``"2m"``, ``"1h"``, ``"1d"``, ``"1.5s"`` or a plain number of
+    milliseconds: a whole number of milliseconds up to :data:`MAX_DURATION_MS`."""
     match = _DURATION.match(str(text))
     if not match:
         raise ValueError(f"{text!r} is not a duration (examples: 500ms, 5s, 2m, 1h, 1d, or milliseconds)")
     number, unit = match.groups()
-    return int(float(number) * _UNIT_MS[unit.lower() if unit else None])
+    ms = Fraction(number) * _UNIT_MS[unit.lower() if unit else None]
+    if ms.denominator != 1:
+        raise ValueError("not a whole number of milliseconds")
+    if ms > MAX_DURATION_MS:
+        raise ValueError("longer than the longest duration taken, 36500d (100 years)")
+    return int(ms)
 
 
 def _column_list(text: str | None) -> tuple[str, ...] | None:
@@ -133,6 +151,9 @@ def _column_list(text: str | None) -> tuple[str, ...] | None:
     columns = tuple(c.strip() for c in text.split(","))
     if any(not c for c in columns):
         raise ValueError(f"{text!r} is not a comma-separated list of column names")
+    twice = sorted({c for c in columns if sum(other.lower() == c.lower() for other in columns) > 1})
+    if twice:
+        raise ValueError(f"{', '.join(twice)} listed more than once")
     return columns
 
 
@@ -141,6 +162,8 @@ _PROBLEM_SEPARATOR = "\n"
 
 ChangelogMode = Literal["retract", "upsert", "append"]
 KeyFormat = Literal["auto", "avro", "raw"]  # message keys of upsert inputs, see keys.py
+Delivery = Literal["at-least-once", "exactly-once"]
+DEFAULT_DELIVERY: Delivery = "exactly-once"  # docs/semantics.md, "Delivery guarantees": why
 
 
 class Settings(BaseModel):
@@ -185,11 +208,18 @@ class Settings(BaseModel):
     spark_master: str = Field("local[*]", alias="SPARK_MASTER", min_length=1)
     spark_conf: dict[str, str] = Field(default_factory=dict, exclude=True)  # as set; all Spark gets: session.py
     spark_ui_enabled: bool = Field(False, alias="SPARK_UI_ENABLED")
-    shuffle_partitions: int = Field(8, alias="SHUFFLE_PARTITIONS", ge=1)
+    shuffle_partitions: int = Field(8, alias="SHUFFLE_PARTITIONS", ge=1, le=MAX_SHUFFLE_PARTITIONS)
     # None: the checkpoint's count, or plan.DEFAULT_STATE_BUCKETS for a new checkpoint (checkpoint.py)
     state_buckets: int | None = Field(None, alias="STATE_BUCKETS", ge=0, le=1 << 20)
     trigger_interval_ms: int = Field(500, alias="TRIGGER_INTERVAL", ge=0)  # bench/results/RESULTS.md, latency
     max_records_per_trigger: int | None = Field(100_000, alias="MAX_RECORDS_PER_TRIGGER", ge=1)
+    # Output delivery (docs/semantics.md, "Delivery guarantees"; transactions.py).
+    delivery: Delivery = Field(DEFAULT_DELIVERY, alias="DELIVERY")
+    kafka_transactional_id_prefix: str | None = Field(None, alias="KAFKA_TRANSACTIONAL_ID_PREFIX", min_length=1,
+                                                      max_length=200)
+    kafka_transaction_timeout_ms: int = Field(120_000, alias="KAFKA_TRANSACTION_TIMEOUT_MS", ge=1_000,
+                                              le=2_147_483_647)
+    progress_topic: str | None = Field(None, alias="PROGRESS_TOPIC")
     starting_offsets: Literal["earliest", "latest"] = Field("earliest", alias="STARTING_OFFSETS")
     fail_on_data_loss: bool = Field(True, alias="FAIL_ON_DATA_LOSS")
     metrics_port: int = Field(9108, alias="METRICS_PORT", ge=0, le=65535)
@@ -212,7 +242,7 @@ class Settings(BaseModel):
         return _column_list(value) if isinstance(value, str) else value
 
     @field_validator("log_level", "log_format", "output_mode", "left_changelog_mode", "right_changelog_mode",
-                     "left_key_format", "right_key_format", "starting_offsets", mode="before")
+                     "left_key_format", "right_key_format", "starting_offsets", "delivery", mode="before")
     @classmethod
     def _case(cls, value):
         if not isinstance(value, str):
@@ -226,6 +256,7 @@ class Settings(BaseModel):
             problems.append(
                 "SCHEMA_REGISTRY_URL: set it, or set both LEFT_SCHEMA_FILE and RIGHT_SCHEMA_FILE (plain Avro bodies)"
             )
+        problems += self._registry_problems()
         for var, path in (("LEFT_SCHEMA_FILE", self.left_schema_file), ("RIGHT_SCHEMA_FILE", self.right_schema_file)):
             if path and not os.path.isfile(path):
                 problems.append(f"{var}: no such file {path!r}")
@@ -238,6 +269,7 @@ class Settings(BaseModel):
         problems += _kafka_client_problems(self.kafka_client)
         problems += self._record_size_problems()
         problems += self._spark_problems()
+        problems += self._delivery_problems()
         if problems:
             raise ValueError(_PROBLEM_SEPARATOR.join(problems))
         # Derived defaults, fixed here so that everything downstream reads plain values.
@@ -252,6 +284,9 @@ class Settings(BaseModel):
         dlq_var = "DLQ_TOPIC" if self.dlq_topic else f"DLQ_TOPIC (default {self.dead_letter_topic!r})"
         topics = (("LEFT_TOPIC", self.left_topic), ("RIGHT_TOPIC", self.right_topic),
                   ("OUTPUT_TOPIC", self.output_topic), (dlq_var, self.dead_letter_topic))
+        if self.exactly_once:
+            progress_var = "PROGRESS_TOPIC" if self.progress_topic else f"PROGRESS_TOPIC (default {self.progress_topic_name!r})"
+            topics += ((progress_var, self.progress_topic_name),)
         for var, topic in topics:
             try:
                 validate_topic_name(topic)
@@ -293,6 +328,48 @@ class Settings(BaseModel):
                     f"{self.producer_message_max_bytes}: at most {limit}, or raise KAFKA_CLIENT_MESSAGE_MAX_BYTES"]
         return []
 
+    def _registry_problems(self) -> list[str]:
+        problems = []
+        url = self.schema_registry_url
+        if url is not None:
+            parsed = urlparse(url.strip())
+            if parsed.scheme not in ("http", "https") or not parsed.hostname:
+                problems.append(f"SCHEMA_REGISTRY_URL: expected http://host:port or https://host:port, got "
+                                f"{redact_text(url)!r}")
+        user_info = self.schema_registry_basic_auth_user_info
+        if user_info is not None and ":" not in user_info:
+            problems.append("SCHEMA_REGISTRY_BASIC_AUTH_USER_INFO: expected '<user>:<password>' (no ':' in the value)")
+        return problems
+
+    def _delivery_problems(self) -> list[str]:
+        """What exactly-once output needs (transactions.py): bounded micro-batches, a transaction
+        timeout the producer accepts, the transactional ids to itself."""
+        from .sink import MESSAGE_TIMEOUT_MARGIN_MS
+
+        problems = []
+        for key in self.kafka_client:
+            if key.startswith("transactional.") or key == "transaction.timeout.ms":
+                var = KAFKA_CLIENT_PREFIX + key.upper().replace(".", "_")
+                problems.append(f"{var}: the service sets it per task with DELIVERY=exactly-once; use "
+                                f"KAFKA_TRANSACTIONAL_ID_PREFIX and KAFKA_TRANSACTION_TIMEOUT_MS")
+        if not self.exactly_once:
+            return problems
+        if not self.max_records_per_trigger:
+            problems.append("MAX_RECORDS_PER_TRIGGER: required with DELIVERY=exactly-once, so that one micro-batch's "
+                            "share of a task fits in one transaction")
+        if self.kafka_transaction_timeout_ms < 2 * MESSAGE_TIMEOUT_MARGIN_MS:
+            problems.append(f"KAFKA_TRANSACTION_TIMEOUT_MS: at least {2 * MESSAGE_TIMEOUT_MARGIN_MS} with "
+                            f"DELIVERY=exactly-once (a record's delivery timeout stays "
+                            f"{MESSAGE_TIMEOUT_MARGIN_MS} ms below it), got {self.kafka_transaction_timeout_ms}")
+        if self.kafka_transactional_id_prefix is not None and not _TRANSACTIONAL_ID.match(self.kafka_transactional_id_prefix):
+            problems.append(f"KAFKA_TRANSACTIONAL_ID_PREFIX: use the characters [A-Za-z0-9._-] "
+                            f"(got {self.kafka_transactional_id_prefix!r})")
+        speculation = self.spark_conf.get("spark.speculation", "false").strip().lower()
+        if speculation == "true":
+            problems.append("SPARK_CONF_spark_speculation: must stay false with DELIVERY=exactly-once (a speculative "
+                            "copy of a producing task only fences the other one)")
+        return problems
+
     def _spark_problems(self) -> list[str]:
         problems = []
         for key in self.spark_conf:
@@ -300,6 +377,22 @@ class Settings(BaseModel):
                 var = SPARK_CONF_PREFIX + key.replace(".", "_")
                 hint = f"; did you mean {SPARK_CONF_PREFIX}{key.replace('.', '_').lower()}?" if key.lower().startswith("spark.") else ""
                 problems.append(f"{var}: Spark properties start with 'spark.' (got {key!r}){hint}")
+        partitions = self.spark_conf.get("spark.sql.shuffle.partitions")
+        if partitions is not None:
+            var = SPARK_CONF_PREFIX + "spark_sql_shuffle_partitions"
+            if not partitions.strip().isdigit() or not 1 <= int(partitions) <= MAX_SHUFFLE_PARTITIONS:
+                problems.append(f"{var}: a whole number from 1 to {MAX_SHUFFLE_PARTITIONS} (got {partitions!r}); "
+                                f"better, set SHUFFLE_PARTITIONS")
+            elif "shuffle_partitions" in self.model_fields_set and int(partitions) != self.shuffle_partitions:
+                problems.append(f"{var}: contradicts SHUFFLE_PARTITIONS={self.shuffle_partitions}; set only "
+                                f"SHUFFLE_PARTITIONS")
+            else:
+                object.__setattr__(self, "shuffle_partitions", int(partitions))
+        provider = self.spark_conf.get("spark.sql.streaming.stateStore.providerClass")
+        if provider is not None and provider.strip().rsplit(".", 1)[-1] != "RocksDBStateStoreProvider":
+            problems.append("SPARK_CONF_spark_sql_streaming_stateStore_providerClass: the join's state API "
+                            "(transformWithState) needs Spark's RocksDBStateStoreProvider (the service's default); "
+                            f"got {provider.strip()!r}. Unset it")
         ui = self.spark_conf.get("spark.ui.enabled")
         if (ui is not None and "spark_ui_enabled" in self.model_fields_set
                 and ui.strip().lower() != str(self.spark_ui_enabled).lower()):
@@ -310,6 +403,20 @@ class Settings(BaseModel):
     @property
     def dead_letter_topic(self) -> str:
         return self.dlq_topic or f"{self.output_topic}.dlq"
+
+    @property
+    def exactly_once(self) -> bool:
+        return self.delivery == "exactly-once"
+
+    @property
+    def progress_topic_name(self) -> str:
+        """Where each task partition's transactions record the micro-batches they wrote (exactly-once)."""
+        return self.progress_topic or f"{self.output_topic}.progress"
+
+    @property
+    def transactional_id_prefix(self) -> str:
+        """``<prefix>-<task partition>`` are the producers' transactional ids (exactly-once)."""
+        return self.kafka_transactional_id_prefix or f"changejoin-{self.output_topic}"
 
     @property
     def left_table_name(self) -> str:
@@ -607,7 +714,8 @@ def _explain(err: ValidationError) -> list[str]:
 
 # -- what the plan does not use ---------------------------------------------------------------------
 def unused_settings(settings: Settings, plan) -> list[str]:
-    """Warnings for variables that are set but that the plan (``plan.JoinPlan``) does not read.
+    """Warnings for variables that are set but that the plan (``plan.JoinPlan``) does not read, and
+    for values that are legal but surprising.
     Combinations the plan cannot run at all are errors of ``plan.build_plan`` instead."""
     kind = plan.kind
     given = {Settings.model_fields[name].alias for name in settings.model_fields_set if Settings.model_fields[name].alias}
@@ -627,6 +735,16 @@ def unused_settings(settings: Settings, plan) -> list[str]:
     if kind != "regular":
         for var in ("LEFT_STATE_TTL", "RIGHT_STATE_TTL"):
             warn(var, "per-side TTLs apply to regular joins; a temporal join's state retention is STATE_TTL")
+    for side in (plan.left, plan.right):
+        name = "LEFT" if side.side == 0 else "RIGHT"
+        nullable = [side.columns[i] for i in (side.primary_key or ()) if side.nullable[i]]
+        if nullable and getattr(settings, f"{name.lower()}_changelog_mode") == "upsert":
+            warnings.append(f"{name}_PRIMARY_KEY: {', '.join(nullable)} may be NULL in the {name.lower()} input's "
+                            f"schema; a record whose key is NULL goes to the dead-letter topic "
+                            f"(null_in_required_column). Flink requires primary key columns NOT NULL")
+    if not settings.exactly_once:
+        for var in ("KAFKA_TRANSACTIONAL_ID_PREFIX", "KAFKA_TRANSACTION_TIMEOUT_MS", "PROGRESS_TOPIC"):
+            warn(var, f"it applies to DELIVERY=exactly-once only (DELIVERY={settings.delivery})")
     for side in (plan.left, plan.right):
         var = f"{'LEFT' if side.side == 0 else 'RIGHT'}_KEY_FORMAT"
         if not side.direct_upsert:

@@ -113,6 +113,21 @@ class JoinMetrics:
             PREFIX + "state_rows", "Rows in the stage's state store (Spark's numRowsTotal): per key with "
             "STATE_BUCKETS=0; else per bucket of keys, plus one per large key and per split side's entry.",
             ["operator"], registry=r)
+        self.transactions = Counter(
+            PREFIX + "kafka_transactions", "DELIVERY=exactly-once: task shares of micro-batches written in a "
+            "committed transaction ('committed'), or found committed already by an earlier attempt or run and not "
+            "written again ('replay_skipped').", ["outcome"], registry=r)
+        self.transaction_seconds = Histogram(
+            PREFIX + "kafka_transaction_seconds", "DELIVERY=exactly-once: one task's transaction, from its begin to "
+            "its commit (the join's work for the task's rows included: they are produced as they are computed).",
+            buckets=DURATION_BUCKETS, registry=r)
+        self.transaction_init_seconds = Histogram(
+            PREFIX + "kafka_transaction_init_seconds", "DELIVERY=exactly-once: a task's new transactional producer "
+            "until init_transactions() returned (it runs while the task computes its rows).",
+            buckets=DURATION_BUCKETS, registry=r)
+        self.task_retries = Counter(
+            PREFIX + "task_retries", "Producing tasks that ran again after a failed attempt (Spark's task retries).",
+            registry=r)
         self.state_bytes = Gauge(
             PREFIX + "state_bytes", "Size of the join state: 'memory' is Spark's memoryUsedBytes, 'sst_files' the "
             "RocksDB SST files of the committed version.", ["operator", "kind"], registry=r)
@@ -170,6 +185,16 @@ class JoinMetrics:
                 self.dead_letters.labels(reason=reason).inc(n)
                 if reason == Reason.LATE:
                     self.late_probe_rows.inc(n)
+        if counts.committed:
+            self.transactions.labels(outcome="committed").inc(len(counts.committed))
+        if counts.skipped:
+            self.transactions.labels(outcome="replay_skipped").inc(len(counts.skipped))
+        for seconds in counts.transaction_seconds:
+            self.transaction_seconds.observe(seconds)
+        for seconds in counts.init_seconds:
+            self.transaction_init_seconds.observe(seconds)
+        if counts.retries:
+            self.task_retries.inc(counts.retries)
 
     # -- readiness ------------------------------------------------------------------------
 

@@ -4,10 +4,12 @@ Both topics are read by the Python Kafka source (``source.py``), which decodes e
 reading task (``decode.py``); the two envelope streams are unioned, grouped by join key and run
 through :class:`~service.processor.JoinProcessor` inside ``transformWithState`` on RocksDB state,
 checkpointed at ``CHECKPOINT_LOCATION``. Each micro-batch's output is encoded (``encode.py``) and
-produced to Kafka (``sink.py``) by the tasks that computed it; the driver only sees counts.
+produced to Kafka (``sink.py``) by the tasks that computed it, with ``DELIVERY=exactly-once`` in one
+transaction per task (``transactions.py``); the driver only sees counts.
 """
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 from dataclasses import dataclass, field
@@ -15,6 +17,7 @@ from typing import Callable
 
 from pyspark.sql import functions as F
 
+from . import faults
 from .config import Settings
 from .envelope import ENVELOPE_SCHEMA, OUTPUT_SCHEMA
 from .plan import JoinPlan
@@ -33,42 +36,108 @@ class BatchCounts:
     batch_id: int
     output: dict[str, int] = field(default_factory=dict)  # by RowKind short string
     dead_letters: dict[str, int] = field(default_factory=dict)  # by reason
+    # DELIVERY=exactly-once: the task partitions that committed their transaction, and those that
+    # found their share written already (a replay); the seconds of each init and transaction.
+    committed: list[int] = field(default_factory=list)
+    skipped: list[int] = field(default_factory=list)
+    init_seconds: list[float] = field(default_factory=list)
+    transaction_seconds: list[float] = field(default_factory=list)
+    retries: int = 0  # task attempts after the first
+
+    def add(self, target: str, label: str, n: int) -> None:
+        """One row a producing task reported (:func:`produce_partition`)."""
+        if target in ("output", "dead_letter"):
+            counts = self.output if target == "output" else self.dead_letters
+            counts[label] = counts.get(label, 0) + n
+        elif target == "transaction":
+            (self.committed if label == "committed" else self.skipped).append(n)
+        elif target == "init_us":
+            self.init_seconds.append(n / 1e6)
+        elif target == "transaction_us":
+            self.transaction_seconds.append(n / 1e6)
+        elif target == "attempt":
+            self.retries += 1
 
 
 def produce_partition(config: dict, batch_id: int) -> Callable:
     """The ``mapInArrow`` function that encodes and produces one task's share of a micro-batch;
-    ``config`` is the worker config with its secrets (``shipping.py``)."""
+    ``config`` is the worker config with its secrets (``shipping.py``). With exactly-once delivery
+    (``config["delivery"]``) the share is one transaction (``transactions.py``)."""
 
     def produce(batches):
         import pyarrow as pa
         from pyspark import TaskContext
 
         from .encode import encoder as encoder_of
-        from .sink import KafkaSink
 
-        encoder, sink = encoder_of(config), built(KafkaSink.from_config, config)
+        context = TaskContext.get()
+        partition, attempt = context.partitionId(), context.attemptNumber()
+        encoder = encoder_of(config)
         counts: dict[tuple[str, str], int] = {}
+        report: list[tuple[str, str, int]] = [("attempt", str(partition), attempt)] if attempt else []
 
-        def rows():
-            for arrow in batches:
+        def rows(arrows):
+            for arrow in arrows:
                 columns = arrow.to_pydict()
                 yield from zip(columns["target"], columns["kind"], columns["payload"])
 
-        sink.produce_all(encoder.records(rows(), batch_id, TaskContext.get().partitionId(), counts))
+        if config.get("delivery"):
+            _produce_transaction(config, batch_id, partition, attempt, batches, rows, encoder, counts, report)
+        else:
+            from .sink import KafkaSink
+
+            built(KafkaSink.from_config, config).produce_all(encoder.records(rows(batches), batch_id, partition, counts))
+        report += [(t, l, n) for (t, l), n in counts.items()]
         yield pa.RecordBatch.from_pylist(
-            [{"target": t, "label": l, "n": n} for (t, l), n in counts.items()],
+            [{"target": t, "label": l, "n": n} for t, l, n in report],
             schema=pa.schema([("target", pa.string()), ("label", pa.string()), ("n", pa.int64())]),
         )
 
     return produce
 
 
+def _produce_transaction(config, batch_id, partition, attempt, batches, rows, encoder, counts, report) -> None:
+    """One task's share of a micro-batch in one transaction, or nothing if a previous attempt (or
+    run) of this micro-batch committed it already; either way the rows are all read, so that the
+    join's state advances."""
+    from .transactions import ProgressReader, TaskTransaction
+
+    crash = config.get("crash")
+    faults.crash(crash, "before-init", batch_id)
+    transaction = TaskTransaction(config, partition, batch_id, attempt)
+    try:
+        arrows = (arrow for arrow in batches if arrow.num_rows)
+        first = next(arrows, None)
+        if first is None:
+            return  # no output: no transaction (close() waits for the init to end: transactions.py)
+        marker = transaction.written(built(ProgressReader.from_config, config))
+        if marker is not None:
+            for _ in arrows:
+                pass
+            for target, label, n in marker["counts"]:
+                counts[(target, label)] = n
+            report.append(("transaction", "skipped", partition))
+        else:
+            transaction.write(encoder.records(rows(itertools.chain([first], arrows)), batch_id, partition, counts),
+                              counts, crash=(lambda point, batch: faults.crash(crash, point, batch)) if crash else None)
+            faults.crash(crash, "after-commit", batch_id)
+            report += [("transaction", "committed", partition),
+                       ("transaction_us", str(partition), int(transaction.transaction_seconds * 1e6))]
+        report.append(("init_us", str(partition), int(transaction.init_seconds * 1e6)))
+    finally:
+        transaction.close()
+
+
 class JoinPipeline:
     """Builds and starts the streaming query for one plan."""
 
     def __init__(self, settings: Settings, plan: JoinPlan, spark,
-                 on_batch: Callable[[BatchCounts], None] | None = None, output_partitions: int = 1):
+                 on_batch: Callable[[BatchCounts], None] | None = None, output_partitions: int = 1,
+                 delivery: dict | None = None):
+        """``delivery``: with exactly-once output, what the producing tasks' transactions need
+        (``transactions.py``: prefix, progress topic, checkpoint id, timeout)."""
         self.settings = settings
+        self.delivery = delivery
         self.output_partitions = output_partitions
         self.plan = plan
         self.spark = spark
@@ -128,15 +197,15 @@ class JoinPipeline:
         rows = (batch_df.select("target", "kind", "payload")
                 .mapInArrow(produce_partition(self._sink_config, batch_id), COUNTS_SCHEMA).collect())
         for row in rows:
-            target = counts.output if row.target == "output" else counts.dead_letters
-            target[row.label] = target.get(row.label, 0) + row.n
+            counts.add(row.target, row.label, row.n)
+        faults.crash(self._sink_config.get("crash"), "before-batch-commit", batch_id)
         log.debug("batch %d written: output %s, dead letters %s", batch_id, counts.output, counts.dead_letters)
         if self.on_batch:
             self.on_batch(counts)
 
     def start(self):
         self._sink_config = {**worker_config(self.settings, self.plan, self.output_partitions),
-                             **worker_secrets(self.settings)}
+                             **worker_secrets(self.settings), "delivery": self.delivery, "crash": faults.from_env()}
         writer = (
             self.dataframe().writeStream.queryName("changejoin")
             .foreachBatch(self._write_batch)

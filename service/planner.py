@@ -12,7 +12,7 @@ from operators import ConditionError, ConfigurationError, JoinType, TemporalKind
 from operators.condition import comparable
 from operators.spec import WINDOW_COLUMNS
 
-from .avro import SchemaRegistry, load_schema_file, output_schema, record_columns
+from .avro import SchemaError, SchemaRegistry, load_schema_file, output_schema, record_columns
 from .config import Settings
 from .keys import KeyDecoder
 from .plan import DEFAULT_STATE_BUCKETS, TIME_BOUNDED_KINDS, JoinPlan, OutputMode, PlanError, PlanKind, SidePlan
@@ -58,7 +58,7 @@ def build_plan(settings: Settings, schemas: tuple[dict, dict] | None = None) -> 
     problems are reported (the first one found is the error)."""
     if schemas is None:
         schemas = load_input_schemas(settings, _schema_registry(settings))
-    columns = [record_columns(s) for s in schemas]
+    columns = _input_columns(settings, schemas)
     names = [tuple(c.name for c in cols) for cols in columns]
     configured_times = _configured_time_columns(settings, names)
     query = _parse_query(settings, names, configured_times)
@@ -82,8 +82,41 @@ def build_plan(settings: Settings, schemas: tuple[dict, dict] | None = None) -> 
         description=describe(query),
     )
     _check_types(plan)
+    _check_upsert_key(plan)
     _compile_operator(plan)
     return plan
+
+
+def _check_upsert_key(plan: JoinPlan) -> None:
+    """An upsert key must never be NULL as a whole: when all its columns come from an input that the
+    outer join pads with NULLs, every padded row's upserts and deletes would share one NULL key."""
+    if plan.output_mode is not OutputMode.UPSERT or not plan.output_key:
+        return
+    sides = {plan.projection[i][0] for i in plan.output_key}
+    padded = {0: plan.join_type.right_outer, 1: plan.join_type.left_outer}
+    if len(sides) == 1 and padded.get(next(iter(sides))):
+        side = next(iter(sides))
+        other = "right" if side == 0 else "left"
+        names = ", ".join(plan.output_names[i] for i in plan.output_key)
+        raise PlanError(
+            f"OUTPUT_KEY: {names} {'comes' if len(plan.output_key) == 1 else 'come'} from the "
+            f"{('left', 'right')[side]} input, which this {plan.join_type.value} join pads with NULLs when a "
+            f"{other} row has no match: the upsert key of every padded row would be NULL. Add output columns of "
+            f"the {other} input (its primary key)")
+
+
+def _input_columns(settings: Settings, schemas) -> list:
+    """Each input schema's columns; a schema that is no record names where it came from."""
+    columns = []
+    for side, schema in zip(("LEFT", "RIGHT"), schemas):
+        try:
+            columns.append(record_columns(schema))
+        except SchemaError as err:
+            path = getattr(settings, f"{side.lower()}_schema_file")
+            where = f"{side}_SCHEMA_FILE" if path else \
+                f"SCHEMA_REGISTRY_URL (subject {getattr(settings, f'{side.lower()}_topic')}-value)"
+            raise PlanError(f"{where}: {err}: the {side.lower()} input's values must be Avro records") from None
+    return columns
 
 
 def _schema_registry(settings: Settings) -> SchemaRegistry | None:
@@ -111,6 +144,8 @@ def _parse_query(settings: Settings, names, configured_times) -> JoinQuery:
         )
     except QueryError as err:
         raise PlanError(f"JOIN_SQL: {err}") from None
+    except RecursionError:
+        raise PlanError("JOIN_SQL: too long or too deeply nested to plan; simplify the condition") from None
 
 
 def _plan_kind(query: JoinQuery) -> PlanKind:
@@ -360,6 +395,8 @@ def _compile_operator(plan: JoinPlan) -> None:
         plan.operator  # noqa: B018 - compile (and type-check) the condition and validate the operator now
     except (ConfigurationError, ConditionError) as err:
         raise PlanError(f"JOIN_SQL: {err}") from None
+    except RecursionError:
+        raise PlanError("JOIN_SQL: the join condition is too long or too deeply nested to compile; simplify it") from None
 
 
 def explain(plan: JoinPlan) -> str:

@@ -11,6 +11,10 @@ from pathlib import Path
 from .config import SPARK_REDACTION_REGEX, URL_USER_INFO, Settings, local_directory
 from .metrics import ready_window_seconds
 
+#: Spark fixes it for a checkpoint at its first micro-batch (and records it in every offset log
+#: entry); the producing tasks of exactly-once delivery are its partitions (checkpoint.py).
+SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
+
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -153,7 +157,7 @@ def spark_properties(settings: Settings) -> dict[str, str]:
         "spark.task.maxFailures": str(TASK_ATTEMPTS),
         "spark.app.name": "changejoin",
         "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
-        "spark.sql.shuffle.partitions": str(settings.shuffle_partitions),
+        SHUFFLE_PARTITIONS: str(settings.shuffle_partitions),
         "spark.driver.extraJavaOptions": java_opts,
         "spark.executor.extraJavaOptions": java_opts,
         "spark.executorEnv.PYTHONPATH": str(PROJECT_ROOT),

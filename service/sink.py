@@ -25,6 +25,9 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 log = logging.getLogger(__name__)
 
 DEFAULT_DELIVERY_TIMEOUT_MS = 300_000
+# A transactional producer's records must time out before its transaction does (librdkafka refuses
+# the producer otherwise): message.timeout.ms stays this far below transaction.timeout.ms.
+MESSAGE_TIMEOUT_MARGIN_MS = 10_000
 
 #: (topic, key, value, headers), optionally followed by an explicit partition.
 Record = Tuple[Any, ...]
@@ -50,13 +53,17 @@ def producer_config(
     bootstrap: str,
     client_props: Optional[Mapping[str, Any]] = None,
     delivery_timeout_ms: Optional[int] = None,
+    transactional_id: Optional[str] = None,
+    transaction_timeout_ms: Optional[int] = None,
 ) -> Dict[str, Any]:
     """librdkafka configuration of the sink's producer.
 
     ``client_props`` (security, SASL, tuning...) override the defaults, except idempotence and
     ``acks=all``, which are required. ``delivery_timeout_ms`` (or ``delivery.timeout.ms`` /
     ``message.timeout.ms`` in client_props) bounds how long a record may wait, e.g. for an
-    unreachable broker, before its delivery fails."""
+    unreachable broker, before its delivery fails. With ``transactional_id`` the producer is
+    transactional (``transactions.py``): its records time out at least
+    :data:`MESSAGE_TIMEOUT_MARGIN_MS` before its ``transaction_timeout_ms``."""
     props = {str(k): v for k, v in (client_props or {}).items()}
     for key, required in _REQUIRED.items():
         if key in props:
@@ -80,6 +87,12 @@ def producer_config(
     if delivery_timeout_ms is not None:
         timeout = delivery_timeout_ms
     conf["message.timeout.ms"] = int(timeout if timeout is not None else DEFAULT_DELIVERY_TIMEOUT_MS)
+    if transactional_id is not None:
+        if transaction_timeout_ms is None:
+            raise ValueError("a transactional producer needs its transaction timeout")
+        conf["transactional.id"] = transactional_id
+        conf["transaction.timeout.ms"] = int(transaction_timeout_ms)
+        conf["message.timeout.ms"] = min(conf["message.timeout.ms"], int(transaction_timeout_ms) - MESSAGE_TIMEOUT_MARGIN_MS)
     conf["enable.idempotence"] = True
     conf["acks"] = "all"
     conf["bootstrap.servers"] = bootstrap
@@ -153,50 +166,13 @@ class KafkaSink:
             raise
         if failures:
             self._broken = True
-            topics = sorted({t for t, _ in failures})
-            first_topic, first_error = failures[0]
-            raise KafkaDeliveryError(
-                f"{len(failures)} of {sent} records could not be delivered to topic"
-                f"{'s' if len(topics) > 1 else ''} {', '.join(topics)}: "
-                f"{first_error} (topic {first_topic})",
-                failures,
-            )
+            raise delivery_failure(failures, sent)
         return sent
 
     def _produce_each(
         self, records: Iterable[Record], on_delivery: Any, failures: List[Tuple[str, str]]
     ) -> int:
-        from confluent_kafka import KafkaException
-
-        produce, poll = self._producer.produce, self._producer.poll
-        sent = 0
-        for record in records:
-            if len(record) == 5:
-                topic, key, value, headers, partition = record
-                if partition is None:
-                    partition = _ANY_PARTITION
-            else:
-                topic, key, value, headers = record
-                partition = _ANY_PARTITION
-            if headers and type(headers) is not list:
-                headers = list(headers)
-            while True:
-                try:
-                    produce(topic, value, key, partition, on_delivery, headers=headers or None)
-                    break
-                except BufferError:
-                    # The local queue is full: serve delivery reports until there is room.
-                    poll(0.1)
-                except KafkaException as exc:
-                    raise KafkaDeliveryError(
-                        f"cannot produce to topic {topic!r}: {exc}", [(topic, str(exc))]
-                    ) from exc
-            sent += 1
-            if not sent % _POLL_EVERY:
-                poll(0)
-                if failures:
-                    break  # no point queueing more: this batch fails anyway
-        return sent
+        return produce_each(self._producer, records, on_delivery, failures)
 
     def _wait_all(self, sent: int) -> None:
         # Every queued record gets its delivery report within message.timeout.ms; the margin
@@ -227,7 +203,56 @@ class KafkaSink:
         self.close()
 
 
-def _admin_props(client_props: Optional[Mapping[str, Any]]) -> Dict[str, Any]:
+def produce_each(producer: Any, records: Iterable[Record], on_delivery: Any,
+                 failures: List[Tuple[str, str]]) -> int:
+    """Queue ``records`` on ``producer`` in order (waiting for room when its queue is full) and
+    return how many; stops early once ``on_delivery`` has recorded a failure in ``failures``."""
+    from confluent_kafka import KafkaException
+
+    produce, poll = producer.produce, producer.poll
+    sent = 0
+    for record in records:
+        if len(record) == 5:
+            topic, key, value, headers, partition = record
+            if partition is None:
+                partition = _ANY_PARTITION
+        else:
+            topic, key, value, headers = record
+            partition = _ANY_PARTITION
+        if headers and type(headers) is not list:
+            headers = list(headers)
+        while True:
+            try:
+                produce(topic, value, key, partition, on_delivery, headers=headers or None)
+                break
+            except BufferError:
+                # The local queue is full: serve delivery reports until there is room.
+                poll(0.1)
+            except KafkaException as exc:
+                raise KafkaDeliveryError(
+                    f"cannot produce to topic {topic!r}: {exc}", [(topic, str(exc))]
+                ) from exc
+        sent += 1
+        if not sent % _POLL_EVERY:
+            poll(0)
+            if failures:
+                break  # no point queueing more: this batch fails anyway
+    return sent
+
+
+def delivery_failure(failures: Sequence[Tuple[str, str]], sent: int) -> KafkaDeliveryError:
+    """The error that reports ``failures`` (topic, error) of ``sent`` records."""
+    topics = sorted({t for t, _ in failures})
+    first_topic, first_error = failures[0]
+    return KafkaDeliveryError(
+        f"{len(failures)} of {sent} records could not be delivered to topic"
+        f"{'s' if len(topics) > 1 else ''} {', '.join(topics)}: "
+        f"{first_error} (topic {first_topic})",
+        failures,
+    )
+
+
+def admin_props(client_props: Optional[Mapping[str, Any]]) -> Dict[str, Any]:
     """The client properties an AdminClient understands (drops producer/consumer tuning)."""
     skip = (
         "linger.", "batch.", "queue.buffering", "compression.", "partitioner", "acks",
@@ -255,9 +280,10 @@ def ensure_topics(
     topics: Mapping[str, int],
     replication_factor: int = -1,
     timeout: float = 60.0,
+    configs: Optional[Mapping[str, Mapping[str, str]]] = None,
 ) -> List[str]:
     """Create the topics ``{name: partitions}`` that do not exist yet (``replication_factor=-1``:
-    the broker's default) and wait until their metadata is visible. Topics that exist already,
+    the broker's default; ``configs``: topic configs by name) and wait until their metadata is visible. Topics that exist already,
     or that another client creates meanwhile, are left as they are (a different partition count
     is only logged). Returns the names created here."""
     from confluent_kafka import KafkaError, KafkaException
@@ -269,7 +295,7 @@ def ensure_topics(
         validate_topic_name(name)
         if int(partitions) < 1:
             raise ValueError(f"topic {name!r}: partitions must be at least 1, got {partitions}")
-    conf = {"bootstrap.servers": bootstrap, **_admin_props(client_props)}
+    conf = {"bootstrap.servers": bootstrap, **admin_props(client_props)}
     admin = AdminClient(conf)
     # list_topics() without a topic name: naming a missing topic may auto-create it.
     existing = admin.list_topics(timeout=timeout).topics
@@ -283,7 +309,8 @@ def ensure_topics(
     created: List[str] = []
     if missing:
         futures = admin.create_topics(
-            [NewTopic(n, num_partitions=topics[n], replication_factor=replication_factor) for n in missing],
+            [NewTopic(n, num_partitions=topics[n], replication_factor=replication_factor,
+                      config=dict((configs or {}).get(n, {}))) for n in missing],
             request_timeout=timeout,
         )
         for name, future in futures.items():
@@ -312,7 +339,7 @@ def topic_partitions(
     """How many partitions ``topic`` has, or None if it does not exist (never creates it)."""
     from confluent_kafka.admin import AdminClient
 
-    admin = AdminClient({"bootstrap.servers": bootstrap, **_admin_props(client_props)})
+    admin = AdminClient({"bootstrap.servers": bootstrap, **admin_props(client_props)})
     # All topics' metadata: naming one topic in the request may auto-create it.
     md = admin.list_topics(timeout=timeout).topics.get(topic)
     if md is None or md.error is not None:

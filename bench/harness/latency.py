@@ -16,7 +16,8 @@ from . import ROOT
 from .changejoin import service_settings
 from .data import (TIMED_ORDERS, TIMED_PRICES, TIMED_SCHEMAS, changelogs, debezium, new_producer, price_partition,
                    produce_retrying)
-from .outputs import changejoin_reader, debezium_reader, end_offsets, end_offsets_total, flink_avro_reader, records
+from .outputs import (READER, changejoin_reader, debezium_reader, end_offsets, end_offsets_total, flink_avro_reader,
+                      records)
 from .peers import flink_command
 from .processes import TreeSampler, cpu_between
 from .report import percentile
@@ -163,19 +164,33 @@ def latency_units(scenario: str, system: str, orders, prices, orders_topic: str,
     return out
 
 
+def commit_times(consumer, progress_topic: str) -> dict[tuple[int, int], int]:
+    """changejoin with DELIVERY=exactly-once: (task partition, micro-batch) -> when its transaction
+    committed, near enough: the time its progress marker was produced, just before the commit (the
+    commit's round trip, ~10-20 ms, is not counted). Empty without a progress topic."""
+    ends = end_offsets(consumer, progress_topic)
+    out: dict[tuple[int, int], int] = {}
+    for msg in records(consumer, progress_topic, ends or {}):
+        marker = json.loads(msg.value())
+        out[(marker["partition"], marker["batch"])] = msg.timestamp()[1]
+    return out
+
+
 def output_latencies(bootstrap: str, topic: str, reader, since_ms: int) -> list[tuple[int, int]]:
     """(cause, latency) in ms of every +I/+U output record caused by an input produced at or after
     ``since_ms``, in the topic's order: the cause is the later of the two producer clocks the record
-    carries (the input that made it), the latency the record's log-append time minus it.
+    carries (the input that made it), the latency the time it became visible to a ``read_committed``
+    consumer minus it: its log-append time, or under changejoin's exactly-once delivery the later
+    of that and its transaction's commit (:func:`commit_times`).
     Retractions carry the clocks of older rows: left out. So are rows with a side padded with NULLs
     (a clock is NULL): the LEFT join pads an order again when its product's price is deleted, and
     that row carries only the order's older clock, not the deletion's (measured as latency, it gave
     both systems a p99 near the run's length)."""
     from confluent_kafka import Consumer
 
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"lat-{time.time_ns()}",
-                         "enable.auto.commit": False})
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"lat-{time.time_ns()}", **READER})
     try:
+        committed = commit_times(consumer, f"{topic}.progress")
         out = []
         for msg in records(consumer, topic, end_offsets(consumer, topic, required=True)):
             _, sign, row = reader(msg)
@@ -185,7 +200,12 @@ def output_latencies(bootstrap: str, topic: str, reader, since_ms: int) -> list[
                 continue
             cause = max(row[-2:])
             if cause >= since_ms:
-                out.append((cause, msg.timestamp()[1] - cause))
+                visible = msg.timestamp()[1]
+                if committed:
+                    headers = dict(msg.headers() or [])
+                    task = int(headers["changejoin.seq"].split(b":")[0])
+                    visible = max(visible, committed[(task, int(headers["changejoin.batch"]))])
+                out.append((cause, visible - cause))
         return out
     finally:
         consumer.close()

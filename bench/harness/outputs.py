@@ -79,17 +79,30 @@ def end_offsets(consumer, topic: str, required: bool = False) -> dict[int, int] 
 
 
 def records(consumer, topic: str, ends: dict[int, int]):
-    """Every record of ``topic`` from the beginning up to ``ends`` (``end_offsets``)."""
-    from confluent_kafka import TopicPartition
+    """Every record of ``topic`` from the beginning up to ``ends`` (``end_offsets``), read
+    ``read_committed`` (librdkafka's default). Ends at each partition's end-of-partition event
+    (the consumer must have ``enable.partition.eof``: :data:`READER`) or last record: a
+    transactional producer's commit records take offsets that no message is delivered for."""
+    from confluent_kafka import KafkaError, TopicPartition
 
-    total, seen = sum(ends.values()), 0
-    consumer.assign([TopicPartition(topic, p, 0) for p in ends])
-    while seen < total:
+    pending = {p: end for p, end in ends.items() if end > 0}
+    consumer.assign([TopicPartition(topic, p, 0) for p in pending])
+    while pending:
         for msg in consumer.consume(10_000, timeout=5):
+            p = msg.partition()
             if msg.error():
+                if msg.error().code() == KafkaError._PARTITION_EOF and msg.offset() >= pending.get(p, msg.offset() + 1):
+                    del pending[p]
                 continue
-            seen += 1
+            if p not in pending or msg.offset() >= pending[p]:
+                continue
             yield msg
+            if msg.offset() + 1 >= pending[p]:
+                del pending[p]
+
+
+#: Properties of the consumers that read outputs with :func:`records`.
+READER = {"enable.auto.commit": False, "auto.offset.reset": "earliest", "enable.partition.eof": True}
 
 
 def end_offsets_total(bootstrap: str, topic: str) -> int:
@@ -103,14 +116,13 @@ def end_offsets_total(bootstrap: str, topic: str) -> int:
 
 
 def output_counts(bootstrap: str, topic: str, materialize=None, skip=None) -> tuple[int, dict, str | None]:
-    """Records in ``topic`` (end offsets; no producer here is transactional). With
+    """Records in ``topic`` (read_committed). With
     ``materialize`` (message -> (kind, sign, row)), also the count by kind and a digest of the
     final table the changelog materializes to (a multiset: +I/+U add a row, -U/-D remove one);
     rows for which ``skip`` is true are left out of it."""
     from confluent_kafka import Consumer
 
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"count-{time.time_ns()}",
-                         "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"count-{time.time_ns()}", **READER})
     try:
         ends = end_offsets(consumer, topic)
         if ends is None:

@@ -142,9 +142,32 @@ def _lookup(name: str, candidates: list[str]) -> list[str]:
     return [c for c in candidates if c.casefold() == folded]
 
 
+#: How deeply JOIN_SQL may nest parentheses (the parser and the condition's compiler recurse).
+MAX_NESTING = 100
+
+
+def _nesting(sql: str) -> int:
+    """The deepest nesting of parentheses in ``sql`` outside quoted strings and identifiers."""
+    depth = deepest = 0
+    quote = None
+    for c in sql:
+        if quote:
+            quote = None if c == quote else quote
+        elif c in "'\"`":
+            quote = c
+        elif c == "(":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif c == ")":
+            depth -= 1
+    return deepest
+
+
 def _parse_statement(sql: str) -> exp.Expression:
     if not sql or not sql.strip():
         _fail(f"JOIN_SQL is empty. {_SUPPORTED}")
+    if _nesting(sql) > MAX_NESTING:
+        _fail(f"its parentheses nest {_nesting(sql)} deep; at most {MAX_NESTING}")
     try:
         statements = [s for s in sqlglot.parse(sql, read=_DIALECT) if s is not None]
     except ParseError as e:
@@ -156,6 +179,8 @@ def _parse_statement(sql: str) -> exp.Expression:
         _fail(f"JOIN_SQL is not valid SQL: {'; '.join(details) or e}. {_SUPPORTED}")
     except TokenError as e:
         _fail(f"JOIN_SQL is not valid SQL ({e}; check quotes: strings use '...', identifiers `...` or \"...\"). {_SUPPORTED}")
+    except RecursionError:
+        _fail("JOIN_SQL is too long or too deeply nested to parse; simplify the condition")
     if not statements:
         _fail(f"JOIN_SQL is empty. {_SUPPORTED}")
     if len(statements) > 1:

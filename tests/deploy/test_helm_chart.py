@@ -682,7 +682,8 @@ def test_service_accepts_the_rendered_configuration(rendered, tmp_path):
     for label, docs in rendered.items():
         env = dict(env_configmap(docs))
         for entry in driver_container(docs).get("env", []):
-            env[entry["name"]] = "stand-in"
+            # A Secret's value; the registry's user info has its form (user:password).
+            env[entry["name"]] = "stand-in:secret" if entry["name"].endswith("USER_INFO") else "stand-in"
         schema_cms = [d for d in by_kind(docs, "ConfigMap") if d["metadata"]["name"].endswith("-schemas")]
         for var in ("LEFT_SCHEMA_FILE", "RIGHT_SCHEMA_FILE"):
             if var in env:
@@ -809,3 +810,23 @@ def test_the_chart_refuses_the_secrets_the_service_hides(helm, tmp_path):
     f.write_text(yaml.safe_dump(merged))
     proc, _ = template(helm, values_file("default"), str(f), check=False)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_exactly_once_values_become_the_services_variables(helm, tmp_path):
+    from service.config import env_var_names
+
+    extra = tmp_path / "extra.yaml"
+    extra.write_text(yaml.safe_dump({"config": {
+        "delivery": "exactly-once", "kafkaTransactionalIdPrefix": "team-a.orders", "kafkaTransactionTimeoutMs": 60000,
+        "progressTopic": "orders_priced.progress"}}))
+    _, docs = template(helm, values_file("default"), str(extra))
+    env = env_configmap(docs)
+    assert {k: env[k] for k in ("DELIVERY", "KAFKA_TRANSACTIONAL_ID_PREFIX", "KAFKA_TRANSACTION_TIMEOUT_MS",
+                                "PROGRESS_TOPIC")} == {
+        "DELIVERY": "exactly-once", "KAFKA_TRANSACTIONAL_ID_PREFIX": "team-a.orders",
+        "KAFKA_TRANSACTION_TIMEOUT_MS": "60000", "PROGRESS_TOPIC": "orders_priced.progress"}
+    assert {"DELIVERY", "KAFKA_TRANSACTIONAL_ID_PREFIX", "KAFKA_TRANSACTION_TIMEOUT_MS", "PROGRESS_TOPIC"} <= env_var_names()
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({"config": {"delivery": "twice"}}))
+    proc, _ = template(helm, values_file("default"), str(bad), check=False)
+    assert proc.returncode != 0 and "delivery" in proc.stderr

@@ -741,3 +741,39 @@ def test_mapper_secret_is_merged_into_the_mappers_config():
     assert load_mapper("test_kafka_source:make_echo_mapper", json.dumps({"tag": "public"})).tag == "public"
     with pytest.raises(KafkaSourceError, match="mapper.secret"):
         load_mapper("test_kafka_source:make_echo_mapper", json.dumps({"tag": "t"}), "[1]")
+
+
+@pytest.mark.integration
+def test_a_transactional_input_is_read_up_to_its_last_stable_offset_committed_records_only(
+        kspark, kafka_bootstrap, new_topic, tmp_path):
+    """Another changejoin's (or Flink's) exactly-once output as input: the records of aborted
+    transactions are never read, and an open transaction holds the micro-batch at the last stable
+    offset (read_committed) until it commits."""
+    from confluent_kafka import Producer
+
+    topic = new_topic()
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "transactional.id": f"{topic}-writer"})
+    producer.init_transactions(30)
+
+    def transaction(values, commit):
+        producer.begin_transaction()
+        for value in values:
+            producer.produce(topic, value.encode())
+        producer.commit_transaction(30) if commit else producer.abort_transaction(30)
+
+    transaction(["c1", "c2"], commit=True)
+    transaction(["a1", "a2", "a3"], commit=False)
+    transaction(["c3"], commit=True)
+    producer.begin_transaction()  # left open while the query runs
+    producer.produce(topic, b"o1")
+    assert producer.flush(30) == 0
+
+    checkpoint = str(tmp_path / "ckpt")
+    first = Batches(RAW_COLUMNS)
+    run_available_now(stream(kspark, kafka_bootstrap, topic), checkpoint, first)
+    assert [as_record(r).value for r in first.rows] == [b"c1", b"c2", b"c3"]
+
+    producer.commit_transaction(30)
+    second = Batches(RAW_COLUMNS)
+    run_available_now(stream(kspark, kafka_bootstrap, topic), checkpoint, second)
+    assert [as_record(r).value for r in second.rows] == [b"o1"]

@@ -75,6 +75,7 @@ def service_env(**env: str) -> Dict[str, str]:
         "MAX_RECORDS_PER_TRIGGER": "12",  # several micro-batches per chunk of input
         "SPARK_CONF_spark_ui_enabled": "false",
         "LOG_LEVEL": "INFO",
+        "DELIVERY": "at-least-once",  # these tests are of replays a consumer drops; exactly-once: test_exactly_once*
         **env,
     }
 
@@ -382,26 +383,33 @@ def drive(conditions: Dict[ServiceProcess, Callable], what: str, timeout: float,
 # --------------------------------------------------------------------------------------------
 
 
-def test_sigkill_at_several_points_then_restart_materializes_like_an_uninterrupted_run(
-        kafka_bootstrap, spark, tmp_path, new_topic):
-    log = Changelogs(seed=20251121)
-    chunks = [log.chunk(order_ops=20, price_ops=6, poison=True) for _ in range(3)]
-
-    # The uninterrupted runs (the reference): the same input, all at once, in-process (JoinHarness)
-    # on fresh topics; they run on a thread meanwhile.
-    references = []
+def references(kafka_bootstrap, spark, tmp_path, new_topic, chunks) -> Callable[[], tuple]:
+    """The uninterrupted runs (the reference): the same input, all at once, in-process (JoinHarness)
+    on fresh topics, retract and upsert output; returns what runs them (on a thread, meanwhile)
+    and gives their tables."""
+    harnesses = []
     for mode, env in (("retract", {}), ("upsert", {"OUTPUT_MODE": "upsert", "OUTPUT_KEY": "order_id"})):
         ref = JoinHarness(kafka_bootstrap, spark, tmp_path / f"reference-{mode}", new_topic, PARTITIONS,
                           **service_env(MAX_RECORDS_PER_TRIGGER="100000", **env))
         for chunk in chunks:
             send(ref, chunk)
-        references.append(ref)
+        harnesses.append(ref)
 
-    def run_references():
-        retract_ref, upsert_ref = references
+    def run() -> tuple:
+        retract_ref, upsert_ref = harnesses
         retract_ref.run()
         upsert_ref.run()
         return retract_ref.retract_table(), upsert_ref.upsert_table()
+
+    return run
+
+
+def test_sigkill_at_several_points_then_restart_materializes_like_an_uninterrupted_run(
+        kafka_bootstrap, spark, tmp_path, new_topic):
+    log = Changelogs(seed=20251121)
+    chunks = [log.chunk(order_ops=20, price_ops=6, poison=True) for _ in range(3)]
+
+    run_references = references(kafka_bootstrap, spark, tmp_path, new_topic, chunks)
 
     # One pair of input topics, read by two services: retract output and upsert output.
     h = JoinHarness(kafka_bootstrap, None, tmp_path / "retract", new_topic, PARTITIONS, **service_env())

@@ -449,3 +449,211 @@ def test_the_source_gets_no_producer_property():
                        "KAFKA_CLIENT_SASL_MECHANISM": "PLAIN"})
     assert s.consumer_properties() == {"fetch.max.bytes": "1000000", "client.id": "cj", "sasl.mechanism": "PLAIN"}
     assert set(s.kafka_properties()) >= {"linger.ms", "batch.num.messages"}  # the sink's producer keeps them
+
+
+# -- delivery -----------------------------------------------------------------------------------
+
+EXACTLY_ONCE = {**VALID, "DELIVERY": "exactly-once"}
+
+
+def test_exactly_once_defaults_derive_from_the_output_topic():
+    s = load_settings({**VALID, "DELIVERY": " Exactly-Once "})
+    assert s.exactly_once and s.delivery == "exactly-once"
+    assert (s.transactional_id_prefix, s.progress_topic_name, s.kafka_transaction_timeout_ms) == \
+        ("changejoin-out", "out.progress", 120_000)
+    s = load_settings({**EXACTLY_ONCE, "KAFKA_TRANSACTIONAL_ID_PREFIX": "team.a-join", "PROGRESS_TOPIC": "p",
+                       "KAFKA_TRANSACTION_TIMEOUT_MS": "60000"})
+    assert (s.transactional_id_prefix, s.progress_topic_name, s.kafka_transaction_timeout_ms) == ("team.a-join", "p", 60_000)
+    assert load_settings(VALID).exactly_once  # the default
+    assert not load_settings({**VALID, "DELIVERY": "at-least-once"}).exactly_once
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"DELIVERY": "twice"}, "DELIVERY"),
+    ({"MAX_RECORDS_PER_TRIGGER": "0"}, "MAX_RECORDS_PER_TRIGGER"),
+    ({"KAFKA_TRANSACTION_TIMEOUT_MS": "15000"}, "KAFKA_TRANSACTION_TIMEOUT_MS: at least 20000"),
+    ({"KAFKA_TRANSACTION_TIMEOUT_MS": "soon"}, "KAFKA_TRANSACTION_TIMEOUT_MS"),
+    ({"KAFKA_TRANSACTIONAL_ID_PREFIX": "team a"}, "KAFKA_TRANSACTIONAL_ID_PREFIX: use the characters"),
+    ({"KAFKA_CLIENT_TRANSACTIONAL_ID": "mine"}, "KAFKA_CLIENT_TRANSACTIONAL_ID: the service sets it per task"),
+    ({"KAFKA_CLIENT_TRANSACTION_TIMEOUT_MS": "1000"}, "KAFKA_CLIENT_TRANSACTION_TIMEOUT_MS"),
+    ({"PROGRESS_TOPIC": "out"}, "PROGRESS_TOPIC: 'out' is also OUTPUT_TOPIC"),
+    ({"PROGRESS_TOPIC": "bad name"}, "PROGRESS_TOPIC: invalid Kafka topic name"),
+    ({"DLQ_TOPIC": "out.progress"}, r"PROGRESS_TOPIC \(default 'out.progress'\): 'out.progress' is also DLQ_TOPIC"),
+    ({"SPARK_CONF_spark_speculation": "true"}, "SPARK_CONF_spark_speculation: must stay false"),
+])
+def test_exactly_once_refuses_what_it_cannot_keep_naming_the_variable(change, message):
+    with pytest.raises(ConfigError, match=message):
+        load_settings({**EXACTLY_ONCE, **change})
+
+
+def test_a_transactional_id_set_by_hand_is_refused_in_either_mode():
+    with pytest.raises(ConfigError, match="KAFKA_CLIENT_TRANSACTIONAL_ID"):
+        load_settings({**VALID, "KAFKA_CLIENT_TRANSACTIONAL_ID": "mine"})
+
+
+def test_check_config_explains_the_delivery_and_warns_of_exactly_once_settings_left_unused():
+    proc = changejoin("check-config", env={**EXACTLY_ONCE, "SHUFFLE_PARTITIONS": "4", "CHECKPOINT_LOCATION": "/nonexistent/ck"})
+    assert proc.returncode == 0, proc.stderr
+    delivery = proc.stdout.split("delivery:\n", 1)[1]
+    assert "exactly-once for read_committed consumers of out and out.dlq" in delivery
+    assert "transactional ids changejoin-out-0 .. changejoin-out-3 (KAFKA_TRANSACTION_TIMEOUT_MS=120000)" in delivery
+    assert "progress markers in out.progress" in delivery
+    proc = changejoin("check-config", env={**VALID, "DELIVERY": "at-least-once", "PROGRESS_TOPIC": "p",
+                                           "CHECKPOINT_LOCATION": "/nonexistent/ck"})
+    assert proc.returncode == 0, proc.stderr
+    assert "at-least-once" in proc.stdout.split("delivery:\n", 1)[1]
+    assert "warning: PROGRESS_TOPIC is set but not used: it applies to DELIVERY=exactly-once only" in proc.stderr
+
+
+def test_a_transactional_producer_times_its_records_out_before_its_transaction():
+    from service.sink import DEFAULT_DELIVERY_TIMEOUT_MS, MESSAGE_TIMEOUT_MARGIN_MS, producer_config
+
+    conf = producer_config("b:9092", {}, transactional_id="p-3", transaction_timeout_ms=120_000)
+    assert conf["transactional.id"] == "p-3" and conf["transaction.timeout.ms"] == 120_000
+    assert conf["message.timeout.ms"] == 120_000 - MESSAGE_TIMEOUT_MARGIN_MS < DEFAULT_DELIVERY_TIMEOUT_MS
+    assert producer_config("b", {"delivery.timeout.ms": 5000}, transactional_id="p", transaction_timeout_ms=60_000)[
+        "message.timeout.ms"] == 5000
+    assert "transactional.id" not in producer_config("b", {})
+    from confluent_kafka import Producer
+
+    Producer(conf)  # librdkafka accepts it (it refuses message.timeout.ms above transaction.timeout.ms)
+    with pytest.raises(Exception, match="message.timeout.ms"):
+        Producer({**conf, "message.timeout.ms": 300_000})
+
+
+# -- every bad configuration is one line (issue: the probe of 93 environments) --------------------
+
+PROBE_DIR = ROOT / "tests" / "data"
+
+
+@pytest.fixture
+def schema_files(tmp_path):
+    import json
+
+    enum = tmp_path / "enum.avsc"
+    enum.write_text(json.dumps({"type": "enum", "name": "E", "symbols": ["A"]}))
+    nullable_key = tmp_path / "prices_nullable_key.avsc"
+    nullable_key.write_text(json.dumps({"type": "record", "name": "prices", "fields": [
+        {"name": "product", "type": ["null", "string"]}, {"name": "price", "type": "double"}]}))
+    return {"enum": str(enum), "nullable_key": str(nullable_key)}
+
+
+@pytest.mark.parametrize("name, change, message", [
+    ("enum", {"LEFT_SCHEMA_FILE": "enum"}, "LEFT_SCHEMA_FILE: expected an Avro record schema, got 'enum'"),
+    ("ftp", {"SCHEMA_REGISTRY_URL": "ftp://registry"}, "SCHEMA_REGISTRY_URL: expected http://host:port or https://"),
+    ("no host", {"SCHEMA_REGISTRY_URL": "http://"}, "SCHEMA_REGISTRY_URL"),
+    ("user info", {"SCHEMA_REGISTRY_URL": "http://r:8081", "SCHEMA_REGISTRY_BASIC_AUTH_USER_INFO": "nocolon"},
+     "SCHEMA_REGISTRY_BASIC_AUTH_USER_INFO: expected '<user>:<password>'"),
+    ("5,000 digits", {"JOIN_SQL": VALID["JOIN_SQL"] + " AND o.quantity > " + "9" * 5000},
+     "JOIN_SQL: the numeric literal 9999.* has 5000 digits; at most 38"),
+    ("3,000 parentheses", {"JOIN_SQL": VALID["JOIN_SQL"].replace(
+        "o.product = p.product", "(" * 3000 + "o.product = p.product" + ")" * 3000)}, "JOIN_SQL: its parentheses nest 3000 deep"),
+    ("3,000 conjuncts", {"JOIN_SQL": VALID["JOIN_SQL"] + " AND " + " AND ".join(["o.quantity > 1"] * 3000)},
+     "JOIN_SQL: too long or too deeply nested"),
+    ("huge TTL", {"STATE_TTL": "8639999999999998865759266668544"}, "STATE_TTL: longer than the longest duration taken, 36500d"),
+    ("fractional TTL", {"STATE_TTL": "1.9ms"}, "STATE_TTL: not a whole number of milliseconds"),
+    ("shuffle", {"SHUFFLE_PARTITIONS": "100000000"}, "SHUFFLE_PARTITIONS: .*10000"),
+    ("duplicated key", {"LEFT_PRIMARY_KEY": "order_id,order_id"}, "LEFT_PRIMARY_KEY: order_id listed more than once"),
+    ("duplicated output key", {"OUTPUT_MODE": "upsert", "OUTPUT_KEY": "order_id, ORDER_ID"}, "OUTPUT_KEY: .*more than once"),
+    ("padded upsert key", {"OUTPUT_MODE": "upsert", "OUTPUT_KEY": "price"},
+     "OUTPUT_KEY: price comes from the right input, which this LEFT join pads with NULLs"),
+    ("two shuffle settings", {"SPARK_CONF_spark_sql_shuffle_partitions": "3", "SHUFFLE_PARTITIONS": "8"},
+     "SPARK_CONF_spark_sql_shuffle_partitions: contradicts SHUFFLE_PARTITIONS=8"),
+    ("shuffle by Spark's name", {"SPARK_CONF_spark_sql_shuffle_partitions": "lots"}, "SPARK_CONF_spark_sql_shuffle_partitions"),
+    ("HDFS state store", {"SPARK_CONF_spark_sql_streaming_stateStore_providerClass":
+                          "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"},
+     "SPARK_CONF_spark_sql_streaming_stateStore_providerClass: the join's state API"),
+])
+def test_a_bad_configuration_ends_with_one_line_naming_the_variable(name, change, message, schema_files):
+    import re
+
+    env = {**VALID, **{k: schema_files.get(v, v) for k, v in change.items()}, "CHECKPOINT_LOCATION": "/nonexistent/ck"}
+    proc = changejoin("check-config", env=env)
+    assert proc.returncode == 2, (name, proc.stdout[-500:], proc.stderr)
+    assert "Traceback" not in proc.stderr
+    assert re.search(message, proc.stderr), proc.stderr
+
+
+def test_legal_but_surprising_values_get_a_warning(schema_files):
+    env = {**VALID, "RIGHT_SCHEMA_FILE": schema_files["nullable_key"], "RIGHT_CHANGELOG_MODE": "upsert",
+           "CHECKPOINT_LOCATION": "/nonexistent/ck"}
+    proc = changejoin("check-config", env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "warning: RIGHT_PRIMARY_KEY: product may be NULL in the right input's schema" in proc.stderr
+    # A key that cannot be NULL gets none.
+    assert "PRIMARY_KEY" not in changejoin("check-config", env={**env, "RIGHT_SCHEMA_FILE": VALID["RIGHT_SCHEMA_FILE"]}).stderr
+
+
+def test_spark_confs_shuffle_partitions_alone_is_the_services():
+    s = load_settings({**VALID, "SPARK_CONF_spark_sql_shuffle_partitions": "3"})
+    assert s.shuffle_partitions == 3
+    assert load_settings({**VALID, "SPARK_CONF_spark_sql_shuffle_partitions": "3", "SHUFFLE_PARTITIONS": "3"}).shuffle_partitions == 3
+
+
+def test_durations_take_fractions_that_are_whole_milliseconds():
+    assert parse_duration_ms("1.5s") == 1500 and parse_duration_ms("0.25m") == 15_000
+    assert parse_duration_ms("36500d") == 36_500 * 86_400_000
+    for text in ("1.9ms", "0.0001s", "36501d"):
+        with pytest.raises(ValueError):
+            parse_duration_ms(text)
+
+
+# A fuzz test: whatever the variables that parse structured values hold, configuration ends in
+# settings and a plan, or in a ConfigError/PlanError (one line naming the variable): never in any
+# other exception (the CLI would print a traceback).
+
+def _outcome(env: dict) -> str:
+    from service.plan import PlanError
+    from service.planner import build_plan
+
+    try:
+        build_plan(load_settings(env))
+    except (ConfigError, PlanError) as err:
+        first = str(err).strip().splitlines()[0]
+        assert first and "Traceback" not in str(err)
+        return "refused"
+    return "ok"
+
+
+from hypothesis import HealthCheck, given, settings as hsettings, strategies as st  # noqa: E402
+
+_FUZZ = hsettings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+_DURATION_TEXT = st.one_of(
+    st.text(max_size=40),
+    st.builds(lambda n, u: f"{n}{u}", st.one_of(st.integers(-10, 10**40), st.floats(allow_nan=True), st.decimals()),
+              st.sampled_from(["", "ms", "s", "m", "h", "d", "min", "sec", " ms", "x"])),
+)
+
+
+@_FUZZ
+@given(var=st.sampled_from(["STATE_TTL", "LEFT_STATE_TTL", "LEFT_WATERMARK_DELAY", "IDLE_TIMEOUT", "TRIGGER_INTERVAL",
+                            "LIVENESS_TIMEOUT"]), value=_DURATION_TEXT)
+def test_fuzz_durations(var, value):
+    _outcome({**VALID, var: value})
+
+
+@_FUZZ
+@given(var=st.sampled_from(["LEFT_PRIMARY_KEY", "RIGHT_PRIMARY_KEY", "OUTPUT_KEY"]),
+       value=st.one_of(st.text(max_size=40), st.lists(st.sampled_from(["order_id", "product", "price", "ORDER_ID", " ",
+                                                                          "", "x", "quantity"]), max_size=5).map(",".join)),
+       upsert=st.booleans())
+def test_fuzz_column_lists(var, value, upsert):
+    _outcome({**VALID, var: value, **({"OUTPUT_MODE": "upsert", "OUTPUT_KEY": "order_id"} if upsert and var != "OUTPUT_KEY" else {})})
+
+
+@_FUZZ
+@given(url=st.one_of(st.text(max_size=40), st.builds(lambda s, h: f"{s}://{h}", st.sampled_from(["http", "https", "ftp", "", "HTTP"]),
+                                                     st.text(max_size=20))),
+       user_info=st.one_of(st.none(), st.text(max_size=20)))
+def test_fuzz_registry_urls(url, user_info):
+    _outcome({**VALID, "SCHEMA_REGISTRY_URL": url,
+              **({"SCHEMA_REGISTRY_BASIC_AUTH_USER_INFO": user_info} if user_info is not None else {})})
+
+
+@_FUZZ
+@given(depth=st.integers(0, 400), digits=st.integers(1, 6000), fraction=st.booleans(), conjuncts=st.integers(0, 2000))
+def test_fuzz_join_sql_depth_and_literals(depth, digits, fraction, conjuncts):
+    literal = "7" * digits + (".5" if fraction else "")
+    condition = "(" * depth + f"o.quantity > {literal}" + ")" * depth
+    extra = "".join(" AND o.quantity > 1" for _ in range(conjuncts))
+    _outcome({**VALID, "JOIN_SQL": VALID["JOIN_SQL"] + f" AND {condition}{extra}"})

@@ -43,8 +43,8 @@ CASES = {
     },
     "regular_upsert_materialized": {
         **PRICES, "LEFT_PRIMARY_KEY": "order_id", "RIGHT_PRIMARY_KEY": "product", "RIGHT_CHANGELOG_MODE": "upsert",
-        "OUTPUT_MODE": "upsert", "OUTPUT_KEY": "order_id", "STATE_TTL": "1h", "RIGHT_STATE_TTL": "10m",
-        "JOIN_SQL": "SELECT o.order_id, o.product, p.price AS unit_price FROM orders o FULL JOIN prices p "
+        "OUTPUT_MODE": "upsert", "OUTPUT_KEY": "order_id,product", "STATE_TTL": "1h", "RIGHT_STATE_TTL": "10m",
+        "JOIN_SQL": "SELECT o.order_id, p.product, p.price AS unit_price FROM orders o FULL JOIN prices p "
                     "ON o.product = p.product AND p.price * o.quantity > 10 AND p.currency IS NOT NULL",
     },
     "regular_mini_batch_null_safe": {

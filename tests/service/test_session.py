@@ -68,7 +68,7 @@ CASES = [  # (environment, properties changed from DEFAULTS, properties removed)
     ({"SPARK_MASTER": "local", "CHECKPOINT_LOCATION": "/var/cp", "TRIGGER_INTERVAL": "0",
       "READY_MAX_TRIGGER_INTERVALS": "2"}, {"spark.master": "local[1,4]", IDLE: "1000ms"}, []),
     ({"TRIGGER_INTERVAL": "5s", "SHUFFLE_PARTITIONS": "3"}, {"spark.sql.shuffle.partitions": "3", IDLE: "16666ms"}, []),
-    ({"SHUFFLE_PARTITIONS": "5", "TRIGGER_INTERVAL": "5s", **OVERRIDES},
+    ({"TRIGGER_INTERVAL": "5s", **OVERRIDES},
      {"spark.app.name": "mine", "spark.executor.instances": "4", "spark.hadoop.fs.s3a.secret.key": "s3-secret-7",
       "spark.master": "local[3]", "spark.python.unix.domain.socket.enabled": "false",
       "spark.redaction.regex": "(?i)secret", "spark.sql.adaptive.enabled": "true", "spark.sql.shuffle.partitions": "3",

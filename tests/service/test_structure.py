@@ -9,7 +9,7 @@ from pathlib import Path
 SERVICE = Path(__file__).resolve().parents[2] / "service"
 STEPS = ("source", "decode", "processor", "encode", "sink")
 # The modules Spark's workers run (the record path, and the plan's trip to them).
-WORKERS = STEPS + ("shipping",)
+WORKERS = STEPS + ("shipping", "transactions", "faults")
 SQL = SERVICE / "sql"
 # The SQL front end's modules, each importing only modules before it here.
 SQL_LAYERS = ("model", "dialect", "resolve", "intervals", "windows", "joins")
@@ -60,6 +60,14 @@ def test_no_step_of_the_record_path_imports_another_step():
         assert not neighbours, f"service/{step}.py imports {sorted(neighbours)}: depend on shared definitions instead"
 
 
+def test_exactly_once_is_the_sinks_half_and_the_crash_points_know_nothing():
+    """``transactions.py`` writes what the sink writes, in transactions: of the steps it uses only
+    the sink, and no wiring; ``faults.py`` (the tests' crash points) imports no service module."""
+    assert service_imports("transactions") & (set(STEPS) | {"pipeline", "app", "cli", "session"}) <= {"sink"}
+    assert service_imports("faults") == set()
+    assert not service_imports("sink") & {"transactions", "faults"}
+
+
 def test_the_steps_do_not_import_the_wiring():
     for step in STEPS:
         assert not service_imports(step) & {"pipeline", "app", "cli", "session"}, step
@@ -84,9 +92,12 @@ SPARK_PROPERTY = re.compile(r"^spark\.[A-Za-z0-9]+(\.[A-Za-z0-9]+)*$")
 
 def test_only_the_session_names_spark_properties():
     """Every Spark property the service sets comes from session.spark_properties; config.py only
-    reads the user's spark.ui.enabled to check it against SPARK_UI_ENABLED (and jars.py reads
+    reads what the user's SPARK_CONF_ sets to check it: spark.ui.enabled against SPARK_UI_ENABLED,
+    spark.sql.shuffle.partitions against SHUFFLE_PARTITIONS, the state store provider (RocksDB only),
+    spark.speculation (off with DELIVERY=exactly-once) (and jars.py reads
     spark.version, a property of Spark's Maven pom)."""
-    allowed = {"config": {"spark.ui.enabled"}, "jars": {"spark.version"}}
+    allowed = {"config": {"spark.ui.enabled", "spark.speculation", "spark.sql.shuffle.partitions",
+                          "spark.sql.streaming.stateStore.providerClass"}, "jars": {"spark.version"}}
     for module in modules():
         if module == "session":
             continue

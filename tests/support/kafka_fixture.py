@@ -206,11 +206,13 @@ def produce(
     return results
 
 
-def end_offsets(bootstrap: str, topic: str) -> Dict[int, Tuple[int, int]]:
-    """{partition: (low, high)} watermarks, asked of the broker."""
+def end_offsets(bootstrap: str, topic: str, isolation: str = "read_committed") -> Dict[int, Tuple[int, int]]:
+    """{partition: (low, high)} watermarks, asked of the broker; ``high`` is the last stable offset
+    under ``read_committed`` (an open transaction holds it back), the high watermark under
+    ``read_uncommitted``."""
     from confluent_kafka import Consumer, TopicPartition
 
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "tests-unused"})
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "tests-unused", "isolation.level": isolation})
     try:
         md = consumer.list_topics(topic, timeout=10).topics[topic]
         return {
@@ -221,12 +223,16 @@ def end_offsets(bootstrap: str, topic: str) -> Dict[int, Tuple[int, int]]:
         consumer.close()
 
 
-def consume_all(bootstrap: str, topic: str, timeout: float = 60.0) -> List[KafkaRecord]:
+def consume_all(bootstrap: str, topic: str, timeout: float = 60.0,
+                isolation: str = "read_committed") -> List[KafkaRecord]:
     """Every record of ``topic`` (assign each partition, read from its start to its current end),
-    ordered by partition then offset."""
+    ordered by partition then offset. ``read_committed`` (librdkafka's default, and what consumers
+    of exactly-once output set): records of committed transactions and non-transactional ones,
+    up to the last stable offset, which waits for transactions still open; ``read_uncommitted``:
+    every record written, aborted transactions' too."""
     from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-    ends = end_offsets(bootstrap, topic)
+    ends = end_offsets(bootstrap, topic, isolation)
     todo = {p: hi for p, (lo, hi) in ends.items() if hi > lo}
     if not todo:
         return []
@@ -237,6 +243,7 @@ def consume_all(bootstrap: str, topic: str, timeout: float = 60.0) -> List[Kafka
             "enable.auto.commit": False,
             "enable.partition.eof": True,
             "auto.offset.reset": "earliest",
+            "isolation.level": isolation,
         }
     )
     out: List[KafkaRecord] = []

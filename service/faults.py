@@ -1,0 +1,45 @@
+"""Named crash points, for the recovery tests: ``CHANGEJOIN_TEST_CRASH_AT=<point>[@<batch>]`` makes
+the service kill itself with SIGKILL (its whole process group: the driver, Spark's JVM and its Python
+workers, as the tests' own kill does) the first time a micro-batch numbered at least ``<batch>``
+(default 0) reaches ``<point>``:
+
+- ``before-init``: a producing task starts, before its transactional producer exists;
+- ``mid-produce``: a task has queued its records, its transaction is open;
+- ``before-commit``: a task has queued its records and its progress marker, not committed;
+- ``after-commit``: a task has committed its transaction, before it returns to Spark;
+- ``before-batch-commit``: every task has returned, before Spark records the micro-batch as done.
+
+The task points apply to a task with output only; at ``mid-produce`` and ``before-commit`` the
+records queued so far are sent first, so that a ``read_uncommitted`` reader sees the aborted attempt. Never set in production; the service reads it
+only to ship it to its tasks (``pipeline.py``).
+"""
+from __future__ import annotations
+
+import os
+import signal
+from typing import Mapping, Optional
+
+ENV = "CHANGEJOIN_TEST_CRASH_AT"
+POINTS = ("before-init", "mid-produce", "before-commit", "after-commit", "before-batch-commit")
+
+
+def from_env(environ: Mapping[str, str] = os.environ) -> Optional[dict]:
+    """The crash point the environment asks for, with the process group to kill, or None."""
+    text = environ.get(ENV, "").strip()
+    if not text:
+        return None
+    point, _, batch = text.partition("@")
+    if point not in POINTS or (batch and not batch.isdigit()):
+        raise ValueError(f"{ENV}: expected one of {', '.join(POINTS)}, optionally @<batch id>; got {text!r}")
+    return {"point": point, "batch": int(batch or 0), "pgid": os.getpgrp()}
+
+
+def crash(spec: Optional[dict], point: str, batch_id: int) -> None:
+    """SIGKILL the process group of ``spec`` (and this process) if ``point`` of ``batch_id`` is the one."""
+    if spec is None or spec["point"] != point or batch_id < spec["batch"]:
+        return
+    try:
+        os.killpg(spec["pgid"], signal.SIGKILL)
+    finally:
+        os.killpg(os.getpgrp(), signal.SIGKILL)  # a Python worker: PySpark's daemon and its workers
+        os.kill(os.getpid(), signal.SIGKILL)
