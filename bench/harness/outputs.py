@@ -116,10 +116,11 @@ def end_offsets_total(bootstrap: str, topic: str) -> int:
 
 
 def output_counts(bootstrap: str, topic: str, materialize=None, skip=None) -> tuple[int, dict, str | None]:
-    """Records in ``topic`` (read_committed). With
-    ``materialize`` (message -> (kind, sign, row)), also the count by kind and a digest of the
-    final table the changelog materializes to (a multiset: +I/+U add a row, -U/-D remove one);
-    rows for which ``skip`` is true are left out of it."""
+    """Records in ``topic``, read (read_committed) and counted: not its offsets, of which a
+    transactional producer's commit records take some. With ``materialize`` (message -> (kind,
+    sign, row)), also the count by kind and a digest of the final table the changelog materializes
+    to (a multiset: +I/+U add a row, -U/-D remove one); rows for which ``skip`` is true are left out
+    of it."""
     from confluent_kafka import Consumer
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"count-{time.time_ns()}", **READER})
@@ -127,12 +128,15 @@ def output_counts(bootstrap: str, topic: str, materialize=None, skip=None) -> tu
         ends = end_offsets(consumer, topic)
         if ends is None:
             return 0, {}, None
-        total = sum(ends.values())
-        if materialize is None or not total:
-            return total, {}, None
+        if not sum(ends.values()):
+            return 0, {}, None
+        if materialize is None:
+            return sum(1 for _ in records(consumer, topic, ends)), {}, None
         kinds: Counter = Counter()
         table: Counter = Counter()
+        total = 0
         for msg in records(consumer, topic, ends):
+            total += 1
             label, sign, row = materialize(msg)
             if skip and skip(row):
                 kinds["skipped"] += 1
