@@ -30,7 +30,7 @@ from .metrics import JoinMetrics, MetricsServer, ready_window_seconds
 from .pipeline import BatchCounts, JoinPipeline
 from .plan import JoinPlan, TimeMode
 from .planner import build_plan, explain
-from .session import query_start_properties, spark_session
+from .session import expect_stop, query_start_properties, spark_session
 
 log = logging.getLogger(__name__)
 
@@ -204,6 +204,7 @@ class Service:
         return delivery
 
     def start(self):
+        expect_stop(False)
         log.info("join plan:\n%s", explain(self.plan))
         if self.settings.metrics_port and self.metrics_server is None:
             # First, so that /healthz answers (and /readyz says why it is not ready) while starting.
@@ -296,6 +297,7 @@ class Service:
     def stop(self, graceful_timeout_s: float = 0.0) -> None:
         """Stop the query. With a timeout, first wait (up to it) for the micro-batch in flight to
         commit, so that a planned stop leaves nothing to replay."""
+        expect_stop()  # the workers' connections closing now are no news (session.py)
         try:
             if self.query is not None and self.query.isActive:
                 deadline = time.monotonic() + graceful_timeout_s

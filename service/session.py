@@ -63,9 +63,22 @@ DAEMON_BROKEN_PIPE = (b"WARN PySparkDaemon: a Python worker's connection to the 
                       b"as when Spark loses an executor or cancels a task\n")
 
 
+_STOPPING = threading.Event()
+
+
+def expect_stop(stopping: bool = True) -> None:
+    """Whether the service is stopping its query (and Spark): then the Python workers' connections
+    closing under PySpark's daemon are expected, and :data:`DAEMON_BROKEN_PIPE` is not relayed."""
+    if stopping:
+        _STOPPING.set()
+    else:
+        _STOPPING.clear()
+
+
 def _relay_jvm_stderr(stream, out) -> None:
     """Copy the JVM's standard error to ``out`` line by line, except :data:`QUIET_JVM_LINES`, and
-    with a traceback of PySpark's daemon's broken pipe as one line (:data:`DAEMON_BROKEN_PIPE`)."""
+    with a traceback of PySpark's daemon's broken pipe as one line (:data:`DAEMON_BROKEN_PIPE`),
+    or none while the service stops (:func:`expect_stop`)."""
     dropped = False
     traceback: list[bytes] = []  # a Python traceback being read, until its exception line
     for line in iter(stream.readline, b""):
@@ -75,7 +88,7 @@ def _relay_jvm_stderr(stream, out) -> None:
                 continue  # a frame: the exception line comes last
             frames = traceback[1:-1]
             quiet = frames and all(_DAEMON_FRAME.match(f) for f in frames) and line.startswith(b"BrokenPipeError")
-            _write(out, [DAEMON_BROKEN_PIPE] if quiet else traceback)
+            _write(out, ([] if _STOPPING.is_set() else [DAEMON_BROKEN_PIPE]) if quiet else traceback)
             traceback = []
             continue
         if line.rstrip() == _TRACEBACK:

@@ -10,7 +10,7 @@ from service.app import Service, log_fatal
 from service.config import load_settings
 from service.logs import JsonFormatter
 from service.planner import build_plan
-from service.session import DAEMON_BROKEN_PIPE, TASK_ATTEMPTS, _relay_jvm_stderr, with_task_retries
+from service.session import DAEMON_BROKEN_PIPE, TASK_ATTEMPTS, _relay_jvm_stderr, expect_stop, with_task_retries
 from test_config import VALID
 
 
@@ -118,3 +118,21 @@ def test_the_jvm_stderr_relay_makes_one_line_of_pysparks_daemon_losing_a_worker_
         + daemon + b"ValueError: another error\n"  # another error: kept whole
         + b"Traceback (most recent call last):\n" + b'  File "cut short"\n'  # the stream's end: kept
     )
+
+
+def test_the_daemons_broken_pipe_is_not_relayed_while_the_service_stops():
+    """Stopping the query and Spark closes the workers' connections: nothing to report then (the
+    demo's output ended with the warning)."""
+    traceback = (b"Traceback (most recent call last):\n"
+                 b'  File "/x/pyspark.zip/pyspark/daemon.py", line 95, in worker\n'
+                 b"BrokenPipeError: [Errno 32] Broken pipe\n")
+    expect_stop()
+    try:
+        out = io.BytesIO()
+        _relay_jvm_stderr(io.BytesIO(traceback + b"WARN other\n"), out)
+        assert out.getvalue() == b"WARN other\n"
+    finally:
+        expect_stop(False)
+    out = io.BytesIO()
+    _relay_jvm_stderr(io.BytesIO(traceback), out)
+    assert out.getvalue() == DAEMON_BROKEN_PIPE
