@@ -191,12 +191,10 @@ class Service:
         progress topic, and every task partition's transactional id initialized once, which aborts
         what a killed run left open (``transactions.py``)."""
         from .shipping import worker_secrets
-        from .transactions import abort_open_transactions
+        from .transactions import abort_open_transactions, delivery_config
 
         s = self.settings
-        delivery = {"prefix": s.transactional_id_prefix, "progress_topic": s.progress_topic_name,
-                    "checkpoint_id": store.identity(), "timeout_ms": s.kafka_transaction_timeout_ms,
-                    "task_partitions": partitions}
+        delivery = delivery_config(s, store.identity())
         seconds = abort_open_transactions({"delivery": delivery, **worker_secrets(s)}, partitions)
         log.info("exactly-once delivery: %d transactional ids %s-0..%d initialized in %.2f s (what a stopped run "
                  "left open is aborted); progress markers in %s", partitions, s.transactional_id_prefix,
@@ -219,7 +217,7 @@ class Service:
                                              buckets_set=self.settings.state_buckets is not None)
             task_partitions = None
             if self.settings.exactly_once:
-                task_partitions = store.shuffle_partitions() or self.settings.shuffle_partitions
+                task_partitions = store.task_partitions(self.settings.shuffle_partitions)
             output_partitions = self.ensure_topics(task_partitions)
             delivery = self._delivery(store, task_partitions) if task_partitions else None
             self._query_known.clear()

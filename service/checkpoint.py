@@ -321,6 +321,14 @@ class CheckpointFile:
             return int(value) if value is not None else None
         return None
 
+    def task_partitions(self, configured: int) -> int:
+        """The partitions of the query's last stage, whose tasks produce the output: the
+        checkpoint's shuffle partitions, else ``configured`` (``SHUFFLE_PARTITIONS``, for a new
+        checkpoint, or one on a remote file system read without Spark, as ``check-config`` does)."""
+        if not self._local and self._session is None:
+            return configured
+        return self.shuffle_partitions() or configured
+
     def _newest_offsets(self) -> str | None:
         if self._local:
             directory = os.path.join(self._dir, "offsets")

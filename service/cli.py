@@ -86,11 +86,9 @@ def cmd_check_config(args) -> int:
 
 
 def _task_partitions(settings) -> int:
-    """The producing tasks' partitions: the checkpoint's shuffle partitions, else SHUFFLE_PARTITIONS."""
     from . import checkpoint
 
-    store = checkpoint.CheckpointFile(settings.checkpoint_location)
-    return (store.shuffle_partitions() if store._local else None) or settings.shuffle_partitions
+    return checkpoint.CheckpointFile(settings.checkpoint_location).task_partitions(settings.shuffle_partitions)
 
 
 def _delivery(settings) -> list[str]:
@@ -114,11 +112,10 @@ def cmd_abort_transactions(args) -> int:
         print("changejoin: DELIVERY is not exactly-once: there are no transactions to abort", file=sys.stderr)
         return 2
     from .shipping import worker_secrets
-    from .transactions import abort_open_transactions
+    from .transactions import abort_open_transactions, delivery_config
 
     n = _task_partitions(settings)
-    delivery = {"prefix": settings.transactional_id_prefix, "timeout_ms": settings.kafka_transaction_timeout_ms}
-    seconds = abort_open_transactions({"delivery": delivery, **worker_secrets(settings)}, n)
+    seconds = abort_open_transactions({"delivery": delivery_config(settings), **worker_secrets(settings)}, n)
     print(f"transactional ids {settings.transactional_id_prefix}-0 .. -{n - 1}: nothing left open ({seconds:.2f} s)")
     return 0
 

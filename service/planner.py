@@ -94,8 +94,8 @@ def _check_upsert_key(plan: JoinPlan) -> None:
         return
     sides = {plan.projection[i][0] for i in plan.output_key}
     padded = {0: plan.join_type.right_outer, 1: plan.join_type.left_outer}
-    if len(sides) == 1 and padded.get(next(iter(sides))):
-        side = next(iter(sides))
+    side = next(iter(sides))
+    if len(sides) == 1 and padded.get(side):
         other = "right" if side == 0 else "left"
         names = ", ".join(plan.output_names[i] for i in plan.output_key)
         raise PlanError(

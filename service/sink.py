@@ -146,11 +146,7 @@ class KafkaSink:
         reported as a failure here."""
         if self._broken:
             self._renew()
-        failures: List[Tuple[str, str]] = []
-
-        def on_delivery(err: Any, msg: Any) -> None:
-            if err is not None:
-                failures.append((msg.topic(), err.str() if hasattr(err, "str") else str(err)))
+        failures, on_delivery = failure_collector()
 
         try:
             sent = self._produce_each(records, on_delivery, failures)
@@ -238,6 +234,18 @@ def produce_each(producer: Any, records: Iterable[Record], on_delivery: Any,
             if failures:
                 break  # no point queueing more: this batch fails anyway
     return sent
+
+
+def failure_collector() -> Tuple[List[Tuple[str, str]], Any]:
+    """(failures, on_delivery): a delivery callback that appends (topic, error) of each record
+    that could not be delivered to ``failures``."""
+    failures: List[Tuple[str, str]] = []
+
+    def on_delivery(err: Any, msg: Any) -> None:
+        if err is not None:
+            failures.append((msg.topic(), err.str() if hasattr(err, "str") else str(err)))
+
+    return failures, on_delivery
 
 
 def delivery_failure(failures: Sequence[Tuple[str, str]], sent: int) -> KafkaDeliveryError:

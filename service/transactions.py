@@ -40,7 +40,7 @@ import warnings
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Iterable, Optional
 
-from .sink import admin_props, delivery_failure, produce_each, producer_config
+from .sink import admin_props, delivery_failure, failure_collector, produce_each, producer_config
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +55,13 @@ _READ_BACK = 16
 
 class TransactionError(RuntimeError):
     """A task's transaction failed; the message names the setting involved where one is."""
+
+
+def delivery_config(settings, checkpoint_id: Optional[str] = None) -> dict:
+    """What the producing tasks' transactions need of the settings (``config["delivery"]`` of a
+    worker config), with the checkpoint's id (``checkpoint.py``) for the markers."""
+    return {"prefix": settings.transactional_id_prefix, "progress_topic": settings.progress_topic_name,
+            "checkpoint_id": checkpoint_id, "timeout_ms": settings.kafka_transaction_timeout_ms}
 
 
 def transactional_id(prefix: str, partition: int) -> str:
@@ -206,11 +213,7 @@ class TaskTransaction:
 
         self.ready()
         producer, delivery = self._producer, self.config["delivery"]
-        failures: list = []
-
-        def on_delivery(err: Any, msg: Any) -> None:
-            if err is not None:
-                failures.append((msg.topic(), err.str() if hasattr(err, "str") else str(err)))
+        failures, on_delivery = failure_collector()
 
         started = time.perf_counter()
         try:

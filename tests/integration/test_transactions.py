@@ -186,3 +186,37 @@ def test_a_task_without_output_leaves_no_initialization_behind_to_fence_the_next
         finally:
             task.close()
     assert len(values(kafka_bootstrap, delivery["output"])) == 6
+
+
+def test_changejoin_abort_transactions_releases_a_stopped_services_open_transaction(kafka_bootstrap, delivery, tmp_path):
+    """``changejoin abort-transactions`` with the deployment's environment: a service stopped for
+    good leaves no transaction holding read_committed readers back."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from confluent_kafka import Producer
+
+    root = Path(__file__).resolve().parents[2]
+    prefix, topic = delivery["delivery"]["prefix"], delivery["output"]
+    killed = Producer(producer_config(kafka_bootstrap, {}, transactional_id=transactional_id(prefix, 1),
+                                      transaction_timeout_ms=60_000))
+    killed.init_transactions(30)
+    killed.begin_transaction()
+    killed.produce(topic, b"left open", partition=1)
+    assert killed.flush(30) == 0
+    env = {"PATH": "/usr/bin:/bin", "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap, "LEFT_TOPIC": "orders",
+           "RIGHT_TOPIC": "prices", "OUTPUT_TOPIC": topic, "KAFKA_TRANSACTIONAL_ID_PREFIX": prefix,
+           "SHUFFLE_PARTITIONS": "2", "CHECKPOINT_LOCATION": str(tmp_path / "checkpoint"),
+           "LEFT_SCHEMA_FILE": str(root / "schemas" / "orders.avsc"), "RIGHT_SCHEMA_FILE": str(root / "schemas" / "prices.avsc"),
+           "JOIN_SQL": "SELECT o.order_id, p.price FROM orders o LEFT JOIN prices p ON o.product = p.product"}
+    assert sum(hi for _, hi in end_offsets(kafka_bootstrap, topic).values()) == 0  # held back
+    proc = subprocess.run([sys.executable, "-m", "service", "abort-transactions"], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert f"transactional ids {prefix}-0 .. -1: nothing left open" in proc.stdout
+    assert sum(hi for _, hi in end_offsets(kafka_bootstrap, topic).values()) == 2  # the record and its abort marker
+    assert values(kafka_bootstrap, topic) == []
+    proc = subprocess.run([sys.executable, "-m", "service", "abort-transactions"], cwd=root,
+                          env={**env, "DELIVERY": "at-least-once"}, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "DELIVERY is not exactly-once" in proc.stderr
