@@ -8,6 +8,7 @@ checkpoint format (``stateformat.py``).
 """
 from .condition import ConditionError, compile_condition
 from .interval import IntervalJoin, NegativeSizeIntervalJoin, make_interval_join
+from .lookup import Identity, LookupJoin, LookupJoinSpec, make_lookup_join
 from .minibatch import MiniBatchJoin
 from .normalize import ChangelogNormalize, upsert_changes
 from .regular import RegularJoin, SemiAntiJoin, make_join
@@ -34,10 +35,11 @@ from .window import WindowJoin, make_window_join
 
 __all__ = [
     "ACCUMULATE", "EVENT", "PROC", "STATE_FORMAT_VERSION", "Change", "ChangelogNormalize", "ConditionError",
-    "ConfigurationError", "Context", "EventTimeTemporalJoin", "InputSpec", "IntervalJoin",
-    "IntervalJoinSpec", "JoinSpec", "JoinType", "KeyState", "KeyedOperator", "MiniBatchJoin",
+    "ConfigurationError", "Context", "EventTimeTemporalJoin", "Identity", "InputSpec", "IntervalJoin",
+    "IntervalJoinSpec", "JoinSpec", "JoinType", "KeyState", "KeyedOperator", "LookupJoin", "LookupJoinSpec",
+    "MiniBatchJoin",
     "NegativeSizeIntervalJoin", "Output", "ProcessingTimeTemporalJoin", "Record", "RegularJoin", "RowKind",
     "SemiAntiJoin", "StateLayout", "TemporalJoinSpec", "TemporalKind", "UpsertMaterializer", "WindowJoin",
     "WindowJoinSpec", "WindowKind", "WindowSpec", "choose_layout", "compile_condition", "make_interval_join",
-    "make_join", "make_temporal_join", "make_window_join", "upsert_changes",
+    "make_join", "make_lookup_join", "make_temporal_join", "make_window_join", "upsert_changes",
 ]

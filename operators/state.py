@@ -98,16 +98,20 @@ class Context:
 
 
 class Output:
-    """Collects what an operator emits: changelog rows, and late probe rows it dropped.
+    """Collects what an operator emits: changelog rows, late probe rows it dropped, and
+    retractions it could not match.
 
-    Both lists hold ``(RowKind value, row)`` pairs, shaped as :class:`Change`; operators append
+    The lists hold ``(RowKind value, row)`` pairs, shaped as :class:`Change`; operators append
     plain tuples on their hot paths."""
 
-    __slots__ = ("rows", "late")
+    __slots__ = ("rows", "late", "unmatched")
 
     def __init__(self):
         self.rows: list[Change] = []  # the output changelog
         self.late: list[Change] = []  # input rows dropped as late (probe rows behind the watermark)
+        # retractions of input rows the operator holds no record of (a lookup join's state expired
+        # or never saw the row): dropped, and reported
+        self.unmatched: list[Change] = []
 
 
 class KeyedOperator(Protocol):

@@ -54,6 +54,18 @@ Window join (``window.py``), per join key::
 
   the input rows buffered per window until the watermark fires it.
 
+Lookup join (``lookup.py``), per stream-row identity: keyed by primary key::
+
+    (row: tuple, joined: tuple[table row, ...], expiry: int | None)
+
+  the key's current row and the table rows it was joined with (``()``: none); without a primary
+  key (the row is its own key), one entry per copy of the row, oldest first::
+
+    (copies: tuple[joined, ...], expiry: int | None)
+
+  ``expiry`` is the state TTL's clean-up time, or None. An append-only stream stores nothing.
+  A new structure in version 1: no checkpoint written before held it.
+
 Changelog normalize (``normalize.py``), per message key: the key's last row (a tuple).
 
 Upsert materializer (``upsert.py``), per upsert key: the rows present for the key, oldest first
