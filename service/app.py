@@ -90,6 +90,7 @@ class Service:
             ready_window_seconds(settings.trigger_interval_ms, settings.ready_max_trigger_intervals),
             is_active=self._query_active,
             liveness_timeout_s=(settings.liveness_timeout_ms or 0) / 1000 or None,
+            sides=("left",) if settings.lookup else ("left", "right"),
         )
         self.metrics_server: MetricsServer | None = None
         self._query_listener: _QueryListener | None = None

@@ -176,7 +176,7 @@ class Settings(BaseModel):
     schema_registry_url: str | None = Field(None, alias="SCHEMA_REGISTRY_URL")
     schema_registry_basic_auth_user_info: str | None = Field(None, alias="SCHEMA_REGISTRY_BASIC_AUTH_USER_INFO", repr=False)
     left_topic: str = Field(alias="LEFT_TOPIC", min_length=1)
-    right_topic: str = Field(alias="RIGHT_TOPIC", min_length=1)
+    right_topic: str | None = Field(None, alias="RIGHT_TOPIC", min_length=1)  # required unless RIGHT_LOOKUP_URL
     output_topic: str = Field(alias="OUTPUT_TOPIC", min_length=1)
     dlq_topic: str | None = Field(None, alias="DLQ_TOPIC")
     left_table: str | None = Field(None, alias="LEFT_TABLE")
@@ -220,6 +220,19 @@ class Settings(BaseModel):
     kafka_transaction_timeout_ms: int = Field(120_000, alias="KAFKA_TRANSACTION_TIMEOUT_MS", ge=1_000,
                                               le=2_147_483_647)
     progress_topic: str | None = Field(None, alias="PROGRESS_TOPIC")
+    # The lookup join: the right side is a PostgreSQL table (docs/configuration.md, "Lookup join").
+    right_lookup_url: str | None = Field(None, alias="RIGHT_LOOKUP_URL", min_length=1)
+    right_lookup_password: str | None = Field(None, alias="RIGHT_LOOKUP_PASSWORD", repr=False)
+    right_lookup_table: str | None = Field(None, alias="RIGHT_LOOKUP_TABLE", min_length=1)
+    lookup_batch_size: int = Field(1000, alias="LOOKUP_BATCH_SIZE", ge=1, le=100_000)
+    lookup_query_timeout_ms: int = Field(30_000, alias="LOOKUP_QUERY_TIMEOUT", ge=1)
+    lookup_max_retries: int = Field(8, alias="LOOKUP_MAX_RETRIES", ge=0, le=100)
+    lookup_retry_backoff_ms: int = Field(500, alias="LOOKUP_RETRY_BACKOFF", ge=1)
+    lookup_cache: Literal["none", "partial"] = Field("none", alias="LOOKUP_CACHE")
+    lookup_cache_max_rows: int = Field(100_000, alias="LOOKUP_CACHE_MAX_ROWS", ge=1)
+    lookup_cache_expire_after_write_ms: int | None = Field(None, alias="LOOKUP_CACHE_EXPIRE_AFTER_WRITE", gt=0)
+    lookup_cache_expire_after_access_ms: int | None = Field(None, alias="LOOKUP_CACHE_EXPIRE_AFTER_ACCESS", gt=0)
+    lookup_cache_missing_key: bool = Field(True, alias="LOOKUP_CACHE_MISSING_KEY")
     starting_offsets: Literal["earliest", "latest"] = Field("earliest", alias="STARTING_OFFSETS")
     fail_on_data_loss: bool = Field(True, alias="FAIL_ON_DATA_LOSS")
     metrics_port: int = Field(9108, alias="METRICS_PORT", ge=0, le=65535)
@@ -230,7 +243,9 @@ class Settings(BaseModel):
 
     @field_validator(
         "left_watermark_delay_ms", "right_watermark_delay_ms", "idle_timeout_ms", "state_ttl_ms",
-        "left_state_ttl_ms", "right_state_ttl_ms", "trigger_interval_ms", "liveness_timeout_ms", mode="before",
+        "left_state_ttl_ms", "right_state_ttl_ms", "trigger_interval_ms", "liveness_timeout_ms",
+        "lookup_query_timeout_ms", "lookup_retry_backoff_ms", "lookup_cache_expire_after_write_ms",
+        "lookup_cache_expire_after_access_ms", mode="before",
     )
     @classmethod
     def _duration(cls, value):
@@ -242,7 +257,8 @@ class Settings(BaseModel):
         return _column_list(value) if isinstance(value, str) else value
 
     @field_validator("log_level", "log_format", "output_mode", "left_changelog_mode", "right_changelog_mode",
-                     "left_key_format", "right_key_format", "starting_offsets", "delivery", mode="before")
+                     "left_key_format", "right_key_format", "starting_offsets", "delivery", "lookup_cache",
+                     mode="before")
     @classmethod
     def _case(cls, value):
         if not isinstance(value, str):
@@ -252,10 +268,17 @@ class Settings(BaseModel):
     @model_validator(mode="after")
     def _consistent(self):
         problems = []
-        if not self.schema_registry_url and not (self.left_schema_file and self.right_schema_file):
+        if self.lookup:
+            problems += self._lookup_problems()
+            if not self.schema_registry_url and not self.left_schema_file:
+                problems.append("SCHEMA_REGISTRY_URL: set it, or set LEFT_SCHEMA_FILE (plain Avro bodies); the right "
+                                "side is the table RIGHT_LOOKUP_URL names")
+        elif not self.schema_registry_url and not (self.left_schema_file and self.right_schema_file):
             problems.append(
                 "SCHEMA_REGISTRY_URL: set it, or set both LEFT_SCHEMA_FILE and RIGHT_SCHEMA_FILE (plain Avro bodies)"
             )
+        else:
+            problems += self._not_lookup_problems()
         problems += self._registry_problems()
         for var, path in (("LEFT_SCHEMA_FILE", self.left_schema_file), ("RIGHT_SCHEMA_FILE", self.right_schema_file)):
             if path and not os.path.isfile(path):
@@ -282,8 +305,12 @@ class Settings(BaseModel):
 
         problems = []
         dlq_var = "DLQ_TOPIC" if self.dlq_topic else f"DLQ_TOPIC (default {self.dead_letter_topic!r})"
-        topics = (("LEFT_TOPIC", self.left_topic), ("RIGHT_TOPIC", self.right_topic),
+        if self.right_topic is None and not self.lookup:
+            problems.append("RIGHT_TOPIC: required (or RIGHT_LOOKUP_URL, to look the right side up in a database table)")
+        topics = (("LEFT_TOPIC", self.left_topic), ("RIGHT_TOPIC", self.right_topic or ""),
                   ("OUTPUT_TOPIC", self.output_topic), (dlq_var, self.dead_letter_topic))
+        if self.lookup:
+            topics = (topics[0],) + topics[2:]
         if self.exactly_once:
             progress_var = "PROGRESS_TOPIC" if self.progress_topic else f"PROGRESS_TOPIC (default {self.progress_topic_name!r})"
             topics += ((progress_var, self.progress_topic_name),)
@@ -296,11 +323,55 @@ class Settings(BaseModel):
             problems.append("RIGHT_TOPIC: must differ from LEFT_TOPIC")
         # Each later topic must differ from every earlier one: the join never writes what it reads,
         # and dead letters never mix with the output.
-        for i, (var, topic) in enumerate(topics[2:], start=2):
+        inputs = 1 if self.lookup else 2
+        for i, (var, topic) in enumerate(topics[inputs:], start=inputs):
             for other_var, other in topics[:i]:
                 if topic == other:
                     problems.append(f"{var}: {topic!r} is also {other_var.split(' ')[0]}; it must be a topic of its own")
         return problems
+
+    def _lookup_problems(self) -> list[str]:
+        """A lookup join's database and its options (RIGHT_LOOKUP_URL is set)."""
+        problems = []
+        parsed = urlparse(self.right_lookup_url.strip())
+        if parsed.scheme not in ("postgresql", "postgres") or not parsed.hostname or not parsed.path.strip("/"):
+            problems.append(f"RIGHT_LOOKUP_URL: expected postgresql://user@host:5432/database, got "
+                            f"{redact_text(self.right_lookup_url)!r}")
+        for var, value in (("RIGHT_TOPIC", self.right_topic), ("RIGHT_SCHEMA_FILE", self.right_schema_file),
+                           ("RIGHT_CHANGELOG_MODE", "right_changelog_mode" in self.model_fields_set),
+                           ("RIGHT_PRIMARY_KEY", self.right_primary_key),
+                           ("RIGHT_EVENT_TIME_COLUMN", self.right_event_time_column),
+                           ("RIGHT_STATE_TTL", self.right_state_ttl_ms)):
+            if value:
+                problems.append(f"{var}: not used by a lookup join (RIGHT_LOOKUP_URL is set: the right side is a "
+                                "database table, read as each micro-batch runs); unset it")
+        if local_directory(self.checkpoint_location) is None:
+            problems.append(f"CHECKPOINT_LOCATION: a lookup join pins what each micro-batch looked up under the "
+                            f"checkpoint, so that a replay joins the same rows: it must be a local directory (on a "
+                            f"cluster, a volume every executor mounts), not {redact_text(self.checkpoint_location)!r}")
+        if not (self.right_table or self.right_lookup_table):
+            problems.append("RIGHT_TABLE: required with RIGHT_LOOKUP_URL (the name JOIN_SQL gives the table; "
+                            "RIGHT_LOOKUP_TABLE, the table in the database, defaults to it)")
+        if self.lookup_cache == "none":
+            for var in ("LOOKUP_CACHE_MAX_ROWS", "LOOKUP_CACHE_EXPIRE_AFTER_WRITE", "LOOKUP_CACHE_EXPIRE_AFTER_ACCESS",
+                        "LOOKUP_CACHE_MISSING_KEY"):
+                if _field_of(var) in self.model_fields_set:
+                    problems.append(f"{var}: applies to LOOKUP_CACHE=partial only (LOOKUP_CACHE is none)")
+        if self.lookup_cache_expire_after_write_ms and self.lookup_cache_expire_after_write_ms < 1000:
+            problems.append("LOOKUP_CACHE_EXPIRE_AFTER_WRITE: whole seconds, at least 1s")
+        return problems
+
+    def _not_lookup_problems(self) -> list[str]:
+        """The lookup join's variables, set without RIGHT_LOOKUP_URL."""
+        return [f"{info.alias}: applies to a lookup join only; set RIGHT_LOOKUP_URL, or unset {info.alias}"
+                for name, info in type(self).model_fields.items()
+                if info.alias and (info.alias.startswith("LOOKUP_") or info.alias.startswith("RIGHT_LOOKUP_"))
+                and name in self.model_fields_set]
+
+    @property
+    def lookup(self) -> bool:
+        """The right side is a database table (a lookup join)."""
+        return self.right_lookup_url is not None
 
     @property
     def producer_message_max_bytes(self) -> int:
@@ -424,7 +495,14 @@ class Settings(BaseModel):
 
     @property
     def right_table_name(self) -> str:
+        if self.lookup and not self.right_table:
+            return self.right_lookup_table.rsplit(".", 1)[-1].strip('"')
         return self.right_table or self.right_topic
+
+    @property
+    def lookup_table_name(self) -> str:
+        """The lookup join's table in the database (RIGHT_LOOKUP_TABLE, default RIGHT_TABLE)."""
+        return self.right_lookup_table or self.right_table
 
     @property
     def left_ttl_ms(self) -> int | None:
@@ -497,6 +575,11 @@ SPARK_REDACTION_REGEX = (r"(?i)secret|password|passwd|passphrase|token|credentia
 
 _ACKS_ALL = ("all", "-1")
 _SECURITY_PROTOCOLS = ("plaintext", "ssl", "sasl_plaintext", "sasl_ssl")
+
+
+def _field_of(alias: str) -> str:
+    """The Settings field of an environment variable."""
+    return next(name for name, info in Settings.model_fields.items() if info.alias == alias)
 
 
 def _kafka_client_problems(props: Mapping[str, str]) -> list[str]:

@@ -62,7 +62,10 @@ class JoinMetrics:
 
     def __init__(self, ready_window_s: float = 10.0, is_active: Callable[[], bool] | None = None,
                  clock: Callable[[], float] = time.monotonic, registry: CollectorRegistry | None = None,
-                 liveness_timeout_s: float | None = None):
+                 liveness_timeout_s: float | None = None, sides: tuple[str, ...] = SIDES):
+        """``sides``: the inputs the query reads, in the order of its sources (a lookup join's
+        right side is a table, not a source)."""
+        self.sides = sides
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
         self.ready_window_s = ready_window_s
         self.liveness_timeout_s = liveness_timeout_s
@@ -131,6 +134,30 @@ class JoinMetrics:
         self.state_bytes = Gauge(
             PREFIX + "state_bytes", "Size of the join state: 'memory' is Spark's memoryUsedBytes, 'sst_files' the "
             "RocksDB SST files of the committed version.", ["operator", "kind"], registry=r)
+        self.lookup_queries = Counter(
+            PREFIX + "lookup_queries", "Lookup join: queries sent to the database (each asks up to "
+            "LOOKUP_BATCH_SIZE keys).", registry=r)
+        self.lookup_keys = Counter(
+            PREFIX + "lookup_keys", "Lookup join: distinct keys asked of the database (cache hits and pinned "
+            "lookups excepted).", registry=r)
+        self.lookup_rows = Counter(
+            PREFIX + "lookup_rows", "Lookup join: table rows the database returned.", registry=r)
+        self.lookup_cache = Counter(
+            PREFIX + "lookup_cache", "Lookup join, LOOKUP_CACHE=partial: keys found in a worker's cache ('hit'), "
+            "not found ('miss'), and entries evicted for LOOKUP_CACHE_MAX_ROWS ('evicted').", ["result"], registry=r)
+        self.lookup_query_seconds = Histogram(
+            PREFIX + "lookup_query_seconds", "Lookup join: one query to the database.",
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0), registry=r)
+        self.lookup_retries = Counter(
+            PREFIX + "lookup_retries", "Lookup join: lookups retried after a database error (LOOKUP_MAX_RETRIES).",
+            registry=r)
+        self.lookup_errors = Counter(
+            PREFIX + "lookup_errors", "Lookup join: database errors, by kind ('connection', 'timeout', 'data', ...).",
+            ["kind"], registry=r)
+        self.lookup_pinned_reuse = Counter(
+            PREFIX + "lookup_pinned_reuse", "Lookup join: reading tasks that reused the lookups an earlier attempt "
+            "of their micro-batch pinned (a retried task or a replayed micro-batch), instead of asking the database.",
+            registry=r)
 
     # -- feeding --------------------------------------------------------------------------
 
@@ -149,10 +176,11 @@ class JoinMetrics:
     def observe_progress(self, progress: Mapping[str, Any]) -> None:
         """One micro-batch's ``StreamingQueryProgress`` as a dict (``json.loads(progress.json)``)."""
         sources = progress.get("sources") or []
-        if len(sources) != len(SIDES) and not self._warned_sources:
+        if len(sources) != len(self.sides) and not self._warned_sources:
             self._warned_sources = True
-            log.warning("the query progress lists %d sources, expected %d (left, right)", len(sources), len(SIDES))
-        for side, source in zip(SIDES, sources):
+            log.warning("the query progress lists %d sources, expected %d (%s)", len(sources), len(self.sides),
+                        ", ".join(self.sides))
+        for side, source in zip(self.sides, sources):
             self.input_records.labels(side=side).inc(source.get("numInputRows") or 0)
             for partition, lag in input_lag(source).items():
                 self.input_lag.labels(side=side, partition=partition).set(lag)
@@ -195,6 +223,24 @@ class JoinMetrics:
             self.transaction_init_seconds.observe(seconds)
         if counts.retries:
             self.task_retries.inc(counts.retries)
+        if counts.lookup:
+            self._observe_lookup(counts.lookup)
+
+    def _observe_lookup(self, lookup: Mapping[str, Any]) -> None:
+        """A micro-batch's lookup counts (``lookup.lookup_partition``: what its reading tasks asked)."""
+        for counter, name in ((self.lookup_queries, "queries"), (self.lookup_keys, "keys"),
+                              (self.lookup_rows, "rows"), (self.lookup_retries, "retries"),
+                              (self.lookup_pinned_reuse, "pinned_reuse")):
+            if lookup.get(name):
+                counter.inc(lookup[name])
+        for result in ("hit", "miss", "evicted"):
+            if lookup.get(f"cache_{result}"):
+                self.lookup_cache.labels(result=result).inc(lookup[f"cache_{result}"])
+        for name, n in lookup.items():
+            if name.startswith("error:") and n:
+                self.lookup_errors.labels(kind=name[len("error:"):]).inc(n)
+        for seconds in lookup.get("query_seconds", ()):
+            self.lookup_query_seconds.observe(seconds)
 
     # -- readiness ------------------------------------------------------------------------
 

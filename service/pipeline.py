@@ -12,15 +12,18 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import os
+import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from pyspark.accumulators import AccumulatorParam
 from pyspark.sql import functions as F
 
 from . import faults
 from .config import Settings
 from .envelope import ENVELOPE_SCHEMA, OUTPUT_SCHEMA
-from .plan import JoinPlan
+from .plan import JoinPlan, PlanKind
 from .processor import JoinProcessor, NormalizeProcessor, UpsertProcessor
 from .shipping import built, worker_config, worker_secrets
 
@@ -43,6 +46,8 @@ class BatchCounts:
     init_seconds: list[float] = field(default_factory=list)
     transaction_seconds: list[float] = field(default_factory=list)
     retries: int = 0  # task attempts after the first
+    # A lookup join: what the reading tasks asked the database (lookup.lookup_partition's counts).
+    lookup: dict = field(default_factory=dict)
 
     def add(self, target: str, label: str, n: int) -> None:
         """One row a producing task reported (:func:`produce_partition`)."""
@@ -128,6 +133,20 @@ def _produce_transaction(config, batch_id, partition, attempt, batches, rows, en
         transaction.close()
 
 
+class _Counts(AccumulatorParam):
+    """Counts summed over tasks (numbers) and observations gathered (lists), by name: a lookup
+    join's reading tasks report what they asked the database through it (only the successful
+    attempt of a task counts)."""
+
+    def zero(self, value):
+        return {}
+
+    def addInPlace(self, total, more):
+        for name, value in more.items():
+            total[name] = total.get(name, [] if isinstance(value, list) else 0) + value
+        return total
+
+
 class JoinPipeline:
     """Builds and starts the streaming query for one plan."""
 
@@ -142,6 +161,7 @@ class JoinPipeline:
         self.plan = plan
         self.spark = spark
         self.on_batch = on_batch
+        self._previous_start: float | None = None
         from .source import register
 
         register(spark)
@@ -181,6 +201,8 @@ class JoinPipeline:
         return df
 
     def dataframe(self):
+        if self.plan.kind is PlanKind.LOOKUP:
+            return self._lookup_dataframe()
         left, right = self._read(0), self._read(1)
         envelopes = left.unionByName(right)
         # The upsert materializer stage groups the join's changes by output key: the join emits them
@@ -192,12 +214,49 @@ class JoinPipeline:
             joined = joined.groupBy("okey").transformWithState(UpsertProcessor(self.plan.to_json()), OUTPUT_SCHEMA, "Append", "None")
         return joined
 
+    def _lookup_dataframe(self):
+        """A lookup join: one topic, each reading task's rows looked up in the table (``lookup.py``),
+        then joined by the rows' identity, whose state remembers what each row joined."""
+        from .lookup import lookup_partition
+
+        config = {**worker_config(self.settings, self.plan), **worker_secrets(self.settings, kafka=False)}
+        self._lookups = self.spark.sparkContext.accumulator({}, _Counts())
+        looked_up = self._read(0).mapInArrow(lookup_partition(config, self._pins, self._lookups), ENVELOPE_SCHEMA)
+        joined = looked_up.groupBy("jk").transformWithState(
+            JoinProcessor(self.plan.to_json()), OUTPUT_SCHEMA, "Append", self.plan.time_mode.value
+        )
+        if self.plan.upsert_materializer:
+            joined = joined.groupBy("okey").transformWithState(UpsertProcessor(self.plan.to_json()), OUTPUT_SCHEMA, "Append", "None")
+        return joined
+
+    @property
+    def _pins(self) -> str | None:
+        """Where a lookup join's reading tasks pin what they looked up (``lookup.py``)."""
+        from .config import local_directory
+        from .lookup import pin_directory
+
+        directory = local_directory(self.settings.checkpoint_location)
+        return None if directory is None else pin_directory(os.path.abspath(directory))
+
+    def _lookup_batch(self, counts: BatchCounts, started: float) -> None:
+        """The micro-batch's lookup counts; the pins of the micro-batches before the previous one go."""
+        from .lookup import clean_pins
+
+        counts.lookup = self._lookups.value
+        self._lookups.value = {}
+        if self._pins is not None and self._previous_start is not None:
+            clean_pins(self._pins, self._previous_start)
+        self._previous_start = started
+
     def _write_batch(self, batch_df, batch_id: int) -> None:
+        started = time.time()
         counts = BatchCounts(batch_id)
         rows = (batch_df.select("target", "kind", "payload")
                 .mapInArrow(produce_partition(self._sink_config, batch_id), COUNTS_SCHEMA).collect())
         for row in rows:
             counts.add(row.target, row.label, row.n)
+        if self.plan.kind is PlanKind.LOOKUP:
+            self._lookup_batch(counts, started)
         faults.crash(self._sink_config.get("crash"), "before-batch-commit", batch_id)
         log.debug("batch %d written: output %s, dead letters %s", batch_id, counts.output, counts.dead_letters)
         if self.on_batch:

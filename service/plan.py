@@ -16,10 +16,12 @@ from enum import StrEnum
 from functools import cached_property
 
 from operators import (
+    Identity,
     InputSpec,
     IntervalJoinSpec,
     JoinSpec,
     JoinType,
+    LookupJoinSpec,
     StateLayout,
     TemporalJoinSpec,
     TemporalKind,
@@ -30,6 +32,7 @@ from operators import (
     compile_condition,
     make_interval_join,
     make_join,
+    make_lookup_join,
     make_temporal_join,
     make_window_join,
 )
@@ -50,6 +53,7 @@ class PlanKind(StrEnum):
     INTERVAL_EVENT_TIME = "interval_event_time"  # ON ... r.t BETWEEN l.t - INTERVAL ... AND l.t + INTERVAL ...
     INTERVAL_PROCESSING_TIME = "interval_processing_time"  # the same bounds on l.proctime / r.proctime
     WINDOW = "window"  # TABLE(TUMBLE | HOP | CUMULATE(...)) joined on window_start, window_end and the key
+    LOOKUP = "lookup"  # FOR SYSTEM_TIME AS OF PROCTIME() against a database table (RIGHT_LOOKUP_URL)
 
 
 #: Kinds whose rows carry event times and whose join runs on the watermark.
@@ -98,6 +102,9 @@ class SidePlan:
     # stage; its tombstones find their join key through the message key (keys.py).
     direct_upsert: bool = False
     key_format: str = "auto"
+    # The stream of a lookup join: its rows are grouped by their identity (join_key holds the
+    # identity's columns: the primary key, or every column), an upsert input by its message key.
+    lookup_stream: bool = False
 
     @property
     def name(self) -> str:
@@ -118,7 +125,7 @@ class SidePlan:
     @property
     def normalized(self) -> bool:
         """An upsert input that goes through a normalize stage before the join."""
-        return self.changelog_mode == "upsert" and not self.direct_upsert
+        return self.changelog_mode == "upsert" and not self.direct_upsert and not self.lookup_stream
 
 
 DEFAULT_STATE_BUCKETS = 1024
@@ -153,6 +160,10 @@ class JoinPlan:
     # Keys per grouping key of every stateful stage: 0 = one grouping key per key; N = the keys in
     # N buckets (sparkstate.py), fixed once a checkpoint exists (checkpoint.py).
     state_buckets: int = 0
+    # A lookup join's table and how it is asked (PlanKind.LOOKUP; planner._lookup): "table" (the
+    # database's catalog: service.database.TableInfo.to_dict()), "url" (no password), "left_key"
+    # (stream column indexes), "key_columns" (table columns), "identity", and the options.
+    lookup: dict | None = None
     description: str = field(default="", compare=False)
 
     @property
@@ -198,6 +209,8 @@ class JoinPlan:
         DOUBLE; to DECIMAL between integers and decimals), and decimals of any scale normalized
         (1.50 and 1.5 are one key)."""
         indexes = self.sides[side].join_key
+        if self.kind is PlanKind.LOOKUP:  # the stream row's identity
+            return lambda row: tuple(row[i] for i in indexes)
         casts = []
         for left, right in zip(self.left.join_key, self.right.join_key):
             pair = {self.left.families[left], self.right.families[right]}
@@ -290,6 +303,9 @@ class JoinPlan:
         holds that column from a side that is never null-padded."""
         if self.output_mode is not OutputMode.UPSERT or not self.output_key:
             return False
+        if self.kind is PlanKind.LOOKUP:  # grouped by the stream row's identity, never padded
+            keyed = {self.projection[i] for i in self.output_key}
+            return not all((0, i) in keyed for i in self.left.join_key)
         unpadded = [side for side in (0, 1) if side not in self.null_padded_sides]
         keyed = {self.projection[i] for i in self.output_key}
         return any(
@@ -297,8 +313,22 @@ class JoinPlan:
             for j in range(len(self.left.join_key))
         )
 
+    @property
+    def lookup_identity(self) -> Identity:
+        """What a lookup join's stream rows are grouped by, and so what it remembers per group."""
+        return Identity(self.lookup["identity"])
+
     def stages(self) -> list[str]:
         """The stateful stages the query runs, in the order a record meets them."""
+        if self.kind is PlanKind.LOOKUP:
+            keyed = {Identity.KEY: f"keyed by the {self.left.table} row's primary key: the table rows it joined",
+                     Identity.ROW: f"keyed by the whole {self.left.table} row: the table rows each copy joined",
+                     Identity.NONE: "no state: an append-only input is joined and forgotten"}[self.lookup_identity]
+            stages = [f"lookup (in each reading task: its rows' distinct keys, {self.lookup['batch_size']} per query, "
+                      "one snapshot)", f"join ({keyed})"]
+            if self.upsert_materializer:
+                stages.append("upsert materializer (keyed by OUTPUT_KEY: the latest row per output key)")
+            return stages
         stages = [f"normalize {s.name} (keyed by message key: the last row per primary key)"
                   for s in self.sides if s.normalized]
         stages.append(f"join (keyed by join key: {self.kind.value} {self.join_type.value} join)")
@@ -347,6 +377,12 @@ class JoinPlan:
             condition = compile_condition(self.condition_sql, self.joined_columns(0), self.joined_columns(1),
                                           left_types=self.joined_families(0), right_types=self.joined_families(1))
         append_only = tuple(s.changelog_mode == "append" for s in self.sides)
+        if self.kind is PlanKind.LOOKUP:
+            return make_lookup_join(LookupJoinSpec(
+                join_type=self.join_type, left_width=len(self.left.columns), right_width=len(self.right.columns),
+                identity=self.lookup_identity, upsert=self.left.changelog_mode == "upsert", condition=condition,
+                projection=self.projection, state_ttl_ms=self.left.state_ttl_ms,
+            ))
         if self.kind in (PlanKind.INTERVAL_EVENT_TIME, PlanKind.INTERVAL_PROCESSING_TIME):
             return make_interval_join(IntervalJoinSpec(
                 join_type=self.join_type, left=left, right=right,

@@ -8,6 +8,8 @@ stay on the driver. :func:`explain` renders a plan for ``check-config`` and the 
 """
 from __future__ import annotations
 
+import json
+
 from operators import ConditionError, ConfigurationError, JoinType, TemporalKind, WindowKind
 from operators.condition import comparable
 from operators.spec import WINDOW_COLUMNS
@@ -28,13 +30,14 @@ def _index(columns: tuple[str, ...], name: str, what: str) -> int:
     raise PlanError(f"{what}: no column {name!r}; the columns are {', '.join(columns)}")
 
 
-def load_input_schemas(settings: Settings, registry: SchemaRegistry | None) -> tuple[dict, dict]:
-    """Reader schemas: the local .avsc files if given, else the registry's latest `<topic>-value`."""
+def load_input_schemas(settings: Settings, registry: SchemaRegistry | None, table=None) -> tuple[dict, dict]:
+    """Reader schemas: the local .avsc files if given, else the registry's latest `<topic>-value`;
+    a lookup join's table (``table``, its catalog) as a record of the columns it can read."""
     schemas = []
-    for var, path, topic in (
-        ("LEFT_SCHEMA_FILE", settings.left_schema_file, settings.left_topic),
-        ("RIGHT_SCHEMA_FILE", settings.right_schema_file, settings.right_topic),
-    ):
+    inputs = [("LEFT_SCHEMA_FILE", settings.left_schema_file, settings.left_topic)]
+    if table is None:
+        inputs.append(("RIGHT_SCHEMA_FILE", settings.right_schema_file, settings.right_topic))
+    for var, path, topic in inputs:
         if path:
             try:
                 schemas.append(load_schema_file(path))
@@ -48,23 +51,94 @@ def load_input_schemas(settings: Settings, registry: SchemaRegistry | None) -> t
                     f"SCHEMA_REGISTRY_URL: cannot get the latest schema of subject {topic}-value ({err}); "
                     f"register it or set {var}"
                 ) from None
+    if table is not None:
+        schemas.append(table_schema(table))
     return schemas[0], schemas[1]
 
 
-def build_plan(settings: Settings, schemas: tuple[dict, dict] | None = None) -> JoinPlan:
-    """Resolve the configuration into a plan; raises PlanError naming what to fix.
+# -- the lookup join's table ---------------------------------------------------------------------
+def describe_lookup_table(settings: Settings):
+    """The catalog of the table RIGHT_LOOKUP_URL / RIGHT_LOOKUP_TABLE name (``service/database.py``)."""
+    from .database import DatabaseError, describe_table
+
+    try:
+        return describe_table(settings.right_lookup_url, settings.right_lookup_password, settings.lookup_table_name)
+    except DatabaseError as err:
+        raise PlanError(f"RIGHT_LOOKUP_URL: {err}") from None
+
+
+def table_schema(table) -> dict:
+    """The Avro record of the table columns the join can read (unsupported types are left out)."""
+    fields = []
+    for c in table.columns:
+        if c.avro_type is None:
+            continue
+        fields.append({"name": c.name, "type": ["null", c.avro_type], "default": None} if c.nullable
+                      else {"name": c.name, "type": c.avro_type})
+    return {"type": "record", "name": _record_name(table.table), "fields": fields}
+
+
+def _lookup(settings: Settings, table, keys, sides) -> dict:
+    """How the lookup join asks the table (``JoinPlan.lookup``)."""
+    from .database import redact
+
+    left = sides[0]
+    if left.changelog_mode == "append":
+        identity = "none"
+    else:
+        identity = "key" if left.primary_key else "row"
+    cache = None
+    if settings.lookup_cache == "partial":
+        cache = {"max_rows": settings.lookup_cache_max_rows,
+                 "expire_after_write_s": _seconds(settings.lookup_cache_expire_after_write_ms),
+                 "expire_after_access_s": _seconds(settings.lookup_cache_expire_after_access_ms),
+                 "cache_missing_key": settings.lookup_cache_missing_key}
+    return {
+        "url": redact(settings.right_lookup_url), "table": table.to_dict(),
+        "left_key": list(keys[0]), "key_columns": [sides[1].columns[i] for i in keys[1]],
+        "identity": identity, "batch_size": settings.lookup_batch_size,
+        "query_timeout_s": settings.lookup_query_timeout_ms / 1000, "max_retries": settings.lookup_max_retries,
+        "retry_backoff_s": settings.lookup_retry_backoff_ms / 1000, "cache": cache,
+    }
+
+
+def _seconds(ms: int | None) -> float | None:
+    return None if ms is None else ms / 1000
+
+
+def _unsupported_columns(settings: Settings, table) -> None:
+    """A column of the table whose type the join cannot read, named in JOIN_SQL: refused by name."""
+    import re
+
+    for c in table.columns:
+        if c.avro_type is None and re.search(rf"(?i)(?<![\w\"]){re.escape(c.name)}(?![\w\"])", settings.join_sql):
+            raise PlanError(f"JOIN_SQL: column {c.name} of {table.table} has type {c.pg_type}, which a lookup join "
+                            f"cannot read ({c.unsupported}); leave it out of the query, or cast it in a view")
+
+
+def build_plan(settings: Settings, schemas: tuple[dict, dict] | None = None, table=None) -> JoinPlan:
+    """Resolve the configuration into a plan; raises PlanError naming what to fix. A lookup join
+    (RIGHT_LOOKUP_URL) reads its table's catalog, unless ``table`` gives it (``database.TableInfo``).
 
     Each step below decides one thing; they run in this order, which is the order in which
     problems are reported (the first one found is the error)."""
+    if settings.lookup and table is None:
+        table = describe_lookup_table(settings)
     if schemas is None:
-        schemas = load_input_schemas(settings, _schema_registry(settings))
+        schemas = load_input_schemas(settings, _schema_registry(settings), table)
+    elif table is not None:
+        schemas = (schemas[0], table_schema(table))
     columns = _input_columns(settings, schemas)
     names = [tuple(c.name for c in cols) for cols in columns]
     configured_times = _configured_time_columns(settings, names)
+    if table is not None:
+        _unsupported_columns(settings, table)
     query = _parse_query(settings, names, configured_times)
-    kind = _plan_kind(query)
+    kind = _plan_kind(query, settings)
     keys = _join_keys(query, names)
     pks = _primary_keys(settings, names)
+    if kind is PlanKind.LOOKUP:
+        pks[1] = tuple(names[1].index(c) for c in table.primary_key or () if c in names[1]) or None
     time_columns = _time_columns(settings, kind, query, names, configured_times)
     _check_mini_batch(settings, kind)
     _check_time_bounded_inputs(settings, kind)
@@ -79,7 +153,9 @@ def build_plan(settings: Settings, schemas: tuple[dict, dict] | None = None) -> 
         mini_batch_size=settings.mini_batch_size, retention_ms=_retention(settings, kind),
         output_mode=OutputMode(settings.output_mode), interval_ms=_interval_ms(query), window=_window(query),
         state_buckets=DEFAULT_STATE_BUCKETS if settings.state_buckets is None else settings.state_buckets,
-        description=describe(query),
+        lookup=_lookup(settings, table, keys, sides) if kind is PlanKind.LOOKUP else None,
+        description=describe(query).replace("processing-time temporal", "lookup") if kind is PlanKind.LOOKUP
+        else describe(query),
     )
     _check_types(plan)
     _check_upsert_key(plan)
@@ -148,8 +224,16 @@ def _parse_query(settings: Settings, names, configured_times) -> JoinQuery:
         raise PlanError("JOIN_SQL: too long or too deeply nested to plan; simplify the condition") from None
 
 
-def _plan_kind(query: JoinQuery) -> PlanKind:
-    """Which family of join the query is."""
+def _plan_kind(query: JoinQuery, settings: Settings) -> PlanKind:
+    """Which family of join the query is; with RIGHT_LOOKUP_URL, a lookup join or nothing."""
+    if settings.lookup:
+        if query.temporal is not TemporalKind.PROCESSING_TIME or query.window is not None or query.interval is not None:
+            raise PlanError(
+                f"JOIN_SQL: with RIGHT_LOOKUP_URL the right side is a database table, joined by a lookup join: "
+                f"SELECT ... FROM {settings.left_table_name} AS o [LEFT] JOIN {settings.right_table_name} FOR "
+                "SYSTEM_TIME AS OF PROCTIME() AS c ON o.<column> = c.<column> [AND ...] (INNER or LEFT, an equality "
+                "on columns of the table)")
+        return PlanKind.LOOKUP
     if query.window is not None:
         return PlanKind.WINDOW
     if query.interval is not None:
@@ -180,6 +264,8 @@ def _time_columns(settings: Settings, kind: PlanKind, query: JoinQuery, names, c
         return _time_attributes(settings, kind, query, names, configured_times)
     if kind is PlanKind.TEMPORAL_EVENT_TIME:
         return _temporal_time_columns(settings, query, names, configured_times)
+    if kind is PlanKind.LOOKUP:
+        return [None, None]
     if kind is PlanKind.TEMPORAL_PROCESSING_TIME and settings.right_event_time_column:
         raise PlanError(
             "RIGHT_EVENT_TIME_COLUMN: a processing-time temporal join (FOR SYSTEM_TIME AS OF PROCTIME()) "
@@ -286,6 +372,8 @@ def _side_plans(settings: Settings, kind: PlanKind, schemas, columns, names, key
                 time_columns) -> list[SidePlan]:
     """Each input's plan: its topic, columns, keys, time column, state TTL and how its rows reach the join."""
     ttls = (settings.left_ttl_ms, settings.right_ttl_ms) if kind is PlanKind.REGULAR else (None, None)
+    if kind is PlanKind.LOOKUP:
+        return _lookup_sides(settings, schemas, columns, names, keys, pks)
     modes = (settings.left_changelog_mode, settings.right_changelog_mode)
     delays = (settings.left_watermark_delay_ms, settings.right_watermark_delay_ms)
     topics = (settings.left_topic, settings.right_topic)
@@ -309,6 +397,26 @@ def _side_plans(settings: Settings, kind: PlanKind, schemas, columns, names, key
             except ValueError as err:
                 raise PlanError(f"{sides[i].name.upper()}_KEY_FORMAT: {err}") from None
     return sides
+
+
+def _lookup_sides(settings: Settings, schemas, columns, names, keys, pks) -> list[SidePlan]:
+    """A lookup join's stream, grouped by its rows' identity (its primary key, else every column),
+    and its table, asked by the lookup key."""
+    mode = settings.left_changelog_mode
+    identity = pks[0] if pks[0] else tuple(range(len(names[0])))
+    left = SidePlan(
+        side=0, topic=settings.left_topic, table=settings.left_table_name, columns=names[0],
+        avro_types=tuple(c.avro_type for c in columns[0]), nullable=tuple(c.nullable for c in columns[0]),
+        reader_schema=schemas[0], join_key=identity, primary_key=pks[0], changelog_mode=mode,
+        state_ttl_ms=settings.left_ttl_ms if mode != "append" else None, key_format=settings.left_key_format,
+        lookup_stream=True,
+    )
+    right = SidePlan(
+        side=1, topic="", table=settings.right_table_name, columns=names[1],
+        avro_types=tuple(c.avro_type for c in columns[1]), nullable=tuple(c.nullable for c in columns[1]),
+        reader_schema=schemas[1], join_key=keys[1], primary_key=pks[1], changelog_mode="lookup",
+    )
+    return [left, right]
 
 
 def _projection(query: JoinQuery, kind: PlanKind, names) -> tuple[tuple[tuple[int, int], ...], tuple[str, ...]]:
@@ -380,7 +488,8 @@ def _check_types(plan: JoinPlan) -> None:
             raise PlanError(f"{var}: column {column!r} of {side.table} holds {side.families[side.time_column]} values; an "
                             "event time is an Avro timestamp (timestamp-millis/-micros) or epoch milliseconds in "
                             "an int or long")
-    for left, right in zip(plan.left.join_key, plan.right.join_key):
+    left_key = plan.lookup["left_key"] if plan.kind is PlanKind.LOOKUP else plan.left.join_key
+    for left, right in zip(left_key, plan.right.join_key):
         a, b = plan.left.families[left], plan.right.families[right]
         if not comparable(a, b) or "other" in (a, b):
             raise PlanError(f"JOIN_SQL: the join key {plan.left.table}.{plan.left.columns[left]} ({a}) = "
@@ -403,6 +512,9 @@ def explain(plan: JoinPlan) -> str:
     """The plan as ``check-config`` prints it."""
     lines = [plan.description or f"{plan.join_type.value} join", f"kind: {plan.kind.value}"]
     for s in plan.sides:
+        if plan.kind is PlanKind.LOOKUP:
+            lines += _explain_lookup(plan, s)
+            continue
         keys = ", ".join(s.columns[i] for i in s.join_key)
         pk = ", ".join(s.columns[i] for i in s.primary_key) if s.primary_key else "none"
         extra = f", event time {s.columns[s.time_column]}" if s.time_column is not None else ""
@@ -431,6 +543,42 @@ def explain(plan: JoinPlan) -> str:
     else:
         lines.append("state: one Spark grouping key per key (STATE_BUCKETS=0)")
     return "\n".join(lines)
+
+
+def _explain_lookup(plan: JoinPlan, s) -> list[str]:
+    """A lookup join's stream and table, for ``check-config``."""
+    lookup = plan.lookup
+    if s.side == 0:
+        keyed = {"key": f"grouped by its primary key ({', '.join(s.columns[i] for i in s.primary_key or ())})",
+                 "row": "grouped by the whole row (no LEFT_PRIMARY_KEY: a multiset of rows)",
+                 "none": "append-only: no state"}[lookup["identity"]]
+        ttl = f", state TTL {s.state_ttl_ms} ms" if s.state_ttl_ms else ""
+        key = ", ".join(s.columns[i] for i in lookup["left_key"])
+        return [f"left: topic {s.topic} as {s.table} ({s.changelog_mode}); {keyed}; looks up ({key}){ttl}"]
+    table = lookup["table"]
+    unique = "; ".join(", ".join(u) for u in table["unique_keys"]) or "none"
+    lines = [f"right: table {table['table']} in {lookup['url']} as {s.table}; looked up by "
+             f"({', '.join(lookup['key_columns'])}); primary key ({', '.join(table['primary_key'] or ()) or 'none'}); "
+             f"unique keys ({unique})"]
+    for c in table["columns"]:
+        if c["avro_type"] is None:
+            lines.append(f"  column {c['name']}: {c['pg_type']} -> not read ({c['unsupported']})")
+        else:
+            avro = json.dumps(c["avro_type"]) if isinstance(c["avro_type"], dict) else c["avro_type"]
+            lines.append(f"  column {c['name']}: {c['pg_type']}{'' if c['nullable'] else ' not null'} -> Avro {avro}")
+    cache = lookup["cache"]
+    if cache is None:
+        lines.append(f"lookup: {lookup['batch_size']} keys per query, every micro-batch reads the table as it is "
+                     "(LOOKUP_CACHE=none)")
+    else:
+        expiry = ", ".join(f"{what} {cache[f'expire_after_{what}_s']} s" for what in ("write", "access")
+                           if cache[f"expire_after_{what}_s"]) or "no expiry"
+        lines.append(f"lookup: {lookup['batch_size']} keys per query; a partial cache per Python worker of at most "
+                     f"{cache['max_rows']} keys ({expiry}; missing keys {'cached' if cache['cache_missing_key'] else 'not cached'})")
+    lines.append(f"lookup: query timeout {lookup['query_timeout_s']} s, up to {lookup['max_retries']} retries from "
+                 f"{lookup['retry_backoff_s']} s back-off; the rows each task looked up are pinned under the "
+                 "checkpoint, so a replayed micro-batch joins the same rows")
+    return lines
 
 
 def _explain_time(plan: JoinPlan) -> list[str]:

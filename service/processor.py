@@ -198,6 +198,20 @@ class JoinProcessor(StatefulProcessor):
         state.flush()
         changes += out.rows
         yield from self._late(out, originals, context)
+        if out.unmatched:
+            yield from self._unmatched(out, entries)
+
+    def _unmatched(self, out: Output, entries: list) -> Iterator[Row]:
+        """A lookup join's retractions of rows it does not remember (its state TTL expired, or it
+        never saw them): dead letters, never padded output."""
+        where = {id(e[PAYLOAD][0]): e for e in entries}
+        for kind, row in out.unmatched:
+            e = where.get(id(row))
+            letter = deadletters.from_row(
+                Reason.LOOKUP_RETRACTION_UNKNOWN, "a retraction of a row the lookup join does not remember (never "
+                "seen, or forgotten after LEFT_STATE_TTL): the rows it joined are unknown, nothing is retracted",
+                kind, row, None, None if e is None else self._source(0, e))
+            yield Row(target=_DEAD_LETTER, kind=kind, payload=dumps(letter), okey=b"unmatched", seq=self.seq.take())
 
     def handleExpiredTimer(self, key, timerValues, expiredTimerInfo) -> Iterator[Row]:
         domain = EVENT if self.time_mode is TimeMode.EVENT_TIME else PROC

@@ -36,13 +36,22 @@ def worker_config(settings, plan, output_partitions: int = 1) -> dict:
 
 
 def worker_secrets(settings, kafka: bool = True) -> dict:
-    """What workers need that may hold secrets: the registry's credentials and, with ``kafka``, the
-    producer's properties (``KAFKA_CLIENT_*`` may hold SASL credentials)."""
+    """What workers need that may hold secrets: the registry's credentials, with ``kafka`` the
+    producer's properties (``KAFKA_CLIENT_*`` may hold SASL credentials), and a lookup join's
+    database password (RIGHT_LOOKUP_PASSWORD, or the one RIGHT_LOOKUP_URL carries)."""
     secrets = {}
     if settings.schema_registry_basic_auth_user_info:
         secrets["registry_auth"] = settings.schema_registry_basic_auth_user_info
     if kafka:
         secrets["kafka"] = settings.kafka_properties()
+    if settings.lookup:
+        from urllib.parse import parse_qs, unquote, urlparse
+
+        url = urlparse(settings.right_lookup_url)
+        password = (settings.right_lookup_password or url.password
+                    or (parse_qs(url.query).get("password") or [None])[-1])  # the plan's URL has none
+        if password:
+            secrets["lookup_password"] = unquote(password)
     return secrets
 
 

@@ -1,0 +1,213 @@
+"""The lookup join end to end: orders from the real Kafka broker, looked up in a PostgreSQL table
+that changes between micro-batches, the output read back from Kafka.
+
+The table is ``products(product text primary key, name text, price numeric(10,2), tier text)``
+in a schema of the test's own; the orders are ``schemas/orders.avsc`` (order_id, product, quantity).
+"""
+from __future__ import annotations
+
+import time
+from decimal import Decimal
+
+import psycopg
+import pytest
+
+from kafka_fixture import produce
+from service_harness import ORDERS, JoinHarness, avro, dead_letters, drop_replays, order, retract_table
+
+LEFT_JOIN = ("SELECT o.order_id, o.product, o.quantity, p.name, p.price FROM orders AS o "
+             "LEFT JOIN products FOR SYSTEM_TIME AS OF PROCTIME() AS p ON o.product = p.product")
+
+
+def execute(url: str, *statements, params=()):
+    with psycopg.connect(url, autocommit=True) as conn:
+        for sql in statements:
+            conn.execute(sql, params)
+
+
+def products(url: str, schema: str, rows) -> None:
+    execute(url, f"CREATE TABLE {schema}.products (product text PRIMARY KEY, name text, price numeric(10,2), tier text)")
+    with psycopg.connect(url, autocommit=True) as conn:
+        for row in rows:
+            conn.execute(f"INSERT INTO {schema}.products VALUES (%s, %s, %s, %s)", row)
+
+
+def rename(url: str, schema: str, product: str, name: str) -> None:
+    execute(url, f"UPDATE {schema}.products SET name = %s WHERE product = %s", params=(name, product))
+
+
+def harness(kafka_bootstrap, spark, tmp_path, new_topic, url, schema, **env) -> JoinHarness:
+    h = JoinHarness(kafka_bootstrap, spark, tmp_path, new_topic, **{
+        "RIGHT_LOOKUP_URL": url, "RIGHT_LOOKUP_TABLE": f"{schema}.products", "RIGHT_TABLE": "products",
+        "JOIN_SQL": LEFT_JOIN, "DELIVERY": "at-least-once", **env})
+    for variable in ("RIGHT_TOPIC", "RIGHT_SCHEMA_FILE", "RIGHT_PRIMARY_KEY"):
+        h.env.pop(variable)
+    return h
+
+
+def rows(changes):
+    return [(c.kind, c.row) for c in changes]
+
+
+def test_left_lookup_over_a_retract_topic_retracts_exactly_what_it_emitted(
+        kafka_bootstrap, spark, tmp_path, new_topic, postgres_url, pg_schema):
+    products(postgres_url, pg_schema, [("p1", "apple", Decimal("1.50"), "gold"), ("p2", "pear", Decimal("2.00"), "std")])
+    h = harness(kafka_bootstrap, spark, tmp_path, new_topic, postgres_url, pg_schema)
+    h.start()
+    try:
+        h.send_left([("+I", order(1, "p1", 3)), ("+I", order(2, "p2", 1)), ("+I", order(3, "nope", 9))])
+        h.service.process_available()
+        first = rows(h.changelog())
+        assert sorted(first) == sorted([("+I", (1, "p1", 3, "apple", Decimal("1.50"))),
+                                        ("+I", (2, "p2", 1, "pear", Decimal("2.00"))),
+                                        ("+I", (3, "nope", 9, None, None))])
+        # The table changes; order 1 is updated (looked up afresh), order 2 deleted (its old row retracted).
+        rename(postgres_url, pg_schema, "p1", "green apple")
+        rename(postgres_url, pg_schema, "p2", "pear (ripe)")
+        h.send_left([("-U", order(1, "p1", 3)), ("+U", order(1, "p1", 4)), ("-D", order(2, "p2", 1))])
+        h.service.process_available()
+        second = rows(h.changelog(start=len(first)))
+        assert second == [("-U", (1, "p1", 3, "apple", Decimal("1.50"))),
+                          ("+U", (1, "p1", 4, "green apple", Decimal("1.50"))),
+                          ("-D", (2, "p2", 1, "pear", Decimal("2.00")))] or sorted(second) == sorted(
+            [("-U", (1, "p1", 3, "apple", Decimal("1.50"))), ("+U", (1, "p1", 4, "green apple", Decimal("1.50"))),
+             ("-D", (2, "p2", 1, "pear", Decimal("2.00")))])
+        # A retraction of a row never seen: a dead letter, never a padded retraction.
+        h.send_left([("-D", order(9, "p1", 1))])
+        h.service.process_available()
+        counts = h.service.metrics.registry.get_sample_value
+        assert counts("changejoin_lookup_queries_total") >= 2
+        assert counts("changejoin_lookup_keys_total") >= 3
+    finally:
+        h.service.stop()
+    assert retract_table(drop_replays(h.changelog())[0]) == {
+        (1, "p1", 4, "green apple", Decimal("1.50")): 1, (3, "nope", 9, None, None): 1}
+    letters = dead_letters(kafka_bootstrap, h.service.settings.dead_letter_topic)
+    assert [letter.kind for letter in letters] == ["lookup_retraction_unknown"]
+
+
+@pytest.mark.parametrize("output_mode", ["retract", "upsert"])
+def test_upsert_input_in_both_output_modes(kafka_bootstrap, spark, tmp_path, new_topic, postgres_url, pg_schema,
+                                           output_mode):
+    products(postgres_url, pg_schema, [("p1", "apple", Decimal("1.50"), "gold"), ("p2", "pear", Decimal("2.00"), "std")])
+    env = {"LEFT_CHANGELOG_MODE": "upsert", "OUTPUT_MODE": output_mode}
+    if output_mode == "upsert":
+        env["OUTPUT_KEY"] = "order_id"
+    h = harness(kafka_bootstrap, spark, tmp_path, new_topic, postgres_url, pg_schema, **env)
+    upserts = lambda *orders: produce(kafka_bootstrap, h.orders, [  # noqa: E731 - keyed by order_id
+        (str(o["order_id"]).encode(), avro(ORDERS, o) if o.get("product") else None) for o in orders])
+    h.start()
+    try:
+        upserts(order(1, "p1", 3), order(2, "p2", 1), order(3, "p2", 1))
+        h.service.process_available()
+        rename(postgres_url, pg_schema, "p1", "green apple")
+        upserts(order(1, "p1", 3),  # identical: nothing changes, the old name stays
+                order(2, "p1", 5),  # order 2 moves to p1: joined with the new name
+                {"order_id": 3})  # a tombstone
+        h.service.process_available()
+    finally:
+        h.service.stop()
+    if output_mode == "retract":
+        assert h.retract_table() == {(1, "p1", 3, "apple", Decimal("1.50")): 1,
+                                     (2, "p1", 5, "green apple", Decimal("1.50")): 1}
+    else:
+        assert sorted(h.upsert_table().values()) == [(1, "p1", 3, "apple", Decimal("1.50")),
+                                                     (2, "p1", 5, "green apple", Decimal("1.50"))]
+
+
+def test_inner_composite_non_unique_key_with_a_condition_and_poison_keys(
+        kafka_bootstrap, spark, tmp_path, new_topic, postgres_url, pg_schema):
+    """INNER drops misses; a composite lookup key (product, size) finds several rows; the extra
+    condition filters them; a quantity a smallint column cannot hold is a dead letter."""
+    execute(postgres_url, f"CREATE TABLE {pg_schema}.inventory (product text, size smallint, label text)")
+    execute(postgres_url, f"INSERT INTO {pg_schema}.inventory VALUES ('p1', 3, 'a'), ('p1', 3, 'b'), "
+                          "('p1', 3, 'hidden'), ('p1', 4, 'c'), ('p2', 1, 'd')")
+    h = harness(kafka_bootstrap, spark, tmp_path, new_topic, postgres_url, pg_schema,
+                RIGHT_LOOKUP_TABLE=f"{pg_schema}.inventory", RIGHT_TABLE="inventory", LEFT_CHANGELOG_MODE="append",
+                LEFT_PRIMARY_KEY="",
+                JOIN_SQL="SELECT o.order_id, i.label FROM orders AS o JOIN inventory FOR SYSTEM_TIME AS OF PROCTIME() "
+                         "AS i ON o.product = i.product AND o.quantity = i.size AND i.label <> 'hidden'")
+    h.env.pop("LEFT_PRIMARY_KEY")
+    h.send_left([(None, order(1, "p1", 3)), (None, order(2, "p1", 4)), (None, order(3, "p9", 3)),
+                 (None, order(4, "p1", 70_000)), (None, order(5, "p2", 2))])
+    h.run()
+    assert sorted(rows(h.changelog())) == [("+I", (1, "a")), ("+I", (1, "b")), ("+I", (2, "c"))]
+    letters = dead_letters(kafka_bootstrap, h.service.settings.dead_letter_topic)
+    assert [letter.kind for letter in letters] == ["lookup_key_invalid"]
+    assert b"70000" in letters[0].headers["reason.detail"] and letters[0].headers["source.offset"] == b"3"
+
+
+def test_a_replayed_micro_batch_joins_the_rows_its_first_attempt_looked_up(
+        kafka_bootstrap, spark, tmp_path, new_topic, postgres_url, pg_schema):
+    """The last micro-batch is forgotten by the checkpoint (as after a crash before its commit)
+    and the table changes: the replay joins the pinned rows, so its output is the very output of
+    the first attempt, and a later retraction retracts it."""
+    products(postgres_url, pg_schema, [("p1", "apple", Decimal("1.50"), "gold")])
+    h = harness(kafka_bootstrap, spark, tmp_path, new_topic, postgres_url, pg_schema)
+    h.send_left([("+I", order(1, "p1", 3))])
+    h.run()
+    checkpoint = tmp_path / "checkpoint"
+    last = max(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit())
+    for name in (str(last), f".{last}.crc"):
+        (checkpoint / "commits" / name).unlink(missing_ok=True)
+    pins = list((checkpoint / "changejoin" / "lookups").iterdir())
+    assert pins, "the micro-batch's lookups are pinned"
+    rename(postgres_url, pg_schema, "p1", "green apple")
+    h.start()
+    try:
+        h.service.process_available()
+        assert h.service.metrics.registry.get_sample_value("changejoin_lookup_pinned_reuse_total") == 1
+        h.send_left([("-D", order(1, "p1", 3))])
+        h.service.process_available()
+    finally:
+        h.service.stop()
+    kept, replays = drop_replays(h.changelog())  # asserts each replay is the record written first
+    assert [(c.kind, c.row) for c in replays] == [("+I", (1, "p1", 3, "apple", Decimal("1.50")))]
+    assert rows(kept) == [("+I", (1, "p1", 3, "apple", Decimal("1.50"))), ("-D", (1, "p1", 3, "apple", Decimal("1.50")))]
+
+
+def test_the_database_stopped_for_20_seconds_is_ridden_out(kafka_bootstrap, spark, tmp_path, new_topic,
+                                                           postgres_server):
+    url = postgres_server.url
+    execute(url, "CREATE SCHEMA shop")
+    products(url, "shop", [(f"p{i}", f"name{i}", Decimal(i), "std") for i in range(10)])
+    h = harness(kafka_bootstrap, spark, tmp_path, new_topic, url, "shop")
+    h.start()
+    try:
+        h.send_left([("+I", order(i, f"p{i % 10}", 1)) for i in range(20)])
+        h.service.process_available()
+        postgres_server.stop()
+        h.send_left([("+I", order(i, f"p{i % 10}", 1)) for i in range(20, 40)])
+        time.sleep(20)
+        postgres_server.start()
+        h.service.process_available()
+        retries = h.service.metrics.registry.get_sample_value("changejoin_lookup_retries_total")
+    finally:
+        h.service.stop()
+    assert retries and retries >= 1
+    assert h.retract_table() == {(i, f"p{i % 10}", 1, f"name{i % 10}", Decimal(i % 10).quantize(Decimal("0.01"))): 1
+                                 for i in range(40)}
+
+
+def test_a_partial_cache_serves_a_key_until_it_expires(kafka_bootstrap, spark, tmp_path, new_topic, postgres_url,
+                                                       pg_schema):
+    products(postgres_url, pg_schema, [("p1", "apple", Decimal("1.50"), "gold")])
+    h = harness(kafka_bootstrap, spark, tmp_path, new_topic, postgres_url, pg_schema, LOOKUP_CACHE="partial",
+                LOOKUP_CACHE_EXPIRE_AFTER_WRITE="4s", LEFT_CHANGELOG_MODE="append", SPARK_CONF_spark_python_worker_reuse="true")
+    h.start()
+    names = []
+    try:
+        for i in range(3):
+            h.send_left([(None, order(i, "p1", 1))])
+            h.service.process_available()
+        rename(postgres_url, pg_schema, "p1", "green apple")
+        time.sleep(4.5)  # every worker's entry has expired
+        h.send_left([(None, order(9, "p1", 1))])
+        h.service.process_available()
+        get = h.service.metrics.registry.get_sample_value
+        hits = get("changejoin_lookup_cache_total", {"result": "hit"})
+        names = [c.row[3] for c in h.changelog()]
+    finally:
+        h.service.stop()
+    assert names == ["apple", "apple", "apple", "green apple"]
+    assert hits and hits >= 1  # three micro-batches on at most two Python workers: one at least was a hit
