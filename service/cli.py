@@ -130,14 +130,17 @@ def cmd_demo(args) -> int:
     _configure_logging("WARNING")
     from .demo import run_demo
 
-    return run_demo()
+    return run_demo(lookup=args.lookup)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="changejoin", description="Kafka-to-Kafka changelog joins on Spark")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("run", help="run the join service (configured by environment variables)").set_defaults(fn=cmd_run)
-    sub.add_parser("demo", help="start an embedded broker, join a sample changelog, print it").set_defaults(fn=cmd_demo)
+    demo = sub.add_parser("demo", help="start an embedded broker, join a sample changelog, print it")
+    demo.add_argument("--lookup", action="store_true", help="the lookup join: the prices in a PostgreSQL table "
+                      "(a throwaway server from the machine's packages)")
+    demo.set_defaults(fn=cmd_demo)
     sub.add_parser("check-config", help="validate the environment and print the plan").set_defaults(fn=cmd_check_config)
     sub.add_parser("schema", help="print the output Avro schema").set_defaults(fn=cmd_schema)
     sub.add_parser("abort-transactions", help="DELIVERY=exactly-once: abort the transactions a stopped service "

@@ -211,3 +211,32 @@ def test_a_partial_cache_serves_a_key_until_it_expires(kafka_bootstrap, spark, t
         h.service.stop()
     assert names == ["apple", "apple", "apple", "green apple"]
     assert hits and hits >= 1  # three micro-batches on at most two Python workers: one at least was a hit
+
+
+def test_check_config_reads_the_catalog_and_hides_the_password(postgres_url, pg_schema):
+    import subprocess
+    import sys
+
+    from service_harness import SCHEMAS
+
+    products(postgres_url, pg_schema, [])
+    execute(postgres_url, f"ALTER TABLE {pg_schema}.products ADD COLUMN tags text[]",
+            "ALTER USER postgres PASSWORD 'hunter2'")
+    env = {"PATH": "/usr/bin:/bin", "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1", "LEFT_TOPIC": "orders",
+           "OUTPUT_TOPIC": "out", "LEFT_SCHEMA_FILE": str(SCHEMAS / "orders.avsc"), "LEFT_PRIMARY_KEY": "order_id",
+           "RIGHT_LOOKUP_URL": postgres_url.replace("postgres@", "postgres:hunter2@"), "RIGHT_TABLE": "products",
+           "RIGHT_LOOKUP_TABLE": f"{pg_schema}.products", "JOIN_SQL": LEFT_JOIN}
+    run = lambda **more: subprocess.run([sys.executable, "-m", "service", "check-config"], env={**env, **more},  # noqa: E731
+                                        capture_output=True, text=True, timeout=120)
+    proc = run()
+    assert proc.returncode == 0, proc.stderr
+    assert "kind: lookup" in proc.stdout
+    assert "column price: numeric(10,2) -> Avro {\"type\": \"bytes\", \"logicalType\": \"decimal\"" in proc.stdout
+    assert "column tags: text[] -> not read" in proc.stdout and "primary key (product)" in proc.stdout
+    assert "hunter2" not in proc.stdout + proc.stderr
+    missing = run(RIGHT_LOOKUP_TABLE=f"{pg_schema}.nope")
+    assert missing.returncode == 2 and "RIGHT_LOOKUP_URL:" in missing.stderr and "nope" in missing.stderr
+    unreachable = run(RIGHT_LOOKUP_URL="postgresql://app:hunter2@127.0.0.1:1/shop")
+    assert unreachable.returncode == 2 and "cannot connect to postgresql://app@127.0.0.1:1/shop" in unreachable.stderr
+    assert "hunter2" not in unreachable.stderr
+    execute(postgres_url, "ALTER USER postgres PASSWORD NULL")

@@ -7,9 +7,9 @@ import re
 from pathlib import Path
 
 SERVICE = Path(__file__).resolve().parents[2] / "service"
-STEPS = ("source", "decode", "processor", "encode", "sink")
+STEPS = ("source", "decode", "lookup", "processor", "encode", "sink")
 # The modules Spark's workers run (the record path, and the plan's trip to them).
-WORKERS = STEPS + ("shipping", "transactions", "faults")
+WORKERS = STEPS + ("shipping", "transactions", "faults", "database")
 SQL = SERVICE / "sql"
 # The SQL front end's modules, each importing only modules before it here.
 SQL_LAYERS = ("model", "dialect", "resolve", "intervals", "windows", "joins")
@@ -66,6 +66,13 @@ def test_exactly_once_is_the_sinks_half_and_the_crash_points_know_nothing():
     assert service_imports("transactions") & (set(STEPS) | {"pipeline", "app", "cli", "session"}) <= {"sink"}
     assert service_imports("faults") == set()
     assert not service_imports("sink") & {"transactions", "faults"}
+
+
+def test_the_lookup_database_knows_nothing_of_the_service():
+    """database.py is PostgreSQL for the lookup step and the planner: it imports no service module,
+    and no step but the lookup uses it."""
+    assert service_imports("database") == set()
+    assert [m for m in STEPS if "database" in service_imports(m)] == ["lookup"]
 
 
 def test_the_steps_do_not_import_the_wiring():
