@@ -138,13 +138,13 @@ def main() -> None:
         spark[0].stop()
     digests = {f["digest"] for fs in runs.values() for f in fs}
     assert len(digests) == 1, f"the variants wrote different outputs: {digests}"
-    text = render(args, runs, started)
+    text = render(args, runs, started, plot(runs, args.orders, started) if args.record else None)
     print(text)
     if args.record:
         append_results(text)
 
 
-def render(args, runs, started) -> str:
+def render(args, runs, started, png) -> str:
     lines = [f"\n## Lookup join: batched lookups against one query per key ({started:%Y-%m-%d %H:%M} UTC)\n",
              f"`python -m bench.lookup_bench --orders {args.orders} --products {args.products} --rounds {args.rounds}`: "
              "an append-only orders topic (2 partitions) LEFT JOIN a PostgreSQL `products` table on its primary key, "
@@ -161,8 +161,8 @@ def render(args, runs, started) -> str:
                      f"{statistics.median(f['queries'] for f in figures):,.0f} | "
                      f"{statistics.median(f['query_s'] for f in figures):.1f} | "
                      f"{statistics.median(f['hits'] for f in figures):,.0f} |")
-    png = plot(runs, args.orders, started)
-    lines.append(f"\n![lookup join throughput]({png.name})\n")
+    if png is not None:
+        lines.append(f"\n![lookup join throughput]({png.name})\n")
     return "\n".join(lines) + "\n"
 
 
