@@ -1,6 +1,6 @@
 """Offline tests of the Helm chart in helm/changejoin.
 
-helm (see tests/support/helm_tool.py) lints and renders the chart for three values files in
+helm (see tests/support/helm_tool.py) lints and renders the chart for four values files in
 tests/deploy/values/; every rendered manifest is validated against the Kubernetes OpenAPI schemas
 that kubernetes-validate ships, in strict mode (unknown fields are errors). Then the
 rendered objects are checked for what the deployment relies on.
@@ -95,25 +95,27 @@ def executor_pod_template(docs: list[dict]) -> dict:
     return yaml.safe_load(cm["data"]["executor-pod-template.yaml"])
 
 
+VALUES_FILES = ("default", "cluster", "secure", "lookup")
+
+
 @pytest.fixture(scope="module")
 def rendered(helm) -> dict[str, list[dict]]:
-    """The three test values files, rendered once for the whole module."""
-    return {name: template(helm, values_file(name))[1]
-            for name in ("default", "cluster", "secure")}
+    """The test values files, rendered once for the whole module."""
+    return {name: template(helm, values_file(name))[1] for name in VALUES_FILES}
 
 
 # --------------------------------------------------------------------------------------------
 # lint, render, validate
 
 
-@pytest.mark.parametrize("name", ["default", "cluster", "secure"])
+@pytest.mark.parametrize("name", VALUES_FILES)
 def test_lint_strict(helm, name):
     proc = helm_tool.run_helm("lint", "--strict", str(CHART), "-f", values_file(name),
                               "--namespace", NAMESPACE, "--kube-version", KUBE_VERSION)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
-@pytest.mark.parametrize("name", ["default", "cluster", "secure"])
+@pytest.mark.parametrize("name", VALUES_FILES)
 def test_manifests_validate_strictly(rendered, name):
     import kubernetes_validate
 
@@ -133,7 +135,7 @@ def test_manifests_validate_strictly(rendered, name):
     assert validated >= 4
 
 
-@pytest.mark.parametrize("name", ["default", "cluster", "secure"])
+@pytest.mark.parametrize("name", VALUES_FILES)
 def test_notes_render(helm, name):
     """NOTES.txt is not part of `helm template`; a client-side dry-run install renders it
     without contacting a cluster."""
@@ -142,6 +144,8 @@ def test_notes_render(helm, name):
     notes = proc.stdout[proc.stdout.index("NOTES:"):]
     assert f"kubectl -n {NAMESPACE} logs -f deployment/{FULLNAME}" in notes
     assert ("executor pod(s)" in notes) == (name == "cluster")
+    if name == "lookup":
+        assert "Join: orders + PostgreSQL table crm.customers (lookup join) -> orders-enriched" in notes
 
 
 def test_every_template_file_renders_somewhere(rendered):
@@ -516,6 +520,194 @@ def test_service_monitor_pdb_network_policy(rendered):
 
 
 # --------------------------------------------------------------------------------------------
+# the lookup join (config.rightLookupUrl: the right side is a PostgreSQL table)
+
+
+def test_lookup_join_variables(rendered):
+    env = env_configmap(rendered["lookup"])
+    assert {k: v for k, v in env.items() if "LOOKUP" in k} == {
+        "RIGHT_LOOKUP_URL": "postgresql://changejoin@postgres.crm.svc:5432/crm?sslmode=require",
+        "RIGHT_LOOKUP_TABLE": "crm.customers",
+        "LOOKUP_BATCH_SIZE": "500",
+        "LOOKUP_QUERY_TIMEOUT": "10s",
+        "LOOKUP_MAX_RETRIES": "0",
+        "LOOKUP_RETRY_BACKOFF": "250ms",
+        "LOOKUP_CACHE": "partial",
+        "LOOKUP_CACHE_MAX_ROWS": "50000",
+        "LOOKUP_CACHE_EXPIRE_AFTER_WRITE": "5m",
+        "LOOKUP_CACHE_EXPIRE_AFTER_ACCESS": "1m",
+        "LOOKUP_CACHE_MISSING_KEY": "false",
+    }
+    assert env["RIGHT_TABLE"] == "customers"
+    # Nothing of a right input: the service refuses these with RIGHT_LOOKUP_URL.
+    refused = {re.sub(r"(?<!^)(?=[A-Z])", "_", key).upper() for key in RIGHT_STREAM_ONLY}
+    assert refused == {"RIGHT_TOPIC", "RIGHT_SCHEMA_FILE", "RIGHT_PRIMARY_KEY", "RIGHT_CHANGELOG_MODE",
+                       "RIGHT_EVENT_TIME_COLUMN", "RIGHT_STATE_TTL"}
+    assert not refused & _rendered_env_names(rendered["lookup"])
+    # The checkpoint is the chart's volume, a local directory.
+    assert env["CHECKPOINT_LOCATION"] == "/var/lib/changejoin/checkpoints"
+    # Without a lookup URL, none of it.
+    for name in ("default", "cluster", "secure"):
+        assert not any("LOOKUP" in k for k in _rendered_env_names(rendered[name]))
+
+
+def test_lookup_options_left_empty_are_not_rendered(helm):
+    _, docs = template(helm, values_file("lookup"), sets=tuple(
+        f"config.{key}=null" for key in ("rightLookupTable", "lookupBatchSize", "lookupQueryTimeout",
+                                         "lookupMaxRetries", "lookupRetryBackoff", "lookupCache",
+                                         "lookupCacheMaxRows", "lookupCacheExpireAfterWrite",
+                                         "lookupCacheExpireAfterAccess", "lookupCacheMissingKey")))
+    env = env_configmap(docs)
+    assert {k for k in env if "LOOKUP" in k} == {"RIGHT_LOOKUP_URL"}  # the service's defaults apply
+
+
+def test_lookup_password_only_by_reference(rendered):
+    docs = rendered["lookup"]
+    assert by_kind(docs, "Secret") == []
+    refs = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in driver_container(docs)["env"]}
+    assert refs == {"RIGHT_LOOKUP_PASSWORD": {"name": "crm-database", "key": "changejoin-password"}}
+    (entry,) = driver_container(docs)["env"]
+    assert "value" not in entry
+    assert not any(re.search("PASSWORD|SECRET|USER_INFO", k) for k in env_configmap(docs))
+    # Without lookup.password.existingSecret, no password variable at all.
+    for name in ("default", "cluster", "secure"):
+        assert "RIGHT_LOOKUP_PASSWORD" not in _rendered_env_names(rendered[name])
+
+
+def _strings(node):
+    if isinstance(node, dict):
+        for key, value in node.items():
+            yield str(key)
+            yield from _strings(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _strings(value)
+    else:
+        yield str(node)
+
+
+def test_no_password_value_in_the_rendered_manifests(helm, rendered):
+    """The lookup join's manifests hold the password's Secret name and key, never a value: no
+    value names it, and every way of handing the chart one is refused without echoing it."""
+    docs = rendered["lookup"]
+    text = "\n".join(_strings(docs))
+    assert "RIGHT_LOOKUP_PASSWORD" in text and "crm-database" in text
+    for doc in docs:
+        for container in (doc.get("spec", {}).get("template", {}).get("spec", {}).get("containers", [])):
+            for entry in container.get("env", []):
+                if "PASSWORD" in entry["name"]:
+                    assert set(entry) == {"name", "valueFrom"} and set(entry["valueFrom"]) == {"secretKeyRef"}
+        if doc["kind"] == "ConfigMap":
+            assert not any("password" in k.lower() for k in doc["data"])
+            assert not any(re.search(r"password=|://[^/@]*:[^/@]*@", v) for v in doc["data"].values())
+    canary = "hunter2-canary"
+    for sets in (
+        (f"extraEnv.RIGHT_LOOKUP_PASSWORD={canary}",),
+        (f"config.rightLookupUrl=postgresql://changejoin:{canary}@postgres.crm.svc:5432/crm",),
+        (f"config.rightLookupUrl=postgresql://changejoin@postgres.crm.svc/crm?password={canary}",),
+        (f"config.rightLookupUrl=postgres://postgres.crm.svc/crm?sslmode=require&password={canary}",),
+        (f"lookup.password.value={canary}",),
+        (f"lookup.password={canary}",),
+        (f"spark.conf.spark\\.executorEnv\\.RIGHT_LOOKUP_PASSWORD={canary}",),
+        (f"kafka.properties.sasl\\.password={canary}",),
+    ):
+        proc, _ = template(helm, values_file("lookup"), sets=sets, check=False)
+        assert proc.returncode != 0, sets
+        assert canary not in proc.stdout + proc.stderr, (sets, proc.stderr)
+
+
+@pytest.mark.parametrize("name, sets, ok", [
+    ("default", ("config.rightTopic=",), False),       # required without a lookup URL ...
+    ("default", ("config.rightTopic=null",), False),   # ... by the schema too
+    ("lookup", (), True),                               # not with one
+    ("lookup", ("config.rightTopic=",), True),
+    ("lookup", ("config.rightTopic=null",), True),
+])
+def test_right_topic_required_unless_lookup_url(helm, name, sets, ok):
+    proc, _ = template(helm, values_file(name), sets=sets, check=False)
+    assert (proc.returncode == 0) == ok, proc.stderr
+    if not ok:
+        assert "rightTopic" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("key, value", [
+    ("rightTopic", "customers"), ("rightSchemaFile", "/etc/changejoin/schemas/customers.avsc"),
+    ("rightPrimaryKey", "customer_id"), ("rightChangelogMode", "retract"),
+    ("rightEventTimeColumn", "updated_at"), ("rightStateTtl", "1d"),
+])
+def test_schema_refuses_right_input_settings_with_a_lookup_url(helm, key, value):
+    proc, _ = template(helm, values_file("lookup"), sets=(f"config.{key}={value}",), check=False)
+    assert proc.returncode != 0
+    assert "schema" in proc.stderr.lower() and key in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("name, sets, fragment", [
+    ("lookup", ("config.lookupCache=full",), "lookupCache"),                 # none or partial
+    ("lookup", ("config.lookupCache=none",), "lookupCacheMaxRows"),          # cache options need partial
+    ("lookup", ("config.lookupBatchSize=100001",), "lookupBatchSize"),
+    ("lookup", ("config.lookupMaxRetries=-1",), "lookupMaxRetries"),
+    ("lookup", ("config.lookupQueryTimeout=soon",), "lookupQueryTimeout"),
+    ("lookup", ("config.lookupCacheMissingKey=maybe",), "lookupCacheMissingKey"),
+    ("lookup", ("config.rightLookupUrl=mysql://db.crm.svc/crm",), "rightLookupUrl"),
+    ("lookup", ("config.rightLookupUrl=postgresql://db.crm.svc",), "rightLookupUrl"),  # no database
+    ("lookup", ("lookup.password.existingSecret=Not_A_Name",), "existingSecret"),
+    ("default", ("config.lookupCache=partial",), "lookupCache"),             # lookup keys need the URL
+    ("default", ("config.rightLookupTable=crm.customers",), "rightLookupTable"),
+])
+def test_schema_refuses_bad_lookup_values(helm, name, sets, fragment):
+    proc, _ = template(helm, values_file(name), sets=sets, check=False)
+    assert proc.returncode != 0
+    assert "schema" in proc.stderr.lower(), proc.stderr
+    assert fragment in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("name, sets, message", [
+    ("lookup", ("config.rightTable=", "config.rightLookupTable="), "config.rightTable (or config.rightLookupTable)"),
+    ("lookup", ("config.rightTable=",), None),  # RIGHT_TABLE defaults to RIGHT_LOOKUP_TABLE's last part
+    ("lookup", ("config.leftSchemaFile=",), "schemaRegistryUrl"),
+    ("lookup", ("config.leftSchemaFile=", "config.schemaRegistryUrl=http://registry:8081"), None),
+    ("lookup", ("checkpoint.uri=s3a://bucket/changejoin/orders",), "leave checkpoint.uri empty"),
+    ("lookup", ("spark.mode=cluster",), "ReadWriteMany"),
+    ("lookup", ("spark.mode=cluster", "checkpoint.accessModes={ReadWriteMany}"), None),
+    ("lookup", ("spark.mode=cluster", "checkpoint.existingClaim=orders-shared"), None),
+    ("lookup", ("lookup.password.existingSecret=",), None),
+    ("default", ("lookup.password.existingSecret=crm-database",), "config.rightLookupUrl"),
+])
+def test_lookup_template_checks(helm, name, sets, message):
+    proc, _ = template(helm, values_file(name), sets=sets, check=False)
+    if message is None:
+        assert proc.returncode == 0, proc.stderr
+    else:
+        assert proc.returncode != 0
+        assert message in proc.stderr, proc.stderr
+
+
+def test_lookup_join_in_cluster_mode_shares_the_checkpoint_volume(helm, rendered):
+    """On a cluster the checkpoint is a local directory every executor mounts: the chart's
+    ReadWriteMany claim, mounted at the same path in the driver and the executor pods."""
+    import kubernetes_validate
+
+    _, docs = template(helm, values_file("lookup"),
+                       sets=("spark.mode=cluster", "checkpoint.accessModes={ReadWriteMany}"))
+    pvc = one(docs, "PersistentVolumeClaim")
+    assert pvc["spec"]["accessModes"] == ["ReadWriteMany"]
+    env = env_configmap(docs)
+    assert env["CHECKPOINT_LOCATION"] == "/var/lib/changejoin/checkpoints"
+    assert env["SPARK_MASTER"].startswith("k8s://")
+    driver_pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+    executor = executor_pod_template(docs)
+    kubernetes_validate.validate(executor, KUBE_VERSION, strict=True)
+    for pod, container in ((driver_pod, driver_container(docs)), (executor["spec"], executor["spec"]["containers"][0])):
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+        assert mounts["checkpoints"] == env["CHECKPOINT_LOCATION"]
+        assert volumes["checkpoints"]["persistentVolumeClaim"]["claimName"] == pvc["metadata"]["name"]
+    # A topic-topic join in cluster mode keeps its object-store checkpoint; executors mount none.
+    executor = executor_pod_template(rendered["cluster"])
+    assert "checkpoints" not in {v["name"] for v in executor["spec"]["volumes"]}
+
+
+# --------------------------------------------------------------------------------------------
 # values validation
 
 
@@ -607,6 +799,51 @@ def test_values_yaml_matches_schema_keys():
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     assert set(values) == set(schema["properties"]) - {"global"}
     assert set(values["config"]) == set(schema["properties"]["config"]["properties"])
+    lookup = schema["properties"]["lookup"]["properties"]
+    assert set(values["lookup"]) == set(lookup)
+    assert set(values["lookup"]["password"]) == set(lookup["password"]["properties"])
+
+
+def _documented_keys(lines: list[str], indent: int) -> dict[str, bool]:
+    """Keys at this indentation -> whether a "# --" comment documents them: the comment block
+    right above, or for the second of a pair (leftTable, rightTable) the first one's."""
+    found: dict[str, bool] = {}
+    previous = None
+    for n, line in enumerate(lines):
+        match = re.match(rf"^ {{{indent}}}([A-Za-z]+):", line)
+        if not match:
+            continue
+        block = []
+        for above in reversed(lines[:n]):
+            if not above.strip().startswith("#"):
+                break
+            block.append(above.strip())
+        documented = any(c.startswith("# --") for c in block)
+        if not block and previous is not None and lines[n - 1] == previous[1]:
+            documented = found[previous[0]]
+        found[match.group(1)] = documented
+        previous = (match.group(1), line)
+    return found
+
+
+def test_values_yaml_documents_the_lookup_keys():
+    """Each lookup key of values.yaml has its own "# --" comment (helm-docs' style), and the
+    README names each."""
+    text = (CHART / "values.yaml").read_text()
+    readme = (CHART / "README.md").read_text()
+    lines = text.splitlines()
+    start = lines.index("config:")
+    end = next(n for n in range(start + 1, len(lines)) if re.match(r"^[a-zA-Z]", lines[n]))
+    config_keys = _documented_keys(lines[start:end], 2)
+    assert set(config_keys) == set(yaml.safe_load(text)["config"])
+    assert all(config_keys.values()), [k for k, ok in config_keys.items() if not ok]
+    for key in filter(_is_lookup_key, config_keys):
+        assert f"`{key}`" in readme, f"README.md does not mention config.{key}"
+    start = lines.index("lookup:")
+    end = next(n for n in range(start + 1, len(lines)) if re.match(r"^[a-zA-Z]", lines[n]))
+    password = _documented_keys(lines[start:end], 4)
+    assert password == {"existingSecret": True, "passwordKey": True}
+    assert "`lookup.password`" in readme and "`lookup.password.existingSecret`" in readme
 
 
 # --------------------------------------------------------------------------------------------
@@ -631,29 +868,45 @@ def test_rendered_env_vars_are_accepted_by_the_service(rendered):
         assert unknown == [], f"{label}: the service does not read {unknown}"
 
 
+# The right input's settings a lookup join refuses (the service refuses them with RIGHT_LOOKUP_URL).
+RIGHT_STREAM_ONLY = ("rightTopic", "rightSchemaFile", "rightPrimaryKey", "rightChangelogMode",
+                     "rightEventTimeColumn", "rightStateTtl")
+
+
+def _is_lookup_key(key: str) -> bool:
+    return key.startswith(("lookup", "rightLookup"))
+
+
 def test_every_config_key_maps_to_a_service_variable(helm):
-    """Set every config.* key at once: each becomes a variable the service reads."""
+    """Set every config.* key: each becomes a variable the service reads. Twice, since a lookup
+    join's keys and the right input's RIGHT_STREAM_ONLY ones exclude each other."""
     schema = json.loads((CHART / "values.schema.json").read_text())
     props = schema["properties"]["config"]["properties"]
-    sets = []
+    values = {}
     for key, prop in props.items():
         types = prop["type"] if isinstance(prop["type"], list) else [prop["type"]]
         if "boolean" in types:
-            sets.append(f"config.{key}=true")
+            values[key] = "true"
         elif "integer" in types:
-            sets.append(f"config.{key}={max(prop.get('minimum', 0), 1) if key != 'metricsPort' else 9108}")
+            values[key] = str(max(prop.get("minimum", 0), 1) if key != "metricsPort" else 9108)
         elif "enum" in prop:
-            sets.append(f"config.{key}={[v for v in prop['enum'] if v][0]}")
+            values[key] = [v for v in prop["enum"] if v][-1 if key == "lookupCache" else 0]  # partial
         elif "ms|s|sec" in prop.get("pattern", ""):  # a duration
-            sets.append(f"config.{key}=5s")
+            values[key] = "5s"
         elif key.endswith("SchemaFile"):
-            sets.append(f"config.{key}=/etc/changejoin/schemas/{key}.avsc")
+            values[key] = f"/etc/changejoin/schemas/{key}.avsc"
         elif key == "schemaRegistryUrl":
-            sets.append(f"config.{key}=http://registry:8081")
+            values[key] = "http://registry:8081"
+        elif key == "rightLookupUrl":
+            values[key] = "postgresql://changejoin@postgres:5432/crm"
         else:
-            sets.append(f"config.{key}=x")
-    _, docs = template(helm, values_file("default"), sets=tuple(sets))
-    env = env_configmap(docs)
+            values[key] = "x"
+    assert values["lookupCache"] == "partial"
+    env: dict[str, str] = {}
+    for base, keys in (("default", [k for k in props if not _is_lookup_key(k)]),
+                       ("lookup", [k for k in props if k not in RIGHT_STREAM_ONLY])):
+        _, docs = template(helm, values_file(base), sets=tuple(f"config.{k}={values[k]}" for k in keys))
+        env.update(env_configmap(docs))
     from service import config
 
     names = config.env_var_names()
@@ -663,14 +916,20 @@ def test_every_config_key_maps_to_a_service_variable(helm):
 
 
 def test_chart_can_set_every_required_variable(rendered):
-    required = {"KAFKA_BOOTSTRAP_SERVERS", "LEFT_TOPIC", "RIGHT_TOPIC", "OUTPUT_TOPIC", "JOIN_SQL"}
+    required = {"KAFKA_BOOTSTRAP_SERVERS", "LEFT_TOPIC", "OUTPUT_TOPIC", "JOIN_SQL"}
     from service import config
 
-    assert required <= config.env_var_names()
+    assert required | {"RIGHT_TOPIC", "RIGHT_LOOKUP_URL", "RIGHT_TABLE"} <= config.env_var_names()
     for label, docs in rendered.items():
         names = _rendered_env_names(docs)
         assert required <= names, f"{label}: missing {required - names}"
-        assert "SCHEMA_REGISTRY_URL" in names or {"LEFT_SCHEMA_FILE", "RIGHT_SCHEMA_FILE"} <= names
+        if "RIGHT_LOOKUP_URL" in names:  # a lookup join: the right side is a database table
+            assert "RIGHT_TOPIC" not in names and "RIGHT_TABLE" in names
+            assert "SCHEMA_REGISTRY_URL" in names or "LEFT_SCHEMA_FILE" in names
+        else:
+            assert "RIGHT_TOPIC" in names
+            assert "SCHEMA_REGISTRY_URL" in names or {"LEFT_SCHEMA_FILE", "RIGHT_SCHEMA_FILE"} <= names
+    assert "RIGHT_LOOKUP_URL" in _rendered_env_names(rendered["lookup"])
 
 
 def test_service_accepts_the_rendered_configuration(rendered, tmp_path):
@@ -705,6 +964,18 @@ def test_service_accepts_the_rendered_configuration(rendered, tmp_path):
             assert props["security.protocol"] == "SASL_SSL"
             assert props["sasl.password"] == "stand-in"
             assert props["ssl.ca.location"] == "/etc/changejoin/kafka-tls/ca.crt"
+        assert settings.lookup == (label == "lookup")
+        if label == "lookup":
+            assert settings.right_topic is None
+            assert settings.right_lookup_password == "stand-in"
+            assert settings.lookup_table_name == "crm.customers"
+            assert (settings.lookup_batch_size, settings.lookup_max_retries) == (500, 0)
+            assert (settings.lookup_query_timeout_ms, settings.lookup_retry_backoff_ms) == (10_000, 250)
+            assert settings.lookup_cache == "partial"
+            assert settings.lookup_cache_max_rows == 50_000
+            assert settings.lookup_cache_expire_after_write_ms == 300_000
+            assert settings.lookup_cache_expire_after_access_ms == 60_000
+            assert settings.lookup_cache_missing_key is False
 
 
 # --------------------------------------------------------------------------------------------

@@ -121,12 +121,21 @@ by the Deployment so that every install, upgrade, template and lint runs them.
 {{- define "changejoin.validate" -}}
 {{- $c := .Values.config -}}
 {{- range $key := list "kafkaBootstrapServers" "leftTopic" "rightTopic" "outputTopic" "joinSql" -}}
-{{- if not (get $c $key) -}}
-{{- fail (printf "config.%s is required" $key) -}}
+{{- if and (eq $key "rightTopic") $c.rightLookupUrl -}}
+{{- /* A lookup join: the right side is a database table, not a topic. */ -}}
+{{- else if not (get $c $key) -}}
+{{- fail (printf "config.%s is required%s" $key (ternary " (or config.rightLookupUrl, for a lookup join against a database table)" "" (eq $key "rightTopic"))) -}}
 {{- end -}}
 {{- end -}}
+{{- if $c.rightLookupUrl -}}
+{{- include "changejoin.validateLookup" . -}}
+{{- else -}}
 {{- if and (not $c.schemaRegistryUrl) (not (and $c.leftSchemaFile $c.rightSchemaFile)) -}}
 {{- fail "set config.schemaRegistryUrl, or both config.leftSchemaFile and config.rightSchemaFile" -}}
+{{- end -}}
+{{- if .Values.lookup.password.existingSecret -}}
+{{- fail "lookup.password.existingSecret is for a lookup join only: set config.rightLookupUrl, or leave it empty" -}}
+{{- end -}}
 {{- end -}}
 {{- if and .Values.schemas.files .Values.schemas.existingConfigMap -}}
 {{- fail "set schemas.files or schemas.existingConfigMap, not both" -}}
@@ -135,7 +144,7 @@ by the Deployment so that every install, upgrade, template and lint runs them.
 {{- fail "set checkpoint.uri or checkpoint.existingClaim, not both" -}}
 {{- end -}}
 {{- if include "changejoin.clusterMode" . -}}
-{{- if not .Values.checkpoint.uri -}}
+{{- if and (not .Values.checkpoint.uri) (not $c.rightLookupUrl) -}}
 {{- fail "spark.mode=cluster needs checkpoint.uri: executors write the streaming state, so the checkpoint must be on storage they all reach (e.g. s3a://...)" -}}
 {{- end -}}
 {{- if $c.sparkMaster -}}
@@ -153,7 +162,7 @@ by the Deployment so that every install, upgrade, template and lint runs them.
 {{- fail "kafka.tls.certKey and kafka.tls.keyKey go together" -}}
 {{- end -}}
 {{- /* Values the service treats as secret never go into the ConfigMap. */ -}}
-{{- $where := "put it in a Secret and use kafka.sasl, schemaRegistry.basicAuth, kafka.tls or extraEnvFromSecrets" -}}
+{{- $where := "put it in a Secret and use kafka.sasl, schemaRegistry.basicAuth, kafka.tls, lookup.password or extraEnvFromSecrets" -}}
 {{- range $key, $_ := .Values.extraEnv -}}
 {{- if include "changejoin.isSecretName" $key -}}
 {{- fail (printf "extraEnv.%s is a secret: %s" $key $where) -}}
@@ -169,6 +178,38 @@ by the Deployment so that every install, upgrade, template and lint runs them.
 {{- fail (printf "spark.conf.%s is a secret: %s" $key $where) -}}
 {{- end -}}
 {{- end -}}
+{{- end -}}
+
+{{/*
+Checks of a lookup join (config.rightLookupUrl set); the schema has already refused the right
+topic's settings and checked the URL's form.
+*/}}
+{{- define "changejoin.validateLookup" -}}
+{{- $c := .Values.config -}}
+{{- if not (or $c.rightTable $c.rightLookupTable) -}}
+{{- fail "config.rightTable (or config.rightLookupTable) is required with config.rightLookupUrl: the name joinSql gives the database table" -}}
+{{- end -}}
+{{- if and (not $c.schemaRegistryUrl) (not $c.leftSchemaFile) -}}
+{{- fail "set config.schemaRegistryUrl or config.leftSchemaFile (a lookup join's right side is the database table)" -}}
+{{- end -}}
+{{- /* user:password@ or ?password= would put the password into the ConfigMap. */ -}}
+{{- if or (regexMatch "^[^/]*//[^/?#@]*:[^/?#@]*@" $c.rightLookupUrl) (regexMatch "[?&]password=" $c.rightLookupUrl) -}}
+{{- fail "config.rightLookupUrl carries a password, which would land in the ConfigMap: put it in a Secret and use lookup.password" -}}
+{{- end -}}
+{{- if .Values.checkpoint.uri -}}
+{{- fail "a lookup join (config.rightLookupUrl) pins what each micro-batch looked up under its checkpoint, which must be a local directory: leave checkpoint.uri empty (the checkpoint volume)" -}}
+{{- end -}}
+{{- if and (include "changejoin.clusterMode" .) (not .Values.checkpoint.existingClaim) (not (has "ReadWriteMany" .Values.checkpoint.accessModes)) -}}
+{{- fail "a lookup join in spark.mode=cluster needs its checkpoint on a volume every executor mounts: set checkpoint.accessModes to [ReadWriteMany] (with a StorageClass that provides it), or checkpoint.existingClaim to a ReadWriteMany claim" -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+"true" in spark.mode=cluster with the checkpoint on the volume (a lookup join): executors
+mount the checkpoint volume too, at the same path.
+*/}}
+{{- define "changejoin.executorsMountCheckpoint" -}}
+{{- if and (include "changejoin.clusterMode" .) (not .Values.checkpoint.uri) -}}true{{- end -}}
 {{- end -}}
 
 {{/*
