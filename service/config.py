@@ -161,6 +161,7 @@ def _column_list(text: str | None) -> tuple[str, ...] | None:
 _PROBLEM_SEPARATOR = "\n"
 
 ChangelogMode = Literal["retract", "upsert", "append"]
+InputFormat = Literal["rowkind", "debezium-json"]  # service/debezium.py
 KeyFormat = Literal["auto", "avro", "raw"]  # message keys of upsert inputs, see keys.py
 Delivery = Literal["at-least-once", "exactly-once"]
 DEFAULT_DELIVERY: Delivery = "exactly-once"  # docs/semantics.md, "Delivery guarantees": why
@@ -187,6 +188,8 @@ class Settings(BaseModel):
     right_primary_key: tuple[str, ...] | None = Field(None, alias="RIGHT_PRIMARY_KEY")
     left_changelog_mode: ChangelogMode = Field("retract", alias="LEFT_CHANGELOG_MODE")
     right_changelog_mode: ChangelogMode = Field("retract", alias="RIGHT_CHANGELOG_MODE")
+    left_format: InputFormat = Field("rowkind", alias="LEFT_FORMAT")
+    right_format: InputFormat = Field("rowkind", alias="RIGHT_FORMAT")
     left_key_format: KeyFormat = Field("auto", alias="LEFT_KEY_FORMAT")
     right_key_format: KeyFormat = Field("auto", alias="RIGHT_KEY_FORMAT")
     rowkind_header: str = Field("rowkind", alias="ROWKIND_HEADER", min_length=1)
@@ -258,6 +261,7 @@ class Settings(BaseModel):
 
     @field_validator("log_level", "log_format", "output_mode", "left_changelog_mode", "right_changelog_mode",
                      "left_key_format", "right_key_format", "starting_offsets", "delivery", "lookup_cache",
+                     "left_format", "right_format",
                      mode="before")
     @classmethod
     def _case(cls, value):
@@ -273,18 +277,21 @@ class Settings(BaseModel):
             if not self.schema_registry_url and not self.left_schema_file:
                 problems.append("SCHEMA_REGISTRY_URL: set it, or set LEFT_SCHEMA_FILE (plain Avro bodies); the right "
                                 "side is the table RIGHT_LOOKUP_URL names")
-        elif not self.schema_registry_url and not (self.left_schema_file and self.right_schema_file):
-            problems.append(
-                "SCHEMA_REGISTRY_URL: set it, or set both LEFT_SCHEMA_FILE and RIGHT_SCHEMA_FILE (plain Avro bodies)"
-            )
         else:
+            missing = [side for side in ("left", "right") if getattr(self, f"{side}_format") == "rowkind"
+                       and not getattr(self, f"{side}_schema_file")]
+            if not self.schema_registry_url and missing:
+                files = " and ".join(f"{side.upper()}_SCHEMA_FILE" for side in missing)
+                problems.append(f"SCHEMA_REGISTRY_URL: set it, or set {files} (plain Avro bodies)")
             problems += self._not_lookup_problems()
+        problems += self._format_problems()
         problems += self._registry_problems()
         for var, path in (("LEFT_SCHEMA_FILE", self.left_schema_file), ("RIGHT_SCHEMA_FILE", self.right_schema_file)):
             if path and not os.path.isfile(path):
                 problems.append(f"{var}: no such file {path!r}")
         for side in ("left", "right"):
-            if getattr(self, f"{side}_changelog_mode") == "upsert" and not getattr(self, f"{side}_primary_key"):
+            if (getattr(self, f"{side}_changelog_mode") == "upsert" and not getattr(self, f"{side}_primary_key")
+                    and getattr(self, f"{side}_format") == "rowkind"):
                 problems.append(f"{side.upper()}_PRIMARY_KEY: required when {side.upper()}_CHANGELOG_MODE=upsert")
         if self.output_mode == "upsert" and not self.output_key:
             problems.append("OUTPUT_KEY: required when OUTPUT_MODE=upsert (the output columns forming the upsert key)")
@@ -328,6 +335,21 @@ class Settings(BaseModel):
             for other_var, other in topics[:i]:
                 if topic == other:
                     problems.append(f"{var}: {topic!r} is also {other_var.split(' ')[0]}; it must be a topic of its own")
+        return problems
+
+    def _format_problems(self) -> list[str]:
+        """A Debezium topic carries its change kinds in its envelopes."""
+        problems = []
+        for side in ("left", "right"):
+            if getattr(self, f"{side}_format") == "rowkind":
+                continue
+            var = f"{side.upper()}_FORMAT"
+            if f"{side}_changelog_mode" in self.model_fields_set:
+                problems.append(f"{side.upper()}_CHANGELOG_MODE: applies to {var}=rowkind only; a Debezium topic's "
+                                f"changes are read from its envelopes (as upserts of {side.upper()}_PRIMARY_KEY "
+                                "when one is declared)")
+            if side == "right" and self.lookup:
+                problems.append(f"{var}: the right side of a lookup join is a database table; unset it")
         return problems
 
     def _lookup_problems(self) -> list[str]:

@@ -20,7 +20,8 @@ from operators import RowKind
 from .avro import SchemaRegistry, ValueDecoder, to_epoch_millis
 from .deadletters import DeadLetterError, Reason
 from .deadletters import from_record as dead_letter_of
-from .deadletters import original
+from .deadletters import original, skipped_record
+from .debezium import DebeziumDecoder
 from .envelope import (
     ENVELOPE_SCHEMA,
     JK,
@@ -73,10 +74,15 @@ class InputDecoder:
         self.primary_key_of = _getter(sp.primary_key or ())
         self.key_format_warned = False
         self.buckets = plan.state_buckets
+        self.debezium = None
+        if sp.format == "debezium-json":
+            self.debezium = DebeziumDecoder(sp.columns, sp.avro_types, sp.nullable, sp.source_types, sp.primary_key,
+                                            upsert=sp.changelog_mode == "upsert")
 
     def map(self, record) -> Iterator[tuple]:
-        """The record's envelope: its row's, or a dead letter."""
-        yield _envelope(self._entry(record))
+        """The record's envelopes: its rows' (a Debezium update has two), or a dead letter."""
+        for entry in self._entries(record):
+            yield _envelope(entry)
 
     def map_all(self, records: Iterable) -> Iterator[tuple]:
         """The envelopes of a reading task's records. With buckets, the rows of each bucket go
@@ -84,11 +90,11 @@ class InputDecoder:
         the last packs in bucket order once the records are read; dead letters go as they come."""
         if not self.buckets:
             for record in records:
-                yield _envelope(self._entry(record))
+                for entry in self._entries(record):
+                    yield _envelope(entry)
             return
         buckets, packs = self.buckets, {}
-        for record in records:
-            entry = self._entry(record)
+        for entry in (e for record in records for e in self._entries(record)):
             if entry[TAG] > _RIGHT:
                 yield entry
                 continue
@@ -102,6 +108,38 @@ class InputDecoder:
                 del packs[bucket]
         for bucket in sorted(packs):
             yield packed_envelope(bucket, packs[bucket])
+
+    def _entries(self, record) -> tuple | list:
+        """The record's rows as packed envelopes' entries, or its dead letter."""
+        if self.debezium is None:
+            return (self._entry(record),)
+        try:
+            changes, skipped = self.debezium.changes(record.value)
+        except DeadLetterError as dead:
+            return (self.dead_letter(record, dead.reason, dead.detail),)
+        if skipped:
+            return (dead_letter_envelope(skipped_record(record, skipped), record),)
+        entries = []
+        upsert = self.debezium.upsert
+        for kind, row in changes:
+            delete = upsert and kind == _DELETE
+            try:
+                for index in (self.required if not delete else self.side_plan.primary_key):
+                    if row[index] is None:
+                        raise DeadLetterError(Reason.NULL_IN_REQUIRED_COLUMN,
+                                              f"column {self.side_plan.columns[index]} is NULL")
+                time = None if self.time_column is None or delete else self._event_time(row[self.time_column])
+            except DeadLetterError as dead:
+                return (self.dead_letter(record, dead.reason, dead.detail),)
+            if upsert:  # normalized by primary key first (decode's message key grouping, by value)
+                group = message_key_group(join_key_group(self.primary_key_of(row)))
+                payload = None if delete else row
+            else:
+                group, payload = join_key_group(self.key_of(row)), row
+            if self.keep_original and payload is not None:
+                payload = (payload, original(record))
+            entries.append(_entry(group, self.side, kind, payload, time, record))
+        return entries
 
     def _entry(self, record) -> tuple:
         """The record's row as a packed envelope's entry (``envelope.py``), or its dead letter."""
@@ -199,6 +237,7 @@ class InputDecoder:
 
 
 _RIGHT = int(Tag.RIGHT)
+_DELETE = int(RowKind.DELETE)
 
 
 def _envelope(entry: tuple) -> tuple:

@@ -76,7 +76,8 @@ class OutputEncoder:
         PACKED row stands for its changes, in order. Every change and dead letter takes the
         next ``changejoin.seq`` index of the task, also a change that writes nothing (``-U`` in
         upsert mode), so a replay numbers its records the same way. ``counts`` gets, per
-        ``("output", RowKind)`` or ``("dead_letter", reason)``, how many records were written."""
+        ``("output", RowKind)`` or ``("dead_letter", reason)``, how many records were written, and
+        per ``("skipped", reason)`` how many input records carried no row change."""
         batch = (BATCH_HEADER, str(batch_id).encode())
         seq_format = b"%d:%%d" % task  # changejoin.seq: b"<task>:<index>"
         topic = self.topic
@@ -88,7 +89,12 @@ class OutputEncoder:
         kind_headers, limit, partition, write = self._kind_headers, self.max_bytes, task % self.partitions, None
         for target, kind, payload in rows:
             if target == _DEAD_LETTER:
-                record = self.dead_letter(payload, batch[1], seq_format % index)
+                letter = loads(payload)
+                if letter.get("skipped"):  # an input record with no row change: counted, not written
+                    label = ("skipped", letter["reason"])
+                    counts[label] = counts.get(label, 0) + 1
+                    continue
+                record = self.dead_letter(letter, batch[1], seq_format % index)
                 index += 1
                 _count_dead_letter(counts, record)
                 yield record
@@ -173,9 +179,9 @@ class OutputEncoder:
             return (self.dlq_topic, *deadletters.fit(key, None, letter_headers, self.message_max_bytes))
         return (self.topic, key, value, headers, None if key is not None else task % self.partitions)
 
-    def dead_letter(self, payload: bytes, batch: bytes, seq: bytes) -> tuple:
+    def dead_letter(self, letter: dict, batch: bytes, seq: bytes) -> tuple:
         """The dead-letter record: the original key, value and headers plus why and where from."""
-        key, value, headers = deadletters.render(loads(payload))
+        key, value, headers = deadletters.render(letter)
         headers += [(BATCH_HEADER, batch), (SEQ_HEADER, seq)]
         return (self.dlq_topic, *deadletters.fit(key, value, headers, self.message_max_bytes))
 

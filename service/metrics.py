@@ -134,6 +134,10 @@ class JoinMetrics:
         self.state_bytes = Gauge(
             PREFIX + "state_bytes", "Size of the join state: 'memory' is Spark's memoryUsedBytes, 'sst_files' the "
             "RocksDB SST files of the committed version.", ["operator", "kind"], registry=r)
+        self.skipped_records = Counter(
+            PREFIX + "skipped_input_records", "Input records that carry no row change, read and skipped, by reason "
+            "(debezium-json: 'debezium_tombstone' after a delete, 'debezium_truncate', 'debezium_message').",
+            ["reason"], registry=r)
         self.lookup_queries = Counter(
             PREFIX + "lookup_queries", "Lookup join: queries sent to the database (each asks up to "
             "LOOKUP_BATCH_SIZE keys).", registry=r)
@@ -225,6 +229,9 @@ class JoinMetrics:
             self.task_retries.inc(counts.retries)
         if counts.lookup:
             self._observe_lookup(counts.lookup)
+        for reason, n in counts.ignored.items():
+            if n:
+                self.skipped_records.labels(reason=reason).inc(n)
 
     def _observe_lookup(self, lookup: Mapping[str, Any]) -> None:
         """A micro-batch's lookup counts (``lookup.lookup_partition``: what its reading tasks asked)."""

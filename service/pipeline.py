@@ -48,6 +48,7 @@ class BatchCounts:
     retries: int = 0  # task attempts after the first
     # A lookup join: what the reading tasks asked the database (lookup.lookup_partition's counts).
     lookup: dict = field(default_factory=dict)
+    ignored: dict[str, int] = field(default_factory=dict)  # input records with no row change, by reason
 
     def add(self, target: str, label: str, n: int) -> None:
         """One row a producing task reported (:func:`produce_partition`)."""
@@ -62,6 +63,8 @@ class BatchCounts:
             self.transaction_seconds.append(n / 1e6)
         elif target == "attempt":
             self.retries += 1
+        elif target == "skipped":
+            self.ignored[label] = self.ignored.get(label, 0) + n
 
 
 def produce_partition(config: dict, batch_id: int) -> Callable:

@@ -34,11 +34,13 @@ def load_input_schemas(settings: Settings, registry: SchemaRegistry | None, tabl
     """Reader schemas: the local .avsc files if given, else the registry's latest `<topic>-value`;
     a lookup join's table (``table``, its catalog) as a record of the columns it can read."""
     schemas = []
-    inputs = [("LEFT_SCHEMA_FILE", settings.left_schema_file, settings.left_topic)]
+    inputs = [("LEFT_SCHEMA_FILE", settings.left_schema_file, settings.left_topic, settings.left_format)]
     if table is None:
-        inputs.append(("RIGHT_SCHEMA_FILE", settings.right_schema_file, settings.right_topic))
-    for var, path, topic in inputs:
-        if path:
+        inputs.append(("RIGHT_SCHEMA_FILE", settings.right_schema_file, settings.right_topic, settings.right_format))
+    for var, path, topic, fmt in inputs:
+        if not path and fmt == "debezium-json":
+            schemas.append(embedded_schema(settings, var, topic)[0])
+        elif path:
             try:
                 schemas.append(load_schema_file(path))
             except Exception as err:
@@ -54,6 +56,59 @@ def load_input_schemas(settings: Settings, registry: SchemaRegistry | None, tabl
     if table is not None:
         schemas.append(table_schema(table))
     return schemas[0], schemas[1]
+
+
+# -- Debezium topics ------------------------------------------------------------------------------
+def embedded_schema(settings: Settings, var: str, topic: str) -> tuple[dict, dict]:
+    """A debezium-json topic's row schema, from the schema its newest message embeds (Kafka
+    Connect's JSON converter with schemas enabled): (Avro record, Connect type name per column)."""
+    from .debezium import FormatError, row_schema
+    from .sink import newest_values
+
+    try:
+        values = newest_values(settings.kafka_bootstrap_servers, settings.consumer_properties(), topic)
+    except Exception as err:  # noqa: BLE001 - the broker's error, in one line
+        raise PlanError(f"{var}: not set, and the schema of topic {topic} could not be read from its messages "
+                        f"({err}); set {var} (the row's Avro record)") from None
+    for value in values:
+        try:
+            message = json.loads(value)
+        except ValueError:
+            continue
+        if isinstance(message, dict) and isinstance(message.get("schema"), dict):
+            try:
+                return row_schema(message["schema"], _record_name(topic))
+            except FormatError as err:
+                raise PlanError(f"{var}: not set, and topic {topic}'s newest message embeds no Debezium row schema "
+                                f"({err}); set {var}") from None
+    raise PlanError(f"{var}: required for a debezium-json topic whose messages embed no schema (topic {topic} has "
+                    "none with one yet: value.converter.schemas.enable=false, or an empty topic); set it to the row's "
+                    "Avro record (the table's columns, not the envelope)")
+
+
+def _source_types(settings: Settings, side: int) -> dict | None:
+    """A debezium-json input's Connect type names, where its schema is the topic's embedded one."""
+    fmt, path, topic = ((settings.left_format, settings.left_schema_file, settings.left_topic) if side == 0 else
+                        (settings.right_format, settings.right_schema_file, settings.right_topic))
+    if fmt != "debezium-json" or path:
+        return None
+    var = ("LEFT_SCHEMA_FILE", "RIGHT_SCHEMA_FILE")[side]
+    return embedded_schema(settings, var, topic)[1]
+
+
+def _unreadable_debezium_columns(settings: Settings, schemas) -> None:
+    """A debezium-json column of a type the format does not read, named in JOIN_SQL: refused by name."""
+    import re
+
+    from .debezium import unsupported_columns
+
+    for side, schema in enumerate(schemas):
+        if (settings.left_format, settings.right_format)[side] != "debezium-json":
+            continue
+        for column, why in unsupported_columns(schema).items():
+            if re.search(rf"(?i)(?<![\w\"]){re.escape(column)}(?![\w\"])", settings.join_sql):
+                raise PlanError(f"JOIN_SQL: column {column} of the {('left', 'right')[side]} Debezium topic has "
+                                f"{why}, which the debezium-json format does not read; leave it out of the query")
 
 
 # -- the lookup join's table ---------------------------------------------------------------------
@@ -133,6 +188,7 @@ def build_plan(settings: Settings, schemas: tuple[dict, dict] | None = None, tab
     configured_times = _configured_time_columns(settings, names)
     if table is not None:
         _unsupported_columns(settings, table)
+    _unreadable_debezium_columns(settings, schemas)
     query = _parse_query(settings, names, configured_times)
     kind = _plan_kind(query, settings)
     keys = _join_keys(query, names)
@@ -379,16 +435,21 @@ def _side_plans(settings: Settings, kind: PlanKind, schemas, columns, names, key
     topics = (settings.left_topic, settings.right_topic)
     tables = (settings.left_table_name, settings.right_table_name)
     key_formats = (settings.left_key_format, settings.right_key_format)
+    formats = (settings.left_format, settings.right_format)
+    # A Debezium topic: upserts of its primary key when one is declared, else a full changelog
+    # (service/debezium.py); never joined directly (its message keys are JSON).
+    modes = tuple(m if f == "rowkind" else ("upsert" if pk else "retract") for m, f, pk in zip(modes, formats, pks))
     sides = []
     for i in (0, 1):
-        direct = _joins_upsert_directly(kind, modes[i], keys[i], pks[i])
+        direct = formats[i] == "rowkind" and _joins_upsert_directly(kind, modes[i], keys[i], pks[i])
         sides.append(
             SidePlan(
                 side=i, topic=topics[i], table=tables[i], columns=names[i],
                 avro_types=tuple(c.avro_type for c in columns[i]), nullable=tuple(c.nullable for c in columns[i]),
                 reader_schema=schemas[i], join_key=keys[i], primary_key=pks[i], changelog_mode=modes[i],
                 time_column=time_columns[i], watermark_delay_ms=delays[i], state_ttl_ms=ttls[i],
-                direct_upsert=direct, key_format=key_formats[i],
+                direct_upsert=direct, key_format=key_formats[i], format=formats[i],
+                source_types=_source_types(settings, i),
             )
         )
         if direct:
@@ -403,13 +464,15 @@ def _lookup_sides(settings: Settings, schemas, columns, names, keys, pks) -> lis
     """A lookup join's stream, grouped by its rows' identity (its primary key, else every column),
     and its table, asked by the lookup key."""
     mode = settings.left_changelog_mode
+    if settings.left_format != "rowkind":
+        mode = "upsert" if pks[0] else "retract"
     identity = pks[0] if pks[0] else tuple(range(len(names[0])))
     left = SidePlan(
         side=0, topic=settings.left_topic, table=settings.left_table_name, columns=names[0],
         avro_types=tuple(c.avro_type for c in columns[0]), nullable=tuple(c.nullable for c in columns[0]),
         reader_schema=schemas[0], join_key=identity, primary_key=pks[0], changelog_mode=mode,
         state_ttl_ms=settings.left_ttl_ms if mode != "append" else None, key_format=settings.left_key_format,
-        lookup_stream=True,
+        lookup_stream=True, format=settings.left_format, source_types=_source_types(settings, 0),
     )
     right = SidePlan(
         side=1, topic="", table=settings.right_table_name, columns=names[1],
@@ -527,8 +590,13 @@ def explain(plan: JoinPlan) -> str:
         elif s.normalized:
             upsert = ", normalized per primary key before the join"
         layout = "" if plan.kind in TIME_BOUNDED_KINDS else f"; state layout {s.layout.value}"
+        mode = s.changelog_mode
+        if s.format == "debezium-json":
+            mode = (f"debezium-json: upserts of the primary key (c, r, u: its row; d: its delete)" if s.changelog_mode == "upsert"
+                    else "debezium-json: c, r -> +I; u -> -U before, +U after; d -> -D before; tombstones and t skipped")
+            mode += "; row schema " + ("embedded in the messages" if s.source_types is not None else "from the schema file")
         lines.append(
-            f"{s.name}: topic {s.topic} as {s.table} ({s.changelog_mode}{upsert}); join key ({keys}); "
+            f"{s.name}: topic {s.topic} as {s.table} ({mode}{upsert}); join key ({keys}); "
             f"primary key ({pk}){layout}{extra}{ttl}"
         )
     if plan.mini_batch_size:

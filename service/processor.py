@@ -101,10 +101,10 @@ def ordered_records(rows) -> list:
             run = runs[(r[TAG], r[PART])] = []
         run.append(r)
     for run in runs.values():
-        run.sort(key=lambda r: r[OFFSET])
+        run.sort(key=lambda r: (r[OFFSET], r[KIND]))  # a record's -U before its +U (a Debezium update)
     if len(runs) == 1:
         return next(iter(runs.values()))
-    return list(heapq.merge(*runs.values(), key=lambda r: (r[TS], r[TAG], r[PART], r[OFFSET])))
+    return list(heapq.merge(*runs.values(), key=lambda r: (r[TS], r[TAG], r[PART], r[OFFSET], r[KIND])))
 
 
 class JoinProcessor(StatefulProcessor):

@@ -97,6 +97,10 @@ CASES = {
                     f"WHERE a.order_id IN (SELECT b.order_id FROM TABLE({CUMULATE.format('shipments', 'ship_time')}) b "
                     "WHERE a.window_start = b.window_start AND a.window_end = b.window_end)",
     },
+    "regular_debezium_upsert": {
+        **PRICES, "LEFT_FORMAT": "debezium-json", "LEFT_PRIMARY_KEY": "order_id", "RIGHT_PRIMARY_KEY": "product",
+        "JOIN_SQL": "SELECT o.order_id, p.price FROM orders o LEFT JOIN prices p ON o.product = p.product",
+    },
     "lookup_left_retract": {
         **BASE, "LEFT_SCHEMA_FILE": "schemas/orders.avsc", "LEFT_PRIMARY_KEY": "order_id", "LEFT_STATE_TTL": "1d",
         "RIGHT_LOOKUP_URL": "postgresql://app:pw@db:5432/shop", "RIGHT_TABLE": "products",

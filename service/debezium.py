@@ -1,0 +1,370 @@
+"""The ``debezium-json`` input format: Debezium's change envelopes as changelog rows.
+
+Debezium (PostgreSQL, MySQL, SQL Server, Oracle capture through Kafka Connect) writes one message
+per row change: ``{"before": {...}, "after": {...}, "op": "c" | "r" | "u" | "d" | "t", "source":
+{..., "ts_ms": ...}, "ts_ms": ...}``, with Kafka Connect's JSON converter either bare or wrapped
+as ``{"schema": {...}, "payload": <envelope>}`` (``value.converter.schemas.enable``). The mapping
+is Flink's ``debezium-json`` format's:
+
+======================  ==========================================================================
+``op``                  changes
+======================  ==========================================================================
+``c`` (create), ``r``   ``+I`` of ``after``
+(a snapshot read)
+``u`` (update)          ``-U`` of ``before``, ``+U`` of ``after``
+``d`` (delete)          ``-D`` of ``before``
+``t`` (truncate),       none: skipped and counted (so is the tombstone Debezium writes after a
+``m`` (a message)       delete, a message with a null value)
+======================  ==========================================================================
+
+Keyed inputs (a primary key declared: ``LEFT_PRIMARY_KEY``) are read as upserts of that key
+instead: ``c``, ``r`` and ``u`` are the key's new row, ``d`` its delete, and the normalize stage
+keyed by the primary key derives the retractions from the row it keeps. So a table captured with
+PostgreSQL's default ``REPLICA IDENTITY`` (an update without its before image, a delete whose
+before image holds only the key) is read correctly; without a primary key the before images are
+the only way to retract, and a message missing one is a dead letter whose detail names ``REPLICA
+IDENTITY FULL``. Every malformed envelope (not JSON, no ``op``, no ``after`` on a create or an
+update, no ``before`` on a delete, a key that differs between before and after) is a dead letter.
+
+Values: the JSON converter writes Connect's logical types in their Debezium encodings, read here
+into the join's values (those Avro decoding gives):
+
+===========================================  ========================================================
+Connect / Debezium schema name               JSON value -> column
+===========================================  ========================================================
+``org.apache.kafka.connect.data.Decimal``     base64 of the unscaled two's-complement integer
+                                              (``decimal.handling.mode=precise``, the default), a
+                                              numeric string (``string``) or a number (``double``) ->
+                                              ``decimal(p, s)``
+``io.debezium.data.VariableScaleDecimal``     ``{"scale": s, "value": base64}`` -> ``decimal(38, 10)``
+                                              (a value with more decimals is a dead letter)
+``io.debezium.time.Date``,                    days since 1970-01-01 -> ``date``
+``org.apache.kafka.connect.data.Date``
+``io.debezium.time.Timestamp``,               epoch milliseconds -> ``timestamp-millis``
+``org.apache.kafka.connect.data.Timestamp``
+``io.debezium.time.MicroTimestamp``           epoch microseconds -> ``timestamp-micros``
+``io.debezium.time.NanoTimestamp``            epoch nanoseconds -> ``timestamp-micros``
+``io.debezium.time.ZonedTimestamp``           ISO-8601 text -> ``timestamp-micros`` (UTC)
+``io.debezium.time.Time``, ``MicroTime``,     milliseconds, microseconds, nanoseconds of the day ->
+``NanoTime``                                  ``time-micros``
+``io.debezium.data.Json``, ``Uuid``, ``Xml``  text -> ``string``
+``io.debezium.data.Enum``                     text -> ``string``
+===========================================  ========================================================
+
+and the plain types: ``int8``/``int16``/``int32`` -> ``int``, ``int64`` -> ``long``,
+``float32``/``float64`` -> ``float``/``double``, ``boolean``, ``string``, ``bytes`` (base64).
+Anything else (arrays, maps, nested structs, geometry) is not read: a query naming such a column
+is refused at start. Without an embedded schema the row's Avro schema comes from
+``*_SCHEMA_FILE``, and each value is read by its column's Avro type (a ``timestamp-millis``
+column as epoch milliseconds, a ``decimal`` as base64 or a numeric string, ...).
+"""
+from __future__ import annotations
+
+import base64
+import binascii
+import datetime as _dt
+import json
+import re
+from decimal import Decimal, InvalidOperation
+from typing import Any, Callable
+
+from operators import RowKind
+
+from .deadletters import DeadLetterError, Reason
+
+FORMATS = ("rowkind", "debezium-json")
+_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+_EPOCH_DAY = _dt.date(1970, 1, 1)
+VARIABLE_SCALE = 10  # decimals kept of a VariableScaleDecimal
+_INSERT, _UPDATE_BEFORE, _UPDATE_AFTER, _DELETE = (int(k) for k in RowKind)
+
+# -- schemas: Connect's (embedded) -> Avro -------------------------------------------------------
+_PLAIN = {"int8": "int", "int16": "int", "int32": "int", "int64": "long", "float32": "float", "float64": "double",
+          "boolean": "boolean", "string": "string", "bytes": "bytes"}
+_LOGICAL = {
+    "io.debezium.time.Date": {"type": "int", "logicalType": "date"},
+    "org.apache.kafka.connect.data.Date": {"type": "int", "logicalType": "date"},
+    "io.debezium.time.Timestamp": {"type": "long", "logicalType": "timestamp-millis"},
+    "org.apache.kafka.connect.data.Timestamp": {"type": "long", "logicalType": "timestamp-millis"},
+    "io.debezium.time.MicroTimestamp": {"type": "long", "logicalType": "timestamp-micros"},
+    "io.debezium.time.NanoTimestamp": {"type": "long", "logicalType": "timestamp-micros"},
+    "io.debezium.time.ZonedTimestamp": {"type": "long", "logicalType": "timestamp-micros"},
+    "io.debezium.time.Time": {"type": "long", "logicalType": "time-micros"},
+    "io.debezium.time.MicroTime": {"type": "long", "logicalType": "time-micros"},
+    "io.debezium.time.NanoTime": {"type": "long", "logicalType": "time-micros"},
+    "org.apache.kafka.connect.data.Time": {"type": "long", "logicalType": "time-micros"},
+    "io.debezium.data.Json": "string", "io.debezium.data.Uuid": {"type": "string", "logicalType": "uuid"},
+    "io.debezium.data.Xml": "string", "io.debezium.data.Enum": "string",
+    "io.debezium.data.VariableScaleDecimal": {"type": "bytes", "logicalType": "decimal", "precision": 38,
+                                              "scale": VARIABLE_SCALE},
+}
+
+
+class FormatError(ValueError):
+    """An envelope schema the format cannot read (at start)."""
+
+
+def row_schema(envelope_schema: dict, name: str) -> tuple[dict, dict[str, str]]:
+    """(the Avro record of the envelope's row, each field's Connect/Debezium type name) from a
+    Connect JSON converter's embedded ``schema`` of a Debezium envelope. A field of a type the
+    format does not read becomes a nullable ``null`` field with its reason in ``doc``."""
+    fields = {f.get("field"): f for f in envelope_schema.get("fields") or ()}
+    row = fields.get("after") or fields.get("before")
+    if envelope_schema.get("type") != "struct" or row is None or row.get("type") != "struct":
+        raise FormatError("the embedded schema is no Debezium envelope (a struct with before/after structs)")
+    avro_fields, names = [], {}
+    for f in row.get("fields") or ():
+        avro, why = _avro_of(f)
+        names[f["field"]] = f.get("name") or f.get("type")
+        if avro is None:
+            avro_fields.append({"name": f["field"], "type": "null", "default": None, "doc": f"not read: {why}"})
+        elif f.get("optional"):
+            avro_fields.append({"name": f["field"], "type": ["null", avro], "default": None})
+        else:
+            avro_fields.append({"name": f["field"], "type": avro})
+    return {"type": "record", "name": name, "fields": avro_fields}, names
+
+
+def _avro_of(field: dict) -> tuple[object, str | None]:
+    logical = field.get("name")
+    if logical == "org.apache.kafka.connect.data.Decimal":
+        params = field.get("parameters") or {}
+        scale = int(params.get("scale", 0))
+        precision = int(params.get("connect.decimal.precision", 38))
+        return {"type": "bytes", "logicalType": "decimal", "precision": max(precision, scale, 1), "scale": scale}, None
+    if logical in _LOGICAL:
+        return _LOGICAL[logical], None
+    if logical and field.get("type") not in _PLAIN:
+        return None, f"type {logical}"
+    plain = _PLAIN.get(field.get("type"))
+    if plain is None:
+        return None, f"type {field.get('type')}"
+    return plain, None
+
+
+def unsupported_columns(schema: dict) -> dict[str, str]:
+    """Columns of a :func:`row_schema` record that are not read, with why."""
+    return {f["name"]: f["doc"][len("not read: "):] for f in schema["fields"] if f["type"] == "null" and "doc" in f}
+
+
+# -- values --------------------------------------------------------------------------------------
+def _decimal_reader(scale: int, source: str | None) -> Callable[[Any], Decimal]:
+    quantum = Decimal(1).scaleb(-scale)
+
+    def read(v):
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            return Decimal(repr(v)).quantize(quantum)
+        if isinstance(v, dict):  # VariableScaleDecimal
+            value = Decimal(int.from_bytes(base64.b64decode(v["value"]), "big", signed=True)).scaleb(-int(v["scale"]))
+            exact = value.quantize(quantum)
+            if exact != value:
+                raise ValueError(f"{value} has more than {scale} decimals")
+            return exact
+        if isinstance(v, str):
+            if source != "org.apache.kafka.connect.data.Decimal" and _NUMERIC.fullmatch(v) and (
+                    "." in v or source == "string"):
+                return Decimal(v).quantize(quantum)
+            return Decimal(int.from_bytes(base64.b64decode(v, validate=True), "big", signed=True)).scaleb(-scale)
+        raise ValueError(f"{v!r} is no decimal")
+
+    return read
+
+
+_NUMERIC = re.compile(r"-?\d+(\.\d+)?")
+
+
+def _timestamp_reader(avro_unit: str, source: str | None) -> Callable[[Any], _dt.datetime]:
+    per_second = {"io.debezium.time.Timestamp": 1_000, "org.apache.kafka.connect.data.Timestamp": 1_000,
+                  "io.debezium.time.MicroTimestamp": 1_000_000, "io.debezium.time.NanoTimestamp": 1_000_000_000
+                  }.get(source, 1_000 if avro_unit == "timestamp-millis" else 1_000_000)
+
+    def read(v):
+        if isinstance(v, str):
+            parsed = _dt.datetime.fromisoformat(v.replace("Z", "+00:00"))
+            return parsed if parsed.tzinfo else parsed.replace(tzinfo=_dt.timezone.utc)
+        if isinstance(v, int) and not isinstance(v, bool):
+            return _EPOCH + _dt.timedelta(microseconds=v * 1_000_000 // per_second)
+        raise ValueError(f"{v!r} is no timestamp")
+
+    return read
+
+
+def _time_reader(avro_unit: str, source: str | None) -> Callable[[Any], _dt.time]:
+    per_second = {"io.debezium.time.Time": 1_000, "org.apache.kafka.connect.data.Time": 1_000,
+                  "io.debezium.time.MicroTime": 1_000_000, "io.debezium.time.NanoTime": 1_000_000_000
+                  }.get(source, 1_000 if avro_unit == "time-millis" else 1_000_000)
+
+    def read(v):
+        if isinstance(v, str):
+            return _dt.time.fromisoformat(v)
+        micros = v * 1_000_000 // per_second
+        return (_dt.datetime.min + _dt.timedelta(microseconds=micros)).time()
+
+    return read
+
+
+def _date(v):
+    if isinstance(v, str):
+        return _dt.date.fromisoformat(v)
+    if isinstance(v, int) and not isinstance(v, bool):
+        return _EPOCH_DAY + _dt.timedelta(days=v)
+    raise ValueError(f"{v!r} is no date")
+
+
+def _string(v):
+    if isinstance(v, str):
+        return v
+    if isinstance(v, (dict, list)):
+        return json.dumps(v, separators=(",", ":"))
+    raise ValueError(f"{v!r} is no string")
+
+
+def _typed(kind, what):
+    def read(v):
+        if isinstance(v, kind) and not isinstance(v, bool) or (kind is bool and isinstance(v, bool)):
+            return v
+        raise ValueError(f"{v!r} is no {what}")
+
+    return read
+
+
+def _float(v):
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return float(v)
+    if v in ("NaN", "Infinity", "-Infinity"):
+        return float(v)
+    raise ValueError(f"{v!r} is no number")
+
+
+def _bytes(v):
+    if isinstance(v, str):
+        return base64.b64decode(v, validate=True)
+    raise ValueError(f"{v!r} is no base64 bytes")
+
+
+def value_reader(avro_type, source: str | None) -> Callable[[Any], Any]:
+    """``json value -> column value`` for a column of ``avro_type`` (non-null) whose Connect type
+    name is ``source`` (None without an embedded schema)."""
+    if isinstance(avro_type, dict):
+        logical = avro_type.get("logicalType")
+        if logical == "decimal":
+            return _decimal_reader(int(avro_type.get("scale", 0)), source)
+        if logical in ("timestamp-millis", "timestamp-micros", "local-timestamp-millis", "local-timestamp-micros"):
+            return _timestamp_reader(logical, source)
+        if logical in ("time-millis", "time-micros"):
+            return _time_reader(logical, source)
+        if logical == "date":
+            return _date
+        avro_type = avro_type.get("type")
+    if avro_type in ("int", "long"):
+        return _typed(int, "integer")
+    if avro_type in ("float", "double"):
+        return _float
+    if avro_type == "boolean":
+        return _typed(bool, "boolean")
+    if avro_type in ("bytes", "fixed"):
+        return _bytes
+    if avro_type in ("string", "enum"):
+        return _string
+    return lambda v: v
+
+
+# -- envelopes -----------------------------------------------------------------------------------
+SKIPPED = ()  # the changes of a message that carries none
+
+
+class DebeziumDecoder:
+    """One input's ``debezium-json`` messages -> ``[(RowKind value, row)]``.
+
+    ``columns`` and ``avro_types`` (non-null types: see ``avro.type_family``) are the row's;
+    ``sources`` each column's Connect type name where an embedded schema told it; ``key`` the
+    primary key's column indexes, or None; ``upsert``: read as upserts of that key (see the module
+    docstring)."""
+
+    def __init__(self, columns: tuple[str, ...], avro_types: tuple, nullable: tuple[bool, ...],
+                 sources: dict | None, key: tuple[int, ...] | None, upsert: bool):
+        self.columns = columns
+        self.nullable = nullable
+        sources = sources or {}
+        self.readers = tuple(value_reader(_non_null(t), sources.get(c)) for c, t in zip(columns, avro_types))
+        self.key = key
+        self.upsert = upsert
+
+    def changes(self, value: bytes | None) -> tuple[list[tuple[int, tuple]], str | None]:
+        """(changes, why skipped): the message's changes, or none and why it was skipped
+        (``tombstone``, ``truncate``, ``message``); raises :class:`DeadLetterError` when malformed.
+        A keyed (upsert) input's delete is the before image, of which only the key is read."""
+        if value is None:
+            return [], "debezium_tombstone"
+        try:
+            envelope = json.loads(value)
+        except (ValueError, UnicodeDecodeError) as err:
+            raise DeadLetterError(Reason.UNDECODABLE, f"not JSON: {err}") from None
+        if isinstance(envelope, dict) and "payload" in envelope and "schema" in envelope:
+            envelope = envelope["payload"]
+            if envelope is None:
+                return [], "debezium_tombstone"
+        if not isinstance(envelope, dict):
+            raise DeadLetterError(Reason.DEBEZIUM_MALFORMED, "not a Debezium envelope (a JSON object)")
+        op = envelope.get("op")
+        if op in ("t", "m"):
+            return [], "debezium_truncate" if op == "t" else "debezium_message"
+        before, after = envelope.get("before"), envelope.get("after")
+        if op in ("c", "r"):
+            return [(_UPDATE_AFTER if self.upsert else _INSERT, self._row(after, "after", op))], None
+        if op == "u":
+            new = self._row(after, "after", op)
+            if self.upsert:
+                if before is not None:
+                    self._same_key(self._row(before, "before", op, key_only=True), new)
+                return [(_UPDATE_AFTER, new)], None
+            if before is None:
+                raise DeadLetterError(Reason.DEBEZIUM_MALFORMED, _NO_BEFORE.format(op="an update"))
+            old = self._row(before, "before", op)
+            self._same_key(old, new)
+            return [(_UPDATE_BEFORE, old), (_UPDATE_AFTER, new)], None
+        if op == "d":
+            if before is None:
+                raise DeadLetterError(Reason.DEBEZIUM_MALFORMED, "a delete without its before image")
+            return [(_DELETE, self._row(before, "before", op, key_only=self.upsert))], None
+        raise DeadLetterError(Reason.DEBEZIUM_MALFORMED,
+                              "no op" if op is None else f"unknown op {op!r} (expected c, r, u, d, t or m)")
+
+    def key_of(self, row: tuple) -> tuple:
+        return tuple(row[i] for i in self.key)
+
+    def _row(self, image, which: str, op: str, key_only: bool = False) -> tuple:
+        if not isinstance(image, dict):
+            raise DeadLetterError(Reason.DEBEZIUM_MALFORMED, f"op {op!r} without its {which} image")
+        values = []
+        for i, (column, read) in enumerate(zip(self.columns, self.readers)):
+            v = image.get(column)
+            if v is None:
+                if not self.nullable[i] and not (key_only and i not in self.key):
+                    raise DeadLetterError(Reason.DEBEZIUM_MALFORMED, f"column {column} of the {which} image is "
+                                          f"{'NULL' if column in image else 'missing'}, and the column is not nullable")
+                values.append(None)
+                continue
+            try:
+                values.append(read(v))
+            except (ValueError, TypeError, KeyError, InvalidOperation, OverflowError, binascii.Error) as err:
+                raise DeadLetterError(Reason.DEBEZIUM_MALFORMED, f"column {column} of the {which} image: {err}") from None
+        return tuple(values)
+
+    def _same_key(self, old: tuple, new: tuple) -> None:
+        if self.key and self.key_of(old) != self.key_of(new):
+            raise DeadLetterError(Reason.DEBEZIUM_MALFORMED,
+                                  f"the before image's key {self.key_of(old)!r} differs from the after image's "
+                                  f"{self.key_of(new)!r} (Debezium writes a key change as a delete and a create)")
+
+
+_NO_BEFORE = ("{op} without its before image: without a primary key the before images are the only way to "
+              "retract; capture the table with REPLICA IDENTITY FULL, or declare its primary key "
+              "(*_PRIMARY_KEY) to read the topic as upserts")
+
+
+def _non_null(avro_type):
+    if isinstance(avro_type, list):
+        branches = [b for b in avro_type if b != "null"]
+        return branches[0] if len(branches) == 1 else avro_type
+    return avro_type
