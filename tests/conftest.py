@@ -38,6 +38,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join(_pythonpath)
 from kafka_fixture import kafka_bootstrap, new_topic, restartable_broker  # noqa: E402,F401
 # PostgreSQL: postgres_url (session), postgres_server (restartable), pg_schema; see tests/support/postgres_fixture.py.
 from postgres_fixture import pg_schema, postgres_server, postgres_url  # noqa: E402,F401
+from debezium_fixture import debezium_capture  # noqa: E402,F401  (Debezium capturing PostgreSQL into Kafka, module scope)
 # A Spark standalone cluster on this machine (module scope): spark_cluster; see tests/support/spark_cluster.py.
 from spark_cluster import spark_cluster  # noqa: E402,F401
 
