@@ -17,6 +17,10 @@ Groups:
 * ``spark-connectors``: Spark's Kafka connector and Avro format, pinned to the installed
   PySpark's version and Scala suffix (checked before resolving). Only the jars PySpark does not
   ship already are kept. Not used by the service yet.
+* ``flink-peer``: Flink's Kafka SQL connector, Avro format and JDBC lookup connector with the
+  PostgreSQL driver, for the benchmark peer and the lookup join's differential test.
+* ``debezium``: Kafka Connect (standalone) and Debezium's PostgreSQL connector, for the real
+  captures of the Debezium tests (:mod:`devkit.kafka_connect`); fetched on first use.
 
 Needs Java on the PATH. Maven is ``mvn`` from the PATH if there is one, else Apache Maven
 itself, downloaded once from Maven Central (checked against a pinned SHA-512) into
