@@ -837,13 +837,17 @@ def unused_settings(settings: Settings, plan) -> list[str]:
     elif kind == "temporal_processing_time":
         for var in ("LEFT_WATERMARK_DELAY", "RIGHT_WATERMARK_DELAY", "IDLE_TIMEOUT"):
             warn(var, "a processing-time temporal join has no watermarks")
-    if kind != "regular":
+    if kind == "lookup":
+        if plan.left.changelog_mode == "append":
+            for var in ("LEFT_STATE_TTL", "STATE_TTL"):
+                warn(var, "a lookup join over an append-only input keeps no state")
+    elif kind != "regular":
         for var in ("LEFT_STATE_TTL", "RIGHT_STATE_TTL"):
             warn(var, "per-side TTLs apply to regular joins; a temporal join's state retention is STATE_TTL")
     for side in (plan.left, plan.right):
         name = "LEFT" if side.side == 0 else "RIGHT"
         nullable = [side.columns[i] for i in (side.primary_key or ()) if side.nullable[i]]
-        if nullable and getattr(settings, f"{name.lower()}_changelog_mode") == "upsert":
+        if nullable and side.changelog_mode == "upsert":
             warnings.append(f"{name}_PRIMARY_KEY: {', '.join(nullable)} may be NULL in the {name.lower()} input's "
                             f"schema; a record whose key is NULL goes to the dead-letter topic "
                             f"(null_in_required_column). Flink requires primary key columns NOT NULL")
@@ -852,7 +856,9 @@ def unused_settings(settings: Settings, plan) -> list[str]:
             warn(var, f"it applies to DELIVERY=exactly-once only (DELIVERY={settings.delivery})")
     for side in (plan.left, plan.right):
         var = f"{'LEFT' if side.side == 0 else 'RIGHT'}_KEY_FORMAT"
-        if not side.direct_upsert:
+        if side.format == "debezium-json":
+            warn(var, "a debezium-json input is keyed by the primary key in its envelopes, not by its message keys")
+        elif not side.direct_upsert:
             warn(var, "message keys are read only for the tombstones of an upsert input whose join key is "
                       "its primary key, in a regular join")
     return warnings

@@ -114,3 +114,14 @@ def test_check_config_explains_the_table_and_its_types():
     assert "column shape: point -> not read (geometric types are not read)" in text
     assert "partial cache per Python worker of at most 100000 keys (write 30.0 s" in text
     assert "stages: lookup (in each reading task" in text and "hunter2" not in text
+
+
+def test_left_state_ttl_bounds_the_lookup_state_and_is_unused_without_state():
+    from service.config import unused_settings
+
+    keyed = load_settings({**LOOKUP, "LEFT_STATE_TTL": "1d"})
+    assert unused_settings(keyed, plan(LEFT_STATE_TTL="1d")) == []
+    assert plan(LEFT_STATE_TTL="1d").left.state_ttl_ms == 86_400_000
+    append = load_settings({**LOOKUP, "LEFT_STATE_TTL": "1d", "LEFT_CHANGELOG_MODE": "append"})
+    assert unused_settings(append, plan(LEFT_STATE_TTL="1d", LEFT_CHANGELOG_MODE="append")) == [
+        "LEFT_STATE_TTL is set but not used: a lookup join over an append-only input keeps no state"]
