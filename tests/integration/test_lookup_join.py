@@ -140,33 +140,49 @@ def test_inner_composite_non_unique_key_with_a_condition_and_poison_keys(
     assert b"70000" in letters[0].headers["reason.detail"] and letters[0].headers["source.offset"] == b"3"
 
 
-def test_a_replayed_micro_batch_joins_the_rows_its_first_attempt_looked_up(
+def test_killed_after_its_lookups_a_replayed_micro_batch_joins_the_rows_they_found(
         kafka_bootstrap, spark, tmp_path, new_topic, postgres_url, pg_schema):
-    """The last micro-batch is forgotten by the checkpoint (as after a crash before its commit)
-    and the table changes: the replay joins the pinned rows, so its output is the very output of
-    the first attempt, and a later retraction retracts it."""
+    """SIGKILL (the whole service: driver, JVM, Python workers) once a micro-batch's output is
+    written and before Spark records it; the table changes before the restart. The replay joins
+    the rows pinned by the killed run, so it writes the very records written first, and a later
+    retraction retracts them."""
+    from service import faults
+    from test_recovery import ServiceProcess, _group_alive, wait_until
+
     products(postgres_url, pg_schema, [("p1", "apple", Decimal("1.50"), "gold")])
     h = harness(kafka_bootstrap, spark, tmp_path, new_topic, postgres_url, pg_schema)
     h.send_left([("+I", order(1, "p1", 3))])
-    h.run()
-    checkpoint = tmp_path / "checkpoint"
-    last = max(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit())
-    for name in (str(last), f".{last}.crc"):
-        (checkpoint / "commits" / name).unlink(missing_ok=True)
-    pins = list((checkpoint / "changejoin" / "lookups").iterdir())
-    assert pins, "the micro-batch's lookups are pinned"
-    rename(postgres_url, pg_schema, "p1", "green apple")
-    h.start()
+    svc = ServiceProcess("lookup", {**h.env, "TRIGGER_INTERVAL": "500ms"}, tmp_path)
     try:
-        h.service.process_available()
-        assert h.service.metrics.registry.get_sample_value("changejoin_lookup_pinned_reuse_total") == 1
+        svc.env = {**h.env, faults.ENV: "before-batch-commit@0"}
+        svc.start()
+        wait_until(lambda: not svc.alive(), 240, f"the service to kill itself; log tail:\n{svc.log_tail()}")
+        wait_until(lambda: not _group_alive(svc.proc.pid), 60, "the killed service's processes to end")
+        assert svc.proc.returncode == -9 and svc.commits() == []
+        assert list((tmp_path / "checkpoint" / "changejoin" / "lookups").iterdir()), "its lookups are pinned"
+        rename(postgres_url, pg_schema, "p1", "green apple")
+        svc.env = dict(h.env)
+        svc.start()
+        wait_until(lambda: 0 in svc.commits(), 240, f"the replay to commit; log tail:\n{svc.log_tail()}")
         h.send_left([("-D", order(1, "p1", 3))])
-        h.service.process_available()
+        wait_until(lambda: len(h_changes(h)) >= 3, 240, f"the retraction; log tail:\n{svc.log_tail()}")
+        assert svc.stop() == 0
     finally:
-        h.service.stop()
-    kept, replays = drop_replays(h.changelog())  # asserts each replay is the record written first
+        svc.cleanup()
+        svc.close()
+    kept, replays = drop_replays(h_changes(h))  # asserts each replay is the record written first
     assert [(c.kind, c.row) for c in replays] == [("+I", (1, "p1", 3, "apple", Decimal("1.50")))]
     assert rows(kept) == [("+I", (1, "p1", 3, "apple", Decimal("1.50"))), ("-D", (1, "p1", 3, "apple", Decimal("1.50")))]
+
+
+def h_changes(h: JoinHarness):
+    """The output so far, decoded in the plan's output schema (the service runs as a process)."""
+    from service.planner import build_plan
+    from service_harness import read_changelog
+
+    from service.config import load_settings
+
+    return read_changelog(h.bootstrap, h.output, build_plan(load_settings(h.env)).output_schema)
 
 
 def test_the_database_stopped_for_20_seconds_is_ridden_out(kafka_bootstrap, spark, tmp_path, new_topic,
