@@ -5,7 +5,8 @@ reading task (``decode.py``); the two envelope streams are unioned, grouped by j
 through :class:`~service.processor.JoinProcessor` inside ``transformWithState`` on RocksDB state,
 checkpointed at ``CHECKPOINT_LOCATION``. Each micro-batch's output is encoded (``encode.py``) and
 produced to Kafka (``sink.py``) by the tasks that computed it, with ``DELIVERY=exactly-once`` in one
-transaction per task (``transactions.py``); the driver only sees counts.
+transaction per task (``transactions.py``); the driver only sees counts. A lookup join reads one
+topic, looks its rows up in the reading tasks (``lookup.py``) and joins them in the same join stage.
 """
 from __future__ import annotations
 
@@ -205,9 +206,9 @@ class JoinPipeline:
 
     def dataframe(self):
         if self.plan.kind is PlanKind.LOOKUP:
-            return self._lookup_dataframe()
-        left, right = self._read(0), self._read(1)
-        envelopes = left.unionByName(right)
+            envelopes = self._looked_up()
+        else:
+            envelopes = self._read(0).unionByName(self._read(1))
         # The upsert materializer stage groups the join's changes by output key: the join emits them
         # one per row then; otherwise each key's changes travel packed to the sink (JoinProcessor).
         joined = envelopes.groupBy("jk").transformWithState(
@@ -217,20 +218,15 @@ class JoinPipeline:
             joined = joined.groupBy("okey").transformWithState(UpsertProcessor(self.plan.to_json()), OUTPUT_SCHEMA, "Append", "None")
         return joined
 
-    def _lookup_dataframe(self):
-        """A lookup join: one topic, each reading task's rows looked up in the table (``lookup.py``),
-        then joined by the rows' identity, whose state remembers what each row joined."""
+    def _looked_up(self):
+        """A lookup join's input: one topic, each reading task's rows with what the table holds for
+        them (``lookup.py``), grouped by the rows' identity (``jk``) for the join stage, whose state
+        remembers what each row joined."""
         from .lookup import lookup_partition
 
         config = {**worker_config(self.settings, self.plan), **worker_secrets(self.settings, kafka=False)}
         self._lookups = self.spark.sparkContext.accumulator({}, _Counts())
-        looked_up = self._read(0).mapInArrow(lookup_partition(config, self._pins, self._lookups), ENVELOPE_SCHEMA)
-        joined = looked_up.groupBy("jk").transformWithState(
-            JoinProcessor(self.plan.to_json()), OUTPUT_SCHEMA, "Append", self.plan.time_mode.value
-        )
-        if self.plan.upsert_materializer:
-            joined = joined.groupBy("okey").transformWithState(UpsertProcessor(self.plan.to_json()), OUTPUT_SCHEMA, "Append", "None")
-        return joined
+        return self._read(0).mapInArrow(lookup_partition(config, self._pins, self._lookups), ENVELOPE_SCHEMA)
 
     @property
     def _pins(self) -> str | None:
