@@ -172,6 +172,18 @@ def test_upsert_output_writes_a_tombstone_for_a_row_that_leaves_its_key():
     assert counts == {("output", "-D"): 1, ("output", "+U"): 2}
 
 
+def test_an_upsert_key_column_of_a_padded_side_is_nullable_in_the_key_as_in_the_value():
+    """A FULL (or LEFT) join keyed by a column of each side: a padded row's key holds NULL there
+    (found by the Debezium join test: the key's schema took the input column's nullability)."""
+    sql = "SELECT o.order_id, p.product, p.price FROM orders o FULL JOIN prices p ON o.product = p.product"
+    plan = plan_for(JOIN_SQL=sql, OUTPUT_MODE="upsert", OUTPUT_KEY="order_id,product")
+    encoder = encoder_for(plan, JOIN_SQL=sql, OUTPUT_MODE="upsert", OUTPUT_KEY="order_id,product")
+    batch, seq = (b"changejoin.batch", b"0"), (b"changejoin.seq", b"0:0")
+    for row in [(1, None, None), (None, "pen", 1.5), (1, "pen", 1.5)]:  # no price; no order; both
+        record = encoder.output(int(RowKind.INSERT), row, batch, seq)
+        assert record[0] == "out" and record[1] == encoder.keys.encode(row[:2])
+
+
 def test_a_too_large_change_in_a_packed_row_goes_to_the_dead_letter_topic_alone():
     plan = plan_for()
     encoder = encoder_for(plan, MAX_OUTPUT_RECORD_BYTES="30")
