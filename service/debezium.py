@@ -112,17 +112,29 @@ def row_schema(envelope_schema: dict, name: str) -> tuple[dict, dict[str, str]]:
     row = fields.get("after") or fields.get("before")
     if envelope_schema.get("type") != "struct" or row is None or row.get("type") != "struct":
         raise FormatError("the embedded schema is no Debezium envelope (a struct with before/after structs)")
-    avro_fields, names = [], {}
+    avro_fields = []
     for f in row.get("fields") or ():
         avro, why = _avro_of(f)
-        names[f["field"]] = f.get("name") or f.get("type")
+        source = {CONNECT_TYPE: f.get("name") or f.get("type")}
         if avro is None:
-            avro_fields.append({"name": f["field"], "type": "null", "default": None, "doc": f"not read: {why}"})
+            avro_fields.append({"name": f["field"], "type": "null", "default": None, "doc": f"not read: {why}", **source})
         elif f.get("optional"):
-            avro_fields.append({"name": f["field"], "type": ["null", avro], "default": None})
+            avro_fields.append({"name": f["field"], "type": ["null", avro], "default": None, **source})
         else:
-            avro_fields.append({"name": f["field"], "type": avro})
-    return {"type": "record", "name": name, "fields": avro_fields}, names
+            avro_fields.append({"name": f["field"], "type": avro, **source})
+    schema = {"type": "record", "name": name, "fields": avro_fields}
+    return schema, source_types(schema)
+
+
+#: The field attribute of a :func:`row_schema` record that keeps the field's Connect type name.
+CONNECT_TYPE = "connect.type"
+
+
+def source_types(schema: dict) -> dict[str, str] | None:
+    """Each column's Connect type name, from a record :func:`row_schema` made; None for a record
+    of a schema file (whose values are read by their Avro types)."""
+    names = {f["name"]: f[CONNECT_TYPE] for f in schema.get("fields") or () if CONNECT_TYPE in f}
+    return names or None
 
 
 def _avro_of(field: dict) -> tuple[object, str | None]:

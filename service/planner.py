@@ -16,6 +16,7 @@ from operators.spec import WINDOW_COLUMNS
 
 from .avro import SchemaError, SchemaRegistry, load_schema_file, output_schema, record_columns
 from .config import Settings
+from .debezium import source_types
 from .keys import KeyDecoder
 from .plan import DEFAULT_STATE_BUCKETS, TIME_BOUNDED_KINDS, JoinPlan, OutputMode, PlanError, PlanKind, SidePlan
 from .sql import JoinQuery, QueryError, describe, interval_sql, parse_join_sql
@@ -39,7 +40,7 @@ def load_input_schemas(settings: Settings, registry: SchemaRegistry | None, tabl
         inputs.append(("RIGHT_SCHEMA_FILE", settings.right_schema_file, settings.right_topic, settings.right_format))
     for var, path, topic, fmt in inputs:
         if not path and fmt == "debezium-json":
-            schemas.append(embedded_schema(settings, var, topic)[0])
+            schemas.append(embedded_schema(settings, var, topic))
         elif path:
             try:
                 schemas.append(load_schema_file(path))
@@ -59,9 +60,10 @@ def load_input_schemas(settings: Settings, registry: SchemaRegistry | None, tabl
 
 
 # -- Debezium topics ------------------------------------------------------------------------------
-def embedded_schema(settings: Settings, var: str, topic: str) -> tuple[dict, dict]:
+def embedded_schema(settings: Settings, var: str, topic: str) -> dict:
     """A debezium-json topic's row schema, from the schema its newest message embeds (Kafka
-    Connect's JSON converter with schemas enabled): (Avro record, Connect type name per column)."""
+    Connect's JSON converter with schemas enabled): an Avro record whose fields keep their Connect
+    type names (``debezium.source_types``)."""
     from .debezium import FormatError, row_schema
     from .sink import newest_values
 
@@ -77,7 +79,7 @@ def embedded_schema(settings: Settings, var: str, topic: str) -> tuple[dict, dic
             continue
         if isinstance(message, dict) and isinstance(message.get("schema"), dict):
             try:
-                return row_schema(message["schema"], _record_name(topic))
+                return row_schema(message["schema"], _record_name(topic))[0]
             except FormatError as err:
                 raise PlanError(f"{var}: not set, and topic {topic}'s newest message embeds no Debezium row schema "
                                 f"({err}); set {var}") from None
@@ -86,27 +88,22 @@ def embedded_schema(settings: Settings, var: str, topic: str) -> tuple[dict, dic
                     "Avro record (the table's columns, not the envelope)")
 
 
-def _source_types(settings: Settings, side: int) -> dict | None:
-    """A debezium-json input's Connect type names, where its schema is the topic's embedded one."""
-    fmt, path, topic = ((settings.left_format, settings.left_schema_file, settings.left_topic) if side == 0 else
-                        (settings.right_format, settings.right_schema_file, settings.right_topic))
-    if fmt != "debezium-json" or path:
-        return None
-    var = ("LEFT_SCHEMA_FILE", "RIGHT_SCHEMA_FILE")[side]
-    return embedded_schema(settings, var, topic)[1]
+def _named_in_sql(settings: Settings, column: str) -> bool:
+    """Whether JOIN_SQL names ``column`` (as a word, any case, quoted or not)."""
+    import re
+
+    return re.search(rf"(?i)(?<![\w\"]){re.escape(column)}(?![\w\"])", settings.join_sql) is not None
 
 
 def _unreadable_debezium_columns(settings: Settings, schemas) -> None:
     """A debezium-json column of a type the format does not read, named in JOIN_SQL: refused by name."""
-    import re
-
     from .debezium import unsupported_columns
 
     for side, schema in enumerate(schemas):
         if (settings.left_format, settings.right_format)[side] != "debezium-json":
             continue
         for column, why in unsupported_columns(schema).items():
-            if re.search(rf"(?i)(?<![\w\"]){re.escape(column)}(?![\w\"])", settings.join_sql):
+            if _named_in_sql(settings, column):
                 raise PlanError(f"JOIN_SQL: column {column} of the {('left', 'right')[side]} Debezium topic has "
                                 f"{why}, which the debezium-json format does not read; leave it out of the query")
 
@@ -163,10 +160,8 @@ def _seconds(ms: int | None) -> float | None:
 
 def _unsupported_columns(settings: Settings, table) -> None:
     """A column of the table whose type the join cannot read, named in JOIN_SQL: refused by name."""
-    import re
-
     for c in table.columns:
-        if c.avro_type is None and re.search(rf"(?i)(?<![\w\"]){re.escape(c.name)}(?![\w\"])", settings.join_sql):
+        if c.avro_type is None and _named_in_sql(settings, c.name):
             raise PlanError(f"JOIN_SQL: column {c.name} of {table.table} has type {c.pg_type}, which a lookup join "
                             f"cannot read ({c.unsupported}); leave it out of the query, or cast it in a view")
 
@@ -449,7 +444,7 @@ def _side_plans(settings: Settings, kind: PlanKind, schemas, columns, names, key
                 reader_schema=schemas[i], join_key=keys[i], primary_key=pks[i], changelog_mode=modes[i],
                 time_column=time_columns[i], watermark_delay_ms=delays[i], state_ttl_ms=ttls[i],
                 direct_upsert=direct, key_format=key_formats[i], format=formats[i],
-                source_types=_source_types(settings, i),
+                source_types=source_types(schemas[i]) if formats[i] == "debezium-json" else None,
             )
         )
         if direct:
@@ -472,7 +467,8 @@ def _lookup_sides(settings: Settings, schemas, columns, names, keys, pks) -> lis
         avro_types=tuple(c.avro_type for c in columns[0]), nullable=tuple(c.nullable for c in columns[0]),
         reader_schema=schemas[0], join_key=identity, primary_key=pks[0], changelog_mode=mode,
         state_ttl_ms=settings.left_ttl_ms if mode != "append" else None, key_format=settings.left_key_format,
-        lookup_stream=True, format=settings.left_format, source_types=_source_types(settings, 0),
+        lookup_stream=True, format=settings.left_format,
+        source_types=source_types(schemas[0]) if settings.left_format == "debezium-json" else None,
     )
     right = SidePlan(
         side=1, topic="", table=settings.right_table_name, columns=names[1],
