@@ -78,6 +78,19 @@ class BrokerProcess:
     def start(self) -> str:
         raise NotImplementedError
 
+    def _start_retrying(self, picked: bool, launch: Callable[[int], str]) -> str:
+        """``launch(attempt)`` (pick the ports, a fresh one on a retry; spawn; wait until ready; return
+        the address), tried up to three times when ``picked`` (the ports were chosen here): only a
+        port taken between picking and binding is worth another try."""
+        for attempt in range(3 if picked else 1):
+            try:
+                return launch(attempt)
+            except self.Error as exc:
+                self._terminate(kill=True)
+                if not picked or "Address already in use" not in str(exc) or attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
+
     def _spawn(self, command: List[str], env: Optional[dict] = None) -> None:
         """Start ``command`` with its output appended to :attr:`log_path`."""
         assert self.log_path is not None

@@ -192,8 +192,7 @@ class KafkaBroker(BrokerProcess):
         if self.data_dir is None:
             self.data_dir = Path(tempfile.mkdtemp(prefix="changejoin-kafka-"))
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        first = self.port is None or self.controller_port is None
-        for attempt in range(3 if first else 1):
+        def launch(attempt: int) -> str:
             if self.port is None or (attempt and not self._port_given):
                 self.port = free_port(self.host)
             if self.controller_port is None or attempt:
@@ -201,15 +200,10 @@ class KafkaBroker(BrokerProcess):
             config = self._write_config()
             self._format(config)
             self._spawn(self._java("kafka.Kafka", str(config)))
-            try:
-                self._wait_ready(lambda admin: NODE_ID in admin.list_topics(timeout=1.0).brokers)
-                return self.bootstrap
-            except KafkaBrokerError as exc:
-                self._terminate(kill=True)
-                # Only a port taken between picking and binding is worth another try.
-                if not first or "Address already in use" not in str(exc) or attempt == 2:
-                    raise
-        raise AssertionError("unreachable")
+            self._wait_ready(lambda admin: NODE_ID in admin.list_topics(timeout=1.0).brokers)
+            return self.bootstrap
+
+        return self._start_retrying(self.port is None or self.controller_port is None, launch)
 
     def stop(self, kill: bool = False) -> None:
         """Stop the broker, keeping its data; ``kill`` skips the clean shutdown (SIGKILL)."""

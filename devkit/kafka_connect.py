@@ -288,19 +288,13 @@ class KafkaConnect(BrokerProcess):
         until its REST API answers and its connectors run, and return :attr:`url`."""
         if self.is_running():
             return self.url
-        first = self.port is None
-        for attempt in range(3 if first else 1):
+        def launch(attempt: int) -> str:
             if attempt and not self._port_given:
                 self.port = free_port(self.host)
             self.spawn()
-            try:
-                return self.wait_ready()
-            except KafkaConnectError as exc:
-                self._terminate(kill=True)
-                # Only a port taken between picking and binding is worth another try.
-                if not first or "Address already in use" not in str(exc) or attempt == 2:
-                    raise
-        raise AssertionError("unreachable")
+            return self.wait_ready()
+
+        return self._start_retrying(self.port is None, launch)
 
     def stop(self, kill: bool = False) -> None:
         """Stop the worker (its connectors flush their offsets first unless ``kill``)."""
