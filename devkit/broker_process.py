@@ -1,5 +1,6 @@
 """What the two local brokers share: a Kafka-protocol broker as a child process on loopback, its
-log file, waiting until it answers, stopping it, and stopping it when Python exits.
+log file, waiting until it answers, stopping it, and stopping it when Python exits (the exit
+registry and the log tail serve devkit/postgres.py too).
 
 The demo's Tansu broker (``embedded_broker.py``) and the tests' and benchmarks' Apache Kafka
 (``kafka_broker.py``) are subclasses; neither is used by the service itself.
@@ -34,16 +35,36 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child
         pass
 
 
-_RUNNING: "weakref.WeakSet[BrokerProcess]" = weakref.WeakSet()
+# Every local server still running (a broker, a PostgreSQL: anything with ``close()``), closed
+# when Python exits.
+_RUNNING: "weakref.WeakSet" = weakref.WeakSet()
 
 
 @atexit.register
 def _stop_all() -> None:
-    for broker in list(_RUNNING):
+    for server in list(_RUNNING):
         try:
-            broker.close()
+            server.close()
         except Exception:
             pass
+
+
+def close_at_exit(server) -> None:
+    """Have ``server.close()`` called when Python exits, unless :func:`forget_at_exit` first."""
+    _RUNNING.add(server)
+
+
+def forget_at_exit(server) -> None:
+    _RUNNING.discard(server)
+
+
+def log_tail(path: Optional[Path], lines: int = 30) -> str:
+    """The last ``lines`` lines of a server's log file ("" when there is none)."""
+    try:
+        text = path.read_text(errors="replace") if path else ""
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
 
 
 class BrokerProcess:
@@ -104,11 +125,7 @@ class BrokerProcess:
         _RUNNING.add(self)
 
     def log_tail(self, lines: int = 30) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace") if self.log_path else ""
-        except OSError:
-            return ""
-        return "\n".join(text.splitlines()[-lines:])
+        return log_tail(self.log_path, lines)
 
     def _wait_ready(self, ready: Callable[[object], bool]) -> None:
         """Until ``ready(admin client)`` is true; the broker exiting, or the start-up timeout, is an error."""

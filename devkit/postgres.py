@@ -30,7 +30,6 @@ not if that process is killed.
 """
 from __future__ import annotations
 
-import atexit
 import os
 import pwd
 import re
@@ -41,11 +40,10 @@ import subprocess
 import sys
 import tempfile
 import time
-import weakref
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from .broker_process import free_port
+from .broker_process import close_at_exit, forget_at_exit, free_port, log_tail
 
 __all__ = ["PostgresServer", "PostgresServerError", "find_bin_dir"]
 
@@ -92,18 +90,6 @@ def find_bin_dir() -> Path:
             return directory
     raise PostgresServerError(f"no PostgreSQL server binaries: neither `initdb` and `pg_ctl` on the PATH nor "
                               f"{DEBIAN_LIB}/*/bin; {INSTALL_HINT}")
-
-
-_RUNNING: "weakref.WeakSet[PostgresServer]" = weakref.WeakSet()
-
-
-@atexit.register
-def _stop_all() -> None:
-    for server in list(_RUNNING):
-        try:
-            server.close()
-        except Exception:
-            pass
 
 
 class PostgresServer:
@@ -153,11 +139,7 @@ class PostgresServer:
         return self.data_dir / "postgres.log" if self.data_dir else None
 
     def log_tail(self, lines: int = 30) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace") if self.log_path else ""
-        except OSError:
-            return ""
-        return "\n".join(text.splitlines()[-lines:])
+        return log_tail(self.log_path, lines)
 
     # ---- running initdb and pg_ctl ------------------------------------------------------------
 
@@ -260,7 +242,7 @@ class PostgresServer:
                 self.port = free_port(self.host)
             proc = self._pg_ctl("start", "-l", str(self.log_path), "-o", self._options())
             if proc.returncode == 0:
-                _RUNNING.add(self)
+                close_at_exit(self)
                 return self.url
             log = self.log_tail()
             if self.is_running():  # pg_ctl gave up waiting: do not leave the server behind
@@ -277,7 +259,7 @@ class PostgresServer:
         once, as a crash: the next start recovers from the write-ahead log)."""
         if mode not in ("smart", "fast", "immediate"):
             raise ValueError(f"stop mode {mode!r}: smart, fast or immediate")
-        _RUNNING.discard(self)
+        forget_at_exit(self)
         if not self.is_running():
             return
         proc = self._pg_ctl("stop", "-m", mode)
