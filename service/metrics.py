@@ -63,6 +63,8 @@ log = logging.getLogger(__name__)
 PREFIX = "changejoin_"
 SIDES = ("left", "right")
 DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+#: The kinds of database error a lookup counts (``database.py``), served at 0 from the start.
+LOOKUP_ERROR_KINDS = ("connection", "timeout", "conflict", "data", "query")
 RECORD_BUCKETS = (0, 1, 10, 100, 1_000, 10_000, 100_000, 1_000_000, 10_000_000)
 
 
@@ -209,8 +211,10 @@ class JoinMetrics:
             PREFIX + "lookup_retries", "Lookup join: lookups retried after a database error (LOOKUP_MAX_RETRIES).",
             registry=r)
         self.lookup_errors = Counter(
-            PREFIX + "lookup_errors", "Lookup join: database errors, by kind ('connection', 'timeout', 'data', ...).",
-            ["kind"], registry=r)
+            PREFIX + "lookup_errors", "Lookup join: database errors, by kind ('connection', 'timeout', 'conflict', "
+            "'data', 'query').", ["kind"], registry=r)
+        for kind in LOOKUP_ERROR_KINDS:
+            self.lookup_errors.labels(kind=kind)
         self.lookup_pinned_reuse = Counter(
             PREFIX + "lookup_pinned_reuse", "Lookup join: reading tasks that reused the lookups an earlier attempt "
             "of their micro-batch pinned (a retried task or a replayed micro-batch), instead of asking the database.",

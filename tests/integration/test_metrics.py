@@ -138,6 +138,7 @@ def test_topics_trigger_interval_and_jvm_heap():
     # Known label values are served at 0 before anything happens: a panel on them is never empty.
     assert value(m, "changejoin_kafka_transactions_total", outcome="committed") == 0
     assert value(m, "changejoin_lookup_cache_total", result="evicted") == 0
+    assert value(m, "changejoin_lookup_errors_total", kind="timeout") == 0
     # The driver's own process, under the service's prefix; its start time tells a restart.
     assert value(m, "changejoin_process_start_time_seconds") <= time.time()
     assert value(m, "changejoin_process_resident_memory_bytes") > 0
