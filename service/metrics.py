@@ -63,6 +63,8 @@ log = logging.getLogger(__name__)
 PREFIX = "changejoin_"
 SIDES = ("left", "right")
 DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+#: The RowKinds of the output records (``changejoin_output_records_total{kind}``).
+ROW_KINDS = ("+I", "-U", "+U", "-D")
 #: The kinds of database error a lookup counts (``database.py``), served at 0 from the start.
 LOOKUP_ERROR_KINDS = ("connection", "timeout", "conflict", "data", "query")
 RECORD_BUCKETS = (0, 1, 10, 100, 1_000, 10_000, 100_000, 1_000_000, 10_000_000)
@@ -108,6 +110,14 @@ class JoinMetrics:
         self.dead_letters = Counter(
             PREFIX + "dead_letter_records", "Records written to the dead-letter topic, by reason.",
             ["reason"], registry=r)
+        # Every side, RowKind and reason served at 0 from the start: a counter that first appears at
+        # 1 shows Prometheus no increase (rate() and the dead-letter alert would miss it).
+        for side in sides:
+            self.input_records.labels(side=side)
+        for kind in ROW_KINDS:
+            self.output_records.labels(kind=kind)
+        for reason in Reason:
+            self.dead_letters.labels(reason=reason.value)
         self.lost_records = Gauge(
             PREFIX + "input_lost_records", "Input records deleted (retention, a re-created topic) before they were "
             "read, skipped with FAIL_ON_DATA_LOSS=false, since the checkpoint began (0 until a progress reported "
