@@ -147,8 +147,11 @@ class JoinMetrics:
             "source saw when planning the last batch minus the batch's end offset.", ["side", "partition"], registry=r)
         self.caught_up_time = Gauge(
             PREFIX + "input_caught_up_timestamp_seconds", "Unix time of the last micro-batch after which the side "
-            "had no unread record in any partition (time() minus it: how long the side has been behind).",
+            "had no unread record in any partition, or of the start until then (time() minus it: how long the side "
+            "has been behind).",
             ["side"], registry=r)
+        for side in sides:  # until a side first has nothing unread, it has been behind since the start
+            self.caught_up_time.labels(side=side).set(time.time())
         self.topic_info = Gauge(
             PREFIX + "input_topic_info", "1 for each input side, labelled with its topic.", ["side", "topic"],
             registry=r)

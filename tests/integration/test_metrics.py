@@ -103,9 +103,11 @@ def test_a_side_is_caught_up_after_a_batch_that_left_nothing_unread(monkeypatch)
     now = {"t": 5000.0}
     monkeypatch.setattr(time, "time", lambda: now["t"])
     m = JoinMetrics()
+    now["t"] = 5001.0
     m.observe_progress(progress(0, left=3, left_end={"0": 2, "1": 1}, left_latest={"0": 4, "1": 1}))
-    assert value(m, "changejoin_input_caught_up_timestamp_seconds", side="left") is None  # 2 unread in 0
-    assert value(m, "changejoin_input_caught_up_timestamp_seconds", side="right") == 5000
+    # 2 unread in partition 0: behind since the start
+    assert value(m, "changejoin_input_caught_up_timestamp_seconds", side="left") == 5000
+    assert value(m, "changejoin_input_caught_up_timestamp_seconds", side="right") == 5001
     now["t"] = 5010.0
     m.observe_progress(progress(1, left=2, left_end={"0": 4, "1": 1}, left_latest={"0": 4, "1": 1}))
     assert value(m, "changejoin_input_caught_up_timestamp_seconds", side="left") == 5010
