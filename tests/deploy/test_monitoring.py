@@ -6,6 +6,7 @@ The same rules and dashboard are evaluated against a real Prometheus scraping th
 in tests/integration/test_monitoring.py."""
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -15,8 +16,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+import helm_tool
 from devkit.monitoring import DASHBOARD, dashboard, grafana_to_promql, panels
-from monitoring_chart import NAMESPACE, alerts, prometheus_rule, write_rule_file
+from monitoring_chart import (CHART, DEFAULT_VALUES, NAMESPACE, RELEASE, alerts, helm_or_skip, prometheus_rule,
+                              write_rule_file)
 
 HERE = Path(__file__).resolve().parent
 UNIT_TESTS = HERE / "monitoring" / "alerts_test.yaml"
@@ -166,3 +169,17 @@ def test_grafana_variables_are_replaced_and_an_unknown_one_is_an_error():
     with pytest.raises(KeyError, match=r"\$cluster"):
         grafana_to_promql('x{cluster="$cluster"}')
     assert DASHBOARD.is_file()
+
+
+def test_the_packaged_chart_carries_the_dashboard_and_the_rules(tmp_path):
+    """``helm package`` keeps monitoring/ (read by the templates with .Files.Get): the archive
+    alone renders both."""
+    helm_or_skip()
+    helm_tool.run_helm("package", str(CHART), "-d", str(tmp_path), check=True)
+    (archive,) = tmp_path.glob("changejoin-*.tgz")
+    proc = helm_tool.run_helm("template", RELEASE, str(archive), "--namespace", NAMESPACE, "-f", str(DEFAULT_VALUES),
+                              "--set", "prometheusRule.enabled=true", "--set", "grafanaDashboard.enabled=true",
+                              check=True)
+    docs = {(d["kind"], d["metadata"]["name"]): d for d in yaml.safe_load_all(proc.stdout) if d}
+    assert json.loads(docs[("ConfigMap", "orders-changejoin-dashboard")]["data"]["changejoin.json"]) == dashboard()
+    assert len(alerts(docs[("PrometheusRule", "orders-changejoin")])) == len(alerts(prometheus_rule()))
