@@ -91,6 +91,8 @@ class Service:
             is_active=self._query_active,
             liveness_timeout_s=(settings.liveness_timeout_ms or 0) / 1000 or None,
             sides=("left",) if settings.lookup else ("left", "right"),
+            topics=(settings.left_topic,) if settings.lookup else (settings.left_topic, settings.right_topic),
+            trigger_interval_s=settings.trigger_interval_ms / 1000.0,
         )
         self.metrics_server: MetricsServer | None = None
         self._query_listener: _QueryListener | None = None
@@ -128,6 +130,7 @@ class Service:
                 return
             progress = json.loads(progress_json)
             self.metrics.observe_progress(progress)
+            self._sample_jvm_memory()
             self._log_batch(progress)
         except Exception:  # noqa: BLE001 - a metrics bug must never disturb the query
             log.exception("could not record the query progress")
@@ -136,8 +139,16 @@ class Service:
         try:
             if self._ours(run_id):
                 self.metrics.mark_progress()
+                self._sample_jvm_memory()
         except Exception:  # noqa: BLE001
             log.exception("could not record the query idle event")
+
+    def _sample_jvm_memory(self) -> None:
+        """The Spark JVM's heap, from ``java.lang.Runtime`` (four py4j calls, on the listener's
+        thread, once per progress or idle event)."""
+        runtime = self.spark.sparkContext._jvm.java.lang.Runtime.getRuntime()
+        total, free = runtime.totalMemory(), runtime.freeMemory()
+        self.metrics.observe_jvm_memory(used=total - free, committed=total, maximum=runtime.maxMemory())
 
     def _on_terminated(self, run_id: str) -> None:
         if self._ours(run_id):

@@ -21,21 +21,40 @@ Where the numbers come from (Spark's ``StreamingQueryProgress``):
   ``latestOffset`` the newest offsets the Kafka source saw when it planned the batch, before
   ``maxRecordsPerTrigger`` capped the range (``KafkaStreamReader.reportLatestOffset``), so their
   difference is the records left behind in each partition. No extra Kafka call is made;
+* a source is *caught up* after a batch whose end offsets are its latest offsets in every
+  partition; the time of the last such batch is exported, so that ``time() - it`` is how long the
+  side has been behind (0 while it keeps up; an upper bound: it counts from when the side last had
+  nothing unread, not from the age of the oldest unread record, which would cost a Kafka call);
+* ``eventTime["watermark"]`` (event-time joins only) is the query's watermark: Spark's global
+  one, the smallest of the inputs' (the progress does not report each input's own), and
+  ``eventTime["max"]`` the newest event time of the batch's rows;
 * ``stateOperators[i]``: ``numRowsTotal`` is the number of state rows, exported as such: one per
   key (``STATE_BUCKETS=0``), or one per bucket plus one per large key and per split side's entry
   (``sparkstate.py``). ``memoryUsedBytes`` and the RocksDB ``customMetrics["rocksdbSstFileSize"]``
   are exported as state bytes.
+
+Besides, sampled rather than reported: the Spark JVM's heap (``observe_jvm_memory``, fed by
+``app.py`` from ``java.lang.Runtime`` at every progress and idle event), the driver's own Python
+process (``prometheus_client``'s process collector: ``changejoin_process_*``, whose
+``start_time_seconds`` changes at every restart of the container) and, at scrape time, the resident
+memory of the Python processes started under the driver: PySpark's daemon and its workers in local
+mode (``SPARK_MASTER=local[...]``, the chart's default); in cluster mode the workers run on the
+executors and this is 0.
 """
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from typing import Any, Callable, Iterable, Mapping
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 from socketserver import ThreadingMixIn
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
+from datetime import datetime
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, make_wsgi_app
 
 from .deadletters import Reason
 
@@ -44,6 +63,10 @@ log = logging.getLogger(__name__)
 PREFIX = "changejoin_"
 SIDES = ("left", "right")
 DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+#: The RowKinds of the output records (``changejoin_output_records_total{kind}``).
+ROW_KINDS = ("+I", "-U", "+U", "-D")
+#: The kinds of database error a lookup counts (``database.py``), served at 0 from the start.
+LOOKUP_ERROR_KINDS = ("connection", "timeout", "conflict", "data", "query")
 RECORD_BUCKETS = (0, 1, 10, 100, 1_000, 10_000, 100_000, 1_000_000, 10_000_000)
 
 
@@ -62,9 +85,10 @@ class JoinMetrics:
 
     def __init__(self, ready_window_s: float = 10.0, is_active: Callable[[], bool] | None = None,
                  clock: Callable[[], float] = time.monotonic, registry: CollectorRegistry | None = None,
-                 liveness_timeout_s: float | None = None, sides: tuple[str, ...] = SIDES):
+                 liveness_timeout_s: float | None = None, sides: tuple[str, ...] = SIDES,
+                 topics: tuple[str, ...] = (), trigger_interval_s: float = 0.0):
         """``sides``: the inputs the query reads, in the order of its sources (a lookup join's
-        right side is a table, not a source)."""
+        right side is a table, not a source); ``topics``: their topics, in the same order."""
         self.sides = sides
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
         self.ready_window_s = ready_window_s
@@ -86,9 +110,18 @@ class JoinMetrics:
         self.dead_letters = Counter(
             PREFIX + "dead_letter_records", "Records written to the dead-letter topic, by reason.",
             ["reason"], registry=r)
+        # Every side, RowKind and reason served at 0 from the start: a counter that first appears at
+        # 1 shows Prometheus no increase (rate() and the dead-letter alert would miss it).
+        for side in sides:
+            self.input_records.labels(side=side)
+        for kind in ROW_KINDS:
+            self.output_records.labels(kind=kind)
+        for reason in Reason:
+            self.dead_letters.labels(reason=reason.value)
         self.lost_records = Gauge(
             PREFIX + "input_lost_records", "Input records deleted (retention, a re-created topic) before they were "
-            "read, skipped with FAIL_ON_DATA_LOSS=false, since the checkpoint began.", ["side"], registry=r)
+            "read, skipped with FAIL_ON_DATA_LOSS=false, since the checkpoint began (0 until a progress reported "
+            "the side).", ["side"], registry=r)
         self.late_probe_rows = Counter(
             PREFIX + "late_probe_rows", "Records dropped as late, sent to the dead-letter topic with reason "
             "'late': probe rows of event-time temporal joins at or behind the watermark, records of window "
@@ -112,6 +145,37 @@ class JoinMetrics:
         self.input_lag = Gauge(
             PREFIX + "input_lag_records", "Records in an input partition not read yet: the newest offset the "
             "source saw when planning the last batch minus the batch's end offset.", ["side", "partition"], registry=r)
+        self.caught_up_time = Gauge(
+            PREFIX + "input_caught_up_timestamp_seconds", "Unix time of the last micro-batch after which the side "
+            "had no unread record in any partition, or of the start until then (time() minus it: how long the side "
+            "has been behind).",
+            ["side"], registry=r)
+        for side in sides:  # until a side first has nothing unread, it has been behind since the start
+            self.caught_up_time.labels(side=side).set(time.time())
+        self.topic_info = Gauge(
+            PREFIX + "input_topic_info", "1 for each input side, labelled with its topic.", ["side", "topic"],
+            registry=r)
+        for side, topic in zip(sides, topics):
+            self.topic_info.labels(side=side, topic=topic).set(1)
+        self.trigger_interval = Gauge(
+            PREFIX + "trigger_interval_seconds", "TRIGGER_INTERVAL: how often a micro-batch starts (0: back to "
+            "back).", registry=r)
+        self.trigger_interval.set(trigger_interval_s)
+        self.watermark = Gauge(
+            PREFIX + "watermark_timestamp_seconds", "Event-time joins: the query's watermark as Unix time (the "
+            "smallest of the inputs' watermarks), from the last micro-batch's progress.", registry=r)
+        self.event_time_max = Gauge(
+            PREFIX + "event_time_max_timestamp_seconds", "Event-time joins: the newest event time among the last "
+            "micro-batch's input rows, as Unix time.", registry=r)
+        self.jvm_memory = Gauge(
+            PREFIX + "jvm_memory_bytes", "The driver's Spark JVM heap ('used', 'committed', 'max'; Java's "
+            "Runtime), sampled at each progress or idle report.", ["area"], registry=r)
+        self.python_workers_memory = Gauge(
+            PREFIX + "python_workers_resident_memory_bytes", "Resident memory of the Python processes started "
+            "under the driver (PySpark's daemon and workers in local mode; 0 in cluster mode, where they run on "
+            "the executors), at scrape time.", registry=r)
+        self.python_workers_memory.set_function(lambda: float(descendant_python_rss()))
+        ProcessCollector(namespace=PREFIX.rstrip("_"), registry=r)
         self.state_rows = Gauge(
             PREFIX + "state_rows", "Rows in the stage's state store (Spark's numRowsTotal): per key with "
             "STATE_BUCKETS=0; else per bucket of keys, plus one per large key and per split side's entry.",
@@ -120,6 +184,8 @@ class JoinMetrics:
             PREFIX + "kafka_transactions", "DELIVERY=exactly-once: task shares of micro-batches written in a "
             "committed transaction ('committed'), or found committed already by an earlier attempt or run and not "
             "written again ('replay_skipped').", ["outcome"], registry=r)
+        for outcome in ("committed", "replay_skipped"):
+            self.transactions.labels(outcome=outcome)
         self.transaction_seconds = Histogram(
             PREFIX + "kafka_transaction_seconds", "DELIVERY=exactly-once: one task's transaction, from its begin to "
             "its commit (the join's work for the task's rows included: they are produced as they are computed).",
@@ -149,6 +215,8 @@ class JoinMetrics:
         self.lookup_cache = Counter(
             PREFIX + "lookup_cache", "Lookup join, LOOKUP_CACHE=partial: keys found in a worker's cache ('hit'), "
             "not found ('miss'), and entries evicted for LOOKUP_CACHE_MAX_ROWS ('evicted').", ["result"], registry=r)
+        for result in ("hit", "miss", "evicted"):
+            self.lookup_cache.labels(result=result)
         self.lookup_query_seconds = Histogram(
             PREFIX + "lookup_query_seconds", "Lookup join: one query to the database.",
             buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0), registry=r)
@@ -156,8 +224,10 @@ class JoinMetrics:
             PREFIX + "lookup_retries", "Lookup join: lookups retried after a database error (LOOKUP_MAX_RETRIES).",
             registry=r)
         self.lookup_errors = Counter(
-            PREFIX + "lookup_errors", "Lookup join: database errors, by kind ('connection', 'timeout', 'data', ...).",
-            ["kind"], registry=r)
+            PREFIX + "lookup_errors", "Lookup join: database errors, by kind ('connection', 'timeout', 'conflict', "
+            "'data', 'query').", ["kind"], registry=r)
+        for kind in LOOKUP_ERROR_KINDS:
+            self.lookup_errors.labels(kind=kind)
         self.lookup_pinned_reuse = Counter(
             PREFIX + "lookup_pinned_reuse", "Lookup join: reading tasks that reused the lookups an earlier attempt "
             "of their micro-batch pinned (a retried task or a replayed micro-batch), instead of asking the database.",
@@ -186,11 +256,20 @@ class JoinMetrics:
                         ", ".join(self.sides))
         for side, source in zip(self.sides, sources):
             self.input_records.labels(side=side).inc(source.get("numInputRows") or 0)
-            for partition, lag in input_lag(source).items():
+            lags = input_lag(source)
+            for partition, lag in lags.items():
                 self.input_lag.labels(side=side, partition=partition).set(lag)
+            if lags and not any(lags.values()):
+                self.caught_up_time.labels(side=side).set(time.time())
             end = source.get("endOffset")
-            if isinstance(end, Mapping) and isinstance(end.get("lost"), int):
-                self.lost_records.labels(side=side).set(end["lost"])
+            if isinstance(end, Mapping):
+                lost = end.get("lost", 0)
+                self.lost_records.labels(side=side).set(lost if isinstance(lost, int) else 0)
+        event_time = progress.get("eventTime") or {}
+        for gauge, key in ((self.watermark, "watermark"), (self.event_time_max, "max")):
+            seconds = unix_seconds(event_time.get(key))
+            if seconds is not None:
+                gauge.set(seconds)
         duration_ms = (progress.get("durationMs") or {}).get("triggerExecution")
         if duration_ms is not None:
             self.batch_duration.observe(duration_ms / 1000.0)
@@ -206,6 +285,11 @@ class JoinMetrics:
             if sst is not None:
                 self.state_bytes.labels(operator=name, kind="sst_files").set(sst)
         self.mark_progress()
+
+    def observe_jvm_memory(self, used: int, committed: int, maximum: int) -> None:
+        """The Spark JVM's heap: used, committed (``totalMemory``) and its limit (``maxMemory``)."""
+        for area, n in (("used", used), ("committed", committed), ("max", maximum)):
+            self.jvm_memory.labels(area=area).set(n)
 
     def observe_batch(self, counts) -> None:
         """One micro-batch's ``pipeline.BatchCounts`` (what the producing tasks wrote)."""
@@ -291,6 +375,51 @@ def input_lag(source: Mapping[str, Any]) -> dict[str, int]:
         if isinstance(newest, int) and isinstance(done, int):
             lags[str(partition)] = max(0, newest - done)
     return lags
+
+
+def unix_seconds(timestamp: Any) -> float | None:
+    """A progress timestamp (``2026-11-26T15:04:05.123Z``) as Unix seconds; None when there is none."""
+    if not isinstance(timestamp, str):
+        return None
+    try:
+        return datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def descendant_python_rss(root_pid: int | None = None, proc: Path = Path("/proc")) -> int:
+    """Bytes of resident memory of the Python processes descending from ``root_pid`` (this
+    process), itself excluded: PySpark's daemon and workers, children of the Spark JVM the driver
+    started. Read from ``/proc`` (0 where there is none, e.g. not Linux)."""
+    root = os.getpid() if root_pid is None else root_pid
+    parents: dict[int, int] = {}
+    names: dict[int, str] = {}
+    rss: dict[int, int] = {}
+    try:
+        entries = [e for e in proc.iterdir() if e.name.isdigit()]
+    except OSError:
+        return 0
+    page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+    for entry in entries:
+        try:
+            stat = (entry / "stat").read_text()
+            statm = (entry / "statm").read_text().split()
+        except OSError:
+            continue  # gone meanwhile
+        # "pid (comm) state ppid ...": comm may hold spaces and parentheses.
+        name, rest = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
+        pid = int(entry.name)
+        parents[pid], names[pid], rss[pid] = int(rest[1]), name, int(statm[1]) * page
+    children: dict[int, list[int]] = {}
+    for pid, parent in parents.items():
+        children.setdefault(parent, []).append(pid)
+    total, todo = 0, list(children.get(root, []))
+    while todo:
+        pid = todo.pop()
+        if names.get(pid, "").startswith("python"):
+            total += rss.get(pid, 0)
+        todo.extend(children.get(pid, []))
+    return total
 
 
 def _operators(operators: Iterable[Mapping[str, Any]]):

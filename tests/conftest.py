@@ -39,6 +39,8 @@ from kafka_fixture import kafka_bootstrap, new_topic, restartable_broker  # noqa
 # PostgreSQL: postgres_url (session), postgres_server (restartable), pg_schema; see tests/support/postgres_fixture.py.
 from postgres_fixture import pg_schema, postgres_server, postgres_url  # noqa: E402,F401
 from debezium_fixture import debezium_capture  # noqa: E402,F401  (Debezium capturing PostgreSQL into Kafka, module scope)
+# Prometheus scraping the service: prometheus_server; see tests/support/prometheus_fixture.py.
+from prometheus_fixture import prometheus_server  # noqa: E402,F401
 # A Spark standalone cluster on this machine (module scope): spark_cluster; see tests/support/spark_cluster.py.
 from spark_cluster import spark_cluster  # noqa: E402,F401
 

@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from devkit.monitoring import dashboard
+
 try:
     from tests import helm_tool
 except ImportError:  # tests/ is not a package: pytest put tests/ itself on sys.path
@@ -36,7 +38,9 @@ KUBE_VERSION = "1.35.0"
 
 # Kinds of custom resources: kubernetes-validate has schemas only for built-in kinds, so
 # these are skipped by the schema validation (and checked by the assertions below instead).
-CRD_KINDS = {("monitoring.coreos.com/v1", "ServiceMonitor")}
+CRD_KINDS = {("monitoring.coreos.com/v1", "ServiceMonitor"), ("monitoring.coreos.com/v1", "PrometheusRule")}
+# The Prometheus Operator's PrometheusRule CRD, its schema as published (see the file's header).
+PROMETHEUS_RULE_CRD = Path(__file__).resolve().parent / "crds" / "monitoring.coreos.com_prometheusrules.yaml"
 
 
 # --------------------------------------------------------------------------------------------
@@ -159,6 +163,7 @@ def test_every_template_file_renders_somewhere(rendered):
         ("Role", f"{FULLNAME}-driver"), ("RoleBinding", f"{FULLNAME}-driver"),
         ("ServiceMonitor", FULLNAME), ("PodDisruptionBudget", FULLNAME),
         ("NetworkPolicy", f"{FULLNAME}-driver"), ("Secret", f"{FULLNAME}-spark-auth"),
+        ("ConfigMap", f"{FULLNAME}-dashboard"), ("PrometheusRule", FULLNAME),
     }
     assert expected <= kinds, expected - kinds
 
@@ -517,6 +522,70 @@ def test_service_monitor_pdb_network_policy(rendered):
     for name in ("default", "cluster"):
         kinds = {d["kind"] for d in rendered[name]}
         assert not kinds & {"ServiceMonitor", "PodDisruptionBudget", "NetworkPolicy"}
+
+
+def test_dashboard_configmap_and_prometheus_rule_only_when_switched_on(rendered):
+    """secure.yaml switches both on; the other values files leave them off (the default)."""
+    docs = rendered["secure"]
+    cm = one(docs, "ConfigMap", f"{FULLNAME}-dashboard")
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"  # what the Grafana sidecar looks for
+    assert cm["metadata"]["annotations"] == {"grafana_folder": "Streaming"}
+    assert cm["metadata"]["namespace"] == NAMESPACE
+    # The chart's own file, unchanged: the ConfigMap is no copy to keep in step.
+    assert json.loads(cm["data"]["changejoin.json"]) == dashboard()
+    rule = one(docs, "PrometheusRule", FULLNAME)
+    assert rule["metadata"]["labels"]["release"] == "prometheus"
+    alerts = [r for g in rule["spec"]["groups"] for r in g["rules"]]
+    assert len(alerts) >= 7 and all(r["labels"]["team"] == "data" for r in alerts)
+    for name in ("default", "cluster", "lookup"):
+        assert not [d for d in rendered[name] if d["kind"] == "PrometheusRule"
+                    or d["metadata"]["name"] == f"{FULLNAME}-dashboard"], name
+
+
+def test_dashboard_labels_and_namespace_are_configurable(helm):
+    _, docs = template(helm, values_file("default"), sets=(
+        "grafanaDashboard.enabled=true", "grafanaDashboard.namespace=monitoring",
+        "grafanaDashboard.labels.grafana_dashboard=null", "grafanaDashboard.labels.dashboards=changejoin"))
+    cm = one(docs, "ConfigMap", f"{FULLNAME}-dashboard")
+    assert cm["metadata"]["namespace"] == "monitoring"
+    assert cm["metadata"]["labels"]["dashboards"] == "changejoin"
+    assert "grafana_dashboard" not in cm["metadata"]["labels"]
+
+
+def _strict(schema):
+    """The CRD's schema as ``kubectl --validate=strict`` applies it: an object that lists its
+    fields accepts no others (the API server prunes unknown fields, strict validation refuses them).
+    Its patterns are Go's (RE2); the one inline flag among them is moved where Python's ``re`` takes it."""
+    if isinstance(schema, dict):
+        out = {k: _strict(v) for k, v in schema.items() if not k.startswith("x-kubernetes-")}
+        if out.get("type") == "object" and "properties" in out and "additionalProperties" not in out:
+            out["additionalProperties"] = False
+        if isinstance(out.get("pattern"), str) and out["pattern"].startswith("^(?i)"):
+            out["pattern"] = "(?i)^" + out["pattern"][len("^(?i)"):]  # Go's inline flag, where Python wants it
+        return out
+    if isinstance(schema, list):
+        return [_strict(v) for v in schema]
+    return schema
+
+
+def test_prometheus_rule_validates_against_the_crd_schema(rendered):
+    import jsonschema
+
+    crd = yaml.safe_load(PROMETHEUS_RULE_CRD.read_text())
+    (version,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
+    schema = _strict(version["schema"]["openAPIV3Schema"])
+    rule = one(rendered["secure"], "PrometheusRule")
+    assert rule["apiVersion"] == f"{crd['spec']['group']}/v1" and rule["kind"] == crd["spec"]["names"]["kind"]
+    jsonschema.validate(rule, schema)
+    # The validation can fail: a misspelt field, a duration Prometheus would not parse.
+    bad = json.loads(json.dumps(rule))
+    bad["spec"]["groups"][0]["rules"][0]["for_"] = "5m"
+    with pytest.raises(jsonschema.ValidationError, match="for_"):
+        jsonschema.validate(bad, schema)
+    bad = json.loads(json.dumps(rule))
+    bad["spec"]["groups"][0]["rules"][0]["for"] = "5 minutes"
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(bad, schema)
 
 
 # --------------------------------------------------------------------------------------------

@@ -13,7 +13,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from service.logs import JsonFormatter
-from service.metrics import JoinMetrics, MetricsServer, input_lag, ready_window_seconds
+from service.metrics import (JoinMetrics, MetricsServer, descendant_python_rss, input_lag, ready_window_seconds,
+                             unix_seconds)
 from service.pipeline import BatchCounts
 
 
@@ -95,7 +96,77 @@ def test_records_lost_before_they_were_read_come_from_the_source_offsets():
     m.observe_progress(progress(1, left=5, left_end={"0": 9, "lost": 4}, left_latest={"0": 9}))
     assert value(m, "changejoin_input_lost_records", side="left") == 4
     assert value(m, "changejoin_input_lag_records", side="left", partition="0") == 0  # "lost" is no partition
-    assert value(m, "changejoin_input_lost_records", side="right") is None
+    assert value(m, "changejoin_input_lost_records", side="right") == 0  # none lost: 0, not absent
+
+
+def test_a_side_is_caught_up_after_a_batch_that_left_nothing_unread(monkeypatch):
+    now = {"t": 5000.0}
+    monkeypatch.setattr(time, "time", lambda: now["t"])
+    m = JoinMetrics()
+    now["t"] = 5001.0
+    m.observe_progress(progress(0, left=3, left_end={"0": 2, "1": 1}, left_latest={"0": 4, "1": 1}))
+    # 2 unread in partition 0: behind since the start
+    assert value(m, "changejoin_input_caught_up_timestamp_seconds", side="left") == 5000
+    assert value(m, "changejoin_input_caught_up_timestamp_seconds", side="right") == 5001
+    now["t"] = 5010.0
+    m.observe_progress(progress(1, left=2, left_end={"0": 4, "1": 1}, left_latest={"0": 4, "1": 1}))
+    assert value(m, "changejoin_input_caught_up_timestamp_seconds", side="left") == 5010
+    now["t"] = 5020.0
+    m.observe_progress(progress(2, left=0, left_end={"0": 4, "1": 1}, left_latest={"0": 9, "1": 1}))
+    assert value(m, "changejoin_input_caught_up_timestamp_seconds", side="left") == 5010  # behind again
+    assert value(m, "changejoin_input_caught_up_timestamp_seconds", side="right") == 5020
+
+
+def test_watermark_and_newest_event_time_come_from_the_progress_event_time():
+    m = JoinMetrics()
+    m.observe_progress(progress(0, left=1))  # no event time (not an event-time join): nothing set
+    assert value(m, "changejoin_watermark_timestamp_seconds") == 0
+    p = progress(1, left=1)
+    p["eventTime"] = {"avg": "2026-11-26T10:00:00.000Z", "max": "2026-11-26T10:00:05.500Z",
+                      "min": "2026-11-26T09:59:00.000Z", "watermark": "2026-11-26T09:58:00.000Z"}
+    m.observe_progress(p)
+    assert value(m, "changejoin_watermark_timestamp_seconds") == unix_seconds("2026-11-26T09:58:00Z") == 1795687080
+    assert value(m, "changejoin_event_time_max_timestamp_seconds") == 1795687205.5
+    assert unix_seconds(None) is None and unix_seconds("not a time") is None
+
+
+def test_topics_trigger_interval_and_jvm_heap():
+    m = JoinMetrics(topics=("orders", "prices"), trigger_interval_s=0.5)
+    assert value(m, "changejoin_input_topic_info", side="left", topic="orders") == 1
+    assert value(m, "changejoin_input_topic_info", side="right", topic="prices") == 1
+    assert value(m, "changejoin_trigger_interval_seconds") == 0.5
+    m.observe_jvm_memory(used=100, committed=300, maximum=1000)
+    assert [value(m, "changejoin_jvm_memory_bytes", area=a) for a in ("used", "committed", "max")] == [100, 300, 1000]
+    # Known label values are served at 0 before anything happens: a panel on them is never empty.
+    assert value(m, "changejoin_input_records_total", side="right") == 0
+    assert value(m, "changejoin_output_records_total", kind="-U") == 0
+    assert value(m, "changejoin_dead_letter_records_total", reason="late") == 0
+    assert value(m, "changejoin_kafka_transactions_total", outcome="committed") == 0
+    assert value(m, "changejoin_lookup_cache_total", result="evicted") == 0
+    assert value(m, "changejoin_lookup_errors_total", kind="timeout") == 0
+    # The driver's own process, under the service's prefix; its start time tells a restart.
+    assert value(m, "changejoin_process_start_time_seconds") <= time.time()
+    assert value(m, "changejoin_process_resident_memory_bytes") > 0
+
+
+def test_python_workers_memory_sums_the_python_descendants_of_the_driver(tmp_path):
+    page = __import__("os").sysconf("SC_PAGE_SIZE")
+
+    def process(pid, ppid, comm, pages):
+        (tmp_path / str(pid)).mkdir()
+        (tmp_path / str(pid) / "stat").write_text(f"{pid} ({comm}) S {ppid} 1 1 0 -1\n")
+        (tmp_path / str(pid) / "statm").write_text(f"9999 {pages} 10 1 0 5 0\n")
+
+    process(10, 1, "python3.11", 1000)        # the driver: not counted
+    process(11, 10, "java", 5000)             # the Spark JVM: not Python
+    process(12, 11, "python3", 7)             # PySpark's daemon
+    process(13, 12, "python3", 5)             # a worker it forked
+    process(14, 11, "bash (x) y", 3)          # not Python, odd name
+    process(20, 1, "python3", 100)            # another process's child: not ours
+    (tmp_path / "self").mkdir()
+    assert descendant_python_rss(10, tmp_path) == 12 * page
+    assert descendant_python_rss(20, tmp_path) == 0
+    assert descendant_python_rss(10, tmp_path / "missing") == 0
 
 
 def test_batch_counts_feed_output_dead_letter_and_late_metrics():
@@ -129,7 +200,7 @@ def test_registries_are_per_instance():
     a, b = JoinMetrics(), JoinMetrics()
     a.observe_batch(BatchCounts(0, output={"+I": 1}))
     assert value(a, "changejoin_output_records_total", kind="+I") == 1
-    assert value(b, "changejoin_output_records_total", kind="+I") is None
+    assert value(b, "changejoin_output_records_total", kind="+I") == 0
 
 
 # --------------------------------------------------------------------------------------------
@@ -207,7 +278,7 @@ def test_http_serves_metrics_healthz_and_readyz_and_stops_cleanly():
         assert samples[("changejoin_output_records_total", (("kind", "+I"),))] == 2
         assert samples[("changejoin_last_committed_batch_id", ())] == 7
         assert all(name.startswith("changejoin_") for name, _ in samples)
-        assert ("changejoin_output_records_total", (("kind", "+I"),)) not in scrape(second.port)
+        assert scrape(second.port)[("changejoin_output_records_total", (("kind", "+I"),))] == 0
         assert get(server.port, "/nope")[0] == 404
     finally:
         server.stop()

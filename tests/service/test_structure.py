@@ -243,3 +243,46 @@ def test_every_package_is_in_the_wheel():
     packages = {".".join(p.parent.relative_to(root).parts) for top in ("operators", "service", "devkit")
                 for p in (root / top).rglob("__init__.py")}
     assert packages == shipped
+
+
+DEVKIT = SERVICE.parent / "devkit"
+
+
+def test_every_local_server_reuses_the_brokers_process_helpers():
+    """devkit's servers (brokers, PostgreSQL, Kafka Connect, Prometheus) share one free-port
+    picker, one exit registry and one parent-death signal, in ``devkit/broker_process.py``: no
+    other module defines or registers its own."""
+    for path in sorted(DEVKIT.glob("*.py")):
+        if path.name == "broker_process.py":
+            continue
+        tree = ast.parse(path.read_text())
+        defined = {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+        assert not defined & {"free_port", "_die_with_parent", "_stop_all"}, f"devkit/{path.name} copies a helper"
+        imported = {name for name, _ in imports(path, "devkit")}
+        assert "atexit" not in imported, f"devkit/{path.name} registers its own exit hook: use close_at_exit"
+        assert "prctl" not in path.read_text(), f"devkit/{path.name} sets its own parent-death signal"
+
+
+def _code_strings(path: Path) -> set[str]:
+    """The string constants of a module, docstrings left out."""
+    tree = ast.parse(path.read_text())
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                  and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+    return {node.value for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings}
+
+
+def test_the_dashboard_and_the_alerts_have_one_source():
+    """The chart ships them (helm/changejoin/monitoring/): the tests and the benchmarks read the
+    dashboard through ``devkit/monitoring.py`` alone and the alerts only as ``helm template``
+    renders them, so no code names either file but that module."""
+    root = SERVICE.parent
+    modules = [p for top in ("service", "operators", "devkit", "bench", "tests") for p in (root / top).rglob("*.py")]
+    assert (root / "devkit" / "monitoring.py") in modules
+    for path in modules:
+        if path == Path(__file__).resolve():
+            continue  # this test names them to look for them
+        named = {s for s in _code_strings(path) if s.endswith(("dashboard.json", "alerts.yaml"))}
+        allowed = {"dashboard.json"} if path == root / "devkit" / "monitoring.py" else set()
+        assert named <= allowed, f"{path.relative_to(root)} names {sorted(named)}: use devkit.monitoring"
