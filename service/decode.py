@@ -21,7 +21,7 @@ from .avro import SchemaRegistry, ValueDecoder, to_epoch_millis
 from .deadletters import DeadLetterError, Reason
 from .deadletters import from_record as dead_letter_of
 from .deadletters import original, skipped_record
-from .debezium import DebeziumDecoder
+from .debezium import DebeziumAvroDecoder, DebeziumDecoder
 from .envelope import (
     ENVELOPE_SCHEMA,
     JK,
@@ -78,6 +78,9 @@ class InputDecoder:
         if sp.format == "debezium-json":
             self.debezium = DebeziumDecoder(sp.columns, sp.avro_types, sp.nullable, sp.source_types, sp.primary_key,
                                             upsert=sp.changelog_mode == "upsert")
+        elif sp.format == "debezium-avro":
+            self.debezium = DebeziumAvroDecoder(sp.columns, sp.avro_types, sp.nullable, sp.source_types,
+                                                sp.primary_key, sp.changelog_mode == "upsert", sp.reader_schema, registry)
 
     def map(self, record) -> Iterator[tuple]:
         """The record's envelopes: its rows' (a Debezium update has two), or a dead letter."""
