@@ -128,6 +128,15 @@ class SidePlan:
         return InputSpec(self.columns, self.join_key, self.primary_key, self.state_ttl_ms, upsert=self.direct_upsert)
 
     @property
+    def source_time(self) -> bool:
+        """Whether this side's event time is its Debezium envelopes' ``source.ts_ms`` (the column
+        ``debezium.SOURCE_TIME``): then every change it emits, a normalized ``-U`` or ``-D`` too,
+        carries the time of the message that caused it."""
+        from .debezium import SOURCE_TIME
+
+        return self.time_column is not None and self.format != "rowkind" and self.columns[self.time_column] == SOURCE_TIME
+
+    @property
     def normalized(self) -> bool:
         """An upsert input that goes through a normalize stage before the join."""
         return self.changelog_mode == "upsert" and not self.direct_upsert and not self.lookup_stream

@@ -25,7 +25,7 @@ from typing import Iterator
 from pyspark.sql import Row
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
 
-from operators import EVENT, PROC, ChangelogNormalize, Context, Output, UpsertMaterializer
+from operators import EVENT, PROC, ChangelogNormalize, Context, Output, RowKind, UpsertMaterializer
 
 from . import deadletters
 from .deadletters import Reason
@@ -387,6 +387,9 @@ class UpsertProcessor(StatefulProcessor):
         pass
 
 
+_DELETE_KIND = int(RowKind.DELETE)
+
+
 class NormalizeProcessor(StatefulProcessor):
     """The normalize stage of an upsert input, keyed by message key (see ``operators/normalize.py``)
     or by a bucket of message keys: emits envelopes of a full changelog, keyed by join key (packed
@@ -405,6 +408,11 @@ class NormalizeProcessor(StatefulProcessor):
         self.operator = ChangelogNormalize()
         self.state = normalize_state(handle, plan, self.side, self.operator)
         self.buckets = plan.state_buckets
+        side = plan.sides[self.side]
+        # A Debezium side timed by its envelopes' source.ts_ms: each change derived here carries the
+        # time of the message that caused it (a delete's row holds only its key and that time).
+        self.source_time = side.time_column if side.source_time else None
+        self.originals = self.side in plan.late_sides
 
     def handleInputRows(self, key, rows, timerValues) -> Iterator[Row]:
         if self.buckets:
@@ -447,8 +455,24 @@ class NormalizeProcessor(StatefulProcessor):
         its record's place; a -U/+U pair gets two consecutive offsets (offset * 4 + i) so the join
         stage orders them, whatever order the shuffle gives."""
         out = Output()
+        time = None
+        if self.source_time is not None:
+            if kind == _DELETE_KIND:
+                time, payload = (None if payload is None else payload[self.source_time]), None
+            else:
+                time = (payload[0] if self.originals else payload)[self.source_time]
         self.operator.process(state, [(self.side, kind, payload)], Context(), out)
+        if time is not None:
+            return [(int(k), self._dated(row, time), offset * 4 + i) for i, (k, row) in enumerate(out.rows)]
         return [(int(k), row, offset * 4 + i) for i, (k, row) in enumerate(out.rows)]
+
+    def _dated(self, row, time):
+        """``row`` (``(row, original)`` on a side that keeps originals) with its source.ts_ms ``time``."""
+        i = self.source_time
+        if self.originals:
+            inner, original = row
+            return (*inner[:i], time, *inner[i + 1:]), original
+        return (*row[:i], time, *row[i + 1:])
 
     def close(self) -> None:
         pass
