@@ -1,10 +1,12 @@
-"""The ``debezium-json`` input format: Debezium's change envelopes as changelog rows.
+"""The ``debezium-json`` and ``debezium-avro`` input formats: Debezium's change envelopes as changelog rows.
 
 Debezium (PostgreSQL, MySQL, SQL Server, Oracle capture through Kafka Connect) writes one message
 per row change: ``{"before": {...}, "after": {...}, "op": "c" | "r" | "u" | "d" | "t", "source":
 {..., "ts_ms": ...}, "ts_ms": ...}``, with Kafka Connect's JSON converter either bare or wrapped
-as ``{"schema": {...}, "payload": <envelope>}`` (``value.converter.schemas.enable``). The mapping
-is Flink's ``debezium-json`` format's:
+as ``{"schema": {...}, "payload": <envelope>}`` (``value.converter.schemas.enable``), or with
+Confluent's AvroConverter (``debezium-avro``: Confluent's wire format, the envelope an Avro record
+whose schema the registry holds: :class:`DebeziumAvroDecoder`). Both formats share the mapping,
+which is Flink's ``debezium-json`` format's:
 
 ======================  ==========================================================================
 ``op``                  changes
@@ -57,6 +59,16 @@ Anything else (arrays, maps, nested structs, geometry) is not read: a query nami
 is refused at start. Without an embedded schema the row's Avro schema comes from
 ``*_SCHEMA_FILE``, and each value is read by its column's Avro type (a ``timestamp-millis``
 column as epoch milliseconds, a ``decimal`` as base64 or a numeric string, ...).
+
+``debezium-avro``: the registry's envelope schema gives the row's columns (:func:`avro_row_schema`:
+each Avro field's ``connect.name``/``connect.type``/``connect.parameters`` are its Connect type,
+mapped by the same table); the values come as fastavro decodes them (bytes, a ``Decimal``, a
+``datetime`` of Connect's ``Timestamp``, a ``VariableScaleDecimal`` record with bytes), which the
+same readers take.
+
+``*_EVENT_TIME_COLUMN=source.ts_ms``: the row's last column, :data:`SOURCE_TIME`, is the
+envelope's ``source.ts_ms`` as a timestamp, on every change of the message (a ``-U`` or ``-D`` of
+the before image too: the time of the change).
 """
 from __future__ import annotations
 

@@ -105,9 +105,9 @@ class SidePlan:
     # The stream of a lookup join: its rows are grouped by their identity (join_key holds the
     # identity's columns: the primary key, or every column), an upsert input by its message key.
     lookup_stream: bool = False
-    # How records are read (service/debezium.py): "rowkind" (an Avro value and a RowKind header)
-    # or "debezium-json"; for the latter, each column's Connect type name where the topic's
-    # embedded schema told it (its values' encodings).
+    # How records are read (service/debezium.py): "rowkind" (an Avro value and a RowKind header),
+    # "debezium-json" or "debezium-avro"; for the latter two, each column's Connect type name where
+    # the topic's schema told it (its values' encodings).
     format: str = "rowkind"
     source_types: dict | None = None
 
