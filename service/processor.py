@@ -409,10 +409,10 @@ class NormalizeProcessor(StatefulProcessor):
         self.state = normalize_state(handle, plan, self.side, self.operator)
         self.buckets = plan.state_buckets
         side = plan.sides[self.side]
-        # A Debezium side timed by its envelopes' source.ts_ms: each change derived here carries the
-        # time of the message that caused it (a delete's row holds only its key and that time).
-        self.source_time = side.time_column if side.source_time else None
-        self.originals = self.side in plan.late_sides
+        if side.source_time:  # chosen once: the other inputs' records take the plain path
+            self.source_time = side.time_column
+            self.originals = self.side in plan.late_sides
+            self._normalize = self._normalize_dated
 
     def handleInputRows(self, key, rows, timerValues) -> Iterator[Row]:
         if self.buckets:
@@ -455,16 +455,19 @@ class NormalizeProcessor(StatefulProcessor):
         its record's place; a -U/+U pair gets two consecutive offsets (offset * 4 + i) so the join
         stage orders them, whatever order the shuffle gives."""
         out = Output()
-        time = None
-        if self.source_time is not None:
-            if kind == _DELETE_KIND:
-                time, payload = (None if payload is None else payload[self.source_time]), None
-            else:
-                time = (payload[0] if self.originals else payload)[self.source_time]
         self.operator.process(state, [(self.side, kind, payload)], Context(), out)
-        if time is not None:
-            return [(int(k), self._dated(row, time), offset * 4 + i) for i, (k, row) in enumerate(out.rows)]
         return [(int(k), row, offset * 4 + i) for i, (k, row) in enumerate(out.rows)]
+
+    def _normalize_dated(self, state, kind: int, payload, offset: int) -> list[tuple[int, tuple, int]]:
+        """:meth:`_normalize` on a Debezium side timed by its envelopes' source.ts_ms: each change
+        carries the time of the message that caused it, a -U or -D derived from the stored row
+        too. A delete's payload is its key-only row with that time (decode.py), not a tombstone."""
+        if kind == _DELETE_KIND:
+            time, payload = (None if payload is None else payload[self.source_time]), None
+        else:
+            time = (payload[0] if self.originals else payload)[self.source_time]
+        changes = NormalizeProcessor._normalize(self, state, kind, payload, offset)
+        return changes if time is None else [(k, self._dated(row, time), o) for k, row, o in changes]
 
     def _dated(self, row, time):
         """``row`` (``(row, original)`` on a side that keeps originals) with its source.ts_ms ``time``."""
