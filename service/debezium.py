@@ -185,11 +185,20 @@ def avro_row_schema(envelope_schema: dict, name: str) -> tuple[dict, dict[str, s
     image = _non_null((avro_fields.get("after") or avro_fields.get("before") or {}).get("type"))
     image = image if isinstance(image, dict) else {}
     defaults = {f["name"]: f["default"] for f in image.get("fields") or ()
-                if f.get("default") is not None and isinstance(f["default"], (int, float, str, bool))}
+                if f.get("default") is not None and isinstance(f["default"], (int, float, str, bool))
+                and _avro_kind(f["type"]) not in ("bytes", "fixed", "record", "array", "map")}
     for f in schema["fields"]:
         if f["name"] in defaults and f["type"] != "null":
             f["default"] = defaults[f["name"]]
     return schema, types
+
+
+def _avro_kind(avro_type) -> str | None:
+    """The Avro type name of a field's (non-null) type: a default's JSON form is kept only where
+    it is the value itself (Avro writes a bytes default as a string of code points)."""
+    t = _non_null(avro_type)
+    t = t.get("type") if isinstance(t, dict) else t
+    return t if isinstance(t, str) else None
 
 
 def _connect_of(avro_type, field: str | None = None) -> dict:

@@ -278,3 +278,14 @@ def test_source_ts_ms_is_the_last_column_of_every_change(fmt, fake_schema_regist
     if fmt == "json":  # Avro's envelope schema requires its source
         with pytest.raises(DeadLetterError, match="no source.ts_ms"):
             d.changes(msg("c", after=alice(), source=False))
+
+
+def test_only_defaults_that_are_their_values_are_kept():
+    """A default of a number, string or boolean column fills a column an older message lacks; a
+    bytes default (Avro's JSON form: a string of code points) is not taken for a value."""
+    columns = [COLUMNS[0], {"field": "tier", "type": "string", "optional": False, "default": "basic"},
+               {"field": "level", "type": "int32", "optional": False, "default": 3},
+               {"field": "blob", "type": "bytes", "optional": False, "default": "\u00ff"}]
+    fields = {f["name"]: f for f in avro_row_schema(avro_schema(connect_envelope(columns)), "t")[0]["fields"]}
+    assert (fields["tier"]["default"], fields["level"]["default"]) == ("basic", 3)
+    assert "default" not in fields["blob"] and "default" not in fields["id"]
