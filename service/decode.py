@@ -75,9 +75,9 @@ class InputDecoder:
         self.key_format_warned = False
         self.buckets = plan.state_buckets
         self.debezium = None
-        # A keyed Debezium side timed by source.ts_ms: a delete carries its key-only row with its
-        # time to the normalize stage, which dates the -D it derives by it (processor.py).
-        self.delete_times = sp.source_time and sp.normalized
+        # A keyed versioned table timed by source.ts_ms: a delete carries its key-only row with its
+        # time to the normalize stage, which dates the -D it derives by it (plan.dated_deletes).
+        self.delete_times = side in plan.dated_deletes
         if sp.format == "debezium-json":
             self.debezium = DebeziumDecoder(sp.columns, sp.avro_types, sp.nullable, sp.source_types, sp.primary_key,
                                             upsert=sp.changelog_mode == "upsert")

@@ -130,8 +130,7 @@ class SidePlan:
     @property
     def source_time(self) -> bool:
         """Whether this side's event time is its Debezium envelopes' ``source.ts_ms`` (the column
-        ``debezium.SOURCE_TIME``): then every change it emits, a normalized ``-U`` or ``-D`` too,
-        carries the time of the message that caused it."""
+        ``debezium.SOURCE_TIME``)."""
         from .debezium import SOURCE_TIME
 
         return self.time_column is not None and self.format != "rowkind" and self.columns[self.time_column] == SOURCE_TIME
@@ -233,6 +232,18 @@ class JoinPlan:
             return lambda row: tuple(row[i] for i in indexes)
         steps = tuple(zip(indexes, casts))
         return lambda row: tuple(row[i] if cast is None or row[i] is None else cast(row[i]) for i, cast in steps)
+
+    @property
+    def dated_deletes(self) -> tuple[int, ...]:
+        """The inputs whose deletes carry their own time to the normalize stage (decode.py,
+        processor.py): the versioned table of an event-time temporal join, keyed and timed by its
+        Debezium envelopes' source.ts_ms. A delete's image holds only the key, so the -D is derived
+        from the stored row; dated by the delete, it ends the key's version when the delete was
+        made (dated by the row, it would end the version where it began). A probe side's -U and
+        -D keep their rows' own times: they retract exactly the pairs those rows joined."""
+        if self.kind is PlanKind.TEMPORAL_EVENT_TIME and self.right.source_time and self.right.normalized:
+            return (1,)
+        return ()
 
     @property
     def late_sides(self) -> tuple[int, ...]:

@@ -408,10 +408,8 @@ class NormalizeProcessor(StatefulProcessor):
         self.operator = ChangelogNormalize()
         self.state = normalize_state(handle, plan, self.side, self.operator)
         self.buckets = plan.state_buckets
-        side = plan.sides[self.side]
-        if side.source_time:  # chosen once: the other inputs' records take the plain path
-            self.source_time = side.time_column
-            self.originals = self.side in plan.late_sides
+        if self.side in plan.dated_deletes:  # chosen once: the other inputs' records take the plain path
+            self.source_time = plan.sides[self.side].time_column
             self._normalize = self._normalize_dated
 
     def handleInputRows(self, key, rows, timerValues) -> Iterator[Row]:
@@ -459,23 +457,16 @@ class NormalizeProcessor(StatefulProcessor):
         return [(int(k), row, offset * 4 + i) for i, (k, row) in enumerate(out.rows)]
 
     def _normalize_dated(self, state, kind: int, payload, offset: int) -> list[tuple[int, tuple, int]]:
-        """:meth:`_normalize` on a Debezium side timed by its envelopes' source.ts_ms: each change
-        carries the time of the message that caused it, a -U or -D derived from the stored row
-        too. A delete's payload is its key-only row with that time (decode.py), not a tombstone."""
-        if kind == _DELETE_KIND:
-            time, payload = (None if payload is None else payload[self.source_time]), None
-        else:
-            time = (payload[0] if self.originals else payload)[self.source_time]
-        changes = NormalizeProcessor._normalize(self, state, kind, payload, offset)
-        return changes if time is None else [(k, self._dated(row, time), o) for k, row, o in changes]
-
-    def _dated(self, row, time):
-        """``row`` (``(row, original)`` on a side that keeps originals) with its source.ts_ms ``time``."""
-        i = self.source_time
-        if self.originals:
-            inner, original = row
-            return (*inner[:i], time, *inner[i + 1:]), original
-        return (*row[:i], time, *row[i + 1:])
+        """:meth:`_normalize` of a versioned table whose deletes are dated (``plan.dated_deletes``):
+        a delete's payload is its key-only row with its source.ts_ms (decode.py), not a tombstone,
+        and the -D derived from the stored row takes that time."""
+        if kind != _DELETE_KIND:
+            return NormalizeProcessor._normalize(self, state, kind, payload, offset)
+        changes = NormalizeProcessor._normalize(self, state, kind, None, offset)
+        if payload is None:
+            return changes
+        i, time = self.source_time, payload[self.source_time]
+        return [(k, (*row[:i], time, *row[i + 1:]), o) for k, row, o in changes]
 
     def close(self) -> None:
         pass

@@ -323,6 +323,9 @@ def test_source_ts_ms_is_a_debezium_inputs_time_attribute():
     assert JoinPlan.from_json(plan.to_json()) == plan
     assert "column source.ts_ms: the envelope's source.ts_ms" in explain(plan)
     assert "event time source.ts_ms" in explain(plan)
+    # The keyed versioned table's deletes are dated by their messages; the probe's are not keyed here.
+    assert plan.dated_deletes == (1,)
+    assert plan_for(**{**RATES_CDC, "RIGHT_PRIMARY_KEY": ""})[1].dated_deletes == ()
 
 
 @pytest.mark.parametrize("change, message", [
