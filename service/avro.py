@@ -499,6 +499,19 @@ def _projection(writer: dict, reader: dict, names: tuple[str, ...]):
     return project
 
 
+def _not_wire_format(value: bytes) -> DecodeError:
+    return DecodeError(Reason.UNDECODABLE, "not Confluent wire format (no magic byte)" if value and value[0] != _MAGIC
+                       else f"too short for Confluent wire format ({len(value)} bytes)")
+
+
+def schema_id_of(value: bytes) -> int:
+    """The writer schema id of a Confluent wire-format value (its body starts at byte 5); a
+    DecodeError for a value in no wire format. (``ValueDecoder.decode`` does the same inline.)"""
+    if len(value) < _HEADER_LEN or value[0] != _MAGIC:
+        raise _not_wire_format(value)
+    return int.from_bytes(value[1:_HEADER_LEN], "big")
+
+
 class ValueDecoder:
     """Decodes Kafka values into tuples in the reader schema's field order.
 
@@ -597,12 +610,7 @@ class ValueDecoder:
             getter = self._getter
         else:
             if size < _HEADER_LEN or value[0] != _MAGIC:
-                raise DecodeError(
-                    Reason.UNDECODABLE,
-                    "not Confluent wire format (no magic byte)"
-                    if size and value[0] != _MAGIC
-                    else f"too short for Confluent wire format ({size} bytes)",
-                )
+                raise _not_wire_format(value)
             schema_id = int.from_bytes(value[1:_HEADER_LEN], "big")
             plan = self._plans.get(schema_id)
             if plan is None:

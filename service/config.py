@@ -161,7 +161,7 @@ def _column_list(text: str | None) -> tuple[str, ...] | None:
 _PROBLEM_SEPARATOR = "\n"
 
 ChangelogMode = Literal["retract", "upsert", "append"]
-InputFormat = Literal["rowkind", "debezium-json"]  # service/debezium.py
+InputFormat = Literal["rowkind", "debezium-json", "debezium-avro"]  # service/debezium.py
 KeyFormat = Literal["auto", "avro", "raw"]  # message keys of upsert inputs, see keys.py
 Delivery = Literal["at-least-once", "exactly-once"]
 DEFAULT_DELIVERY: Delivery = "exactly-once"  # docs/semantics.md, "Delivery guarantees": why
@@ -338,12 +338,25 @@ class Settings(BaseModel):
         return problems
 
     def _format_problems(self) -> list[str]:
-        """A Debezium topic carries its change kinds in its envelopes."""
+        """A Debezium topic carries its change kinds in its envelopes (and may carry its event time)."""
+        from .debezium import SOURCE_TIME
+
         problems = []
         for side in ("left", "right"):
-            if getattr(self, f"{side}_format") == "rowkind":
-                continue
+            fmt = getattr(self, f"{side}_format")
             var = f"{side.upper()}_FORMAT"
+            if fmt == "rowkind":
+                if getattr(self, f"{side}_event_time_column") == SOURCE_TIME and not (side == "right" and self.lookup):
+                    problems.append(f"{side.upper()}_EVENT_TIME_COLUMN: {SOURCE_TIME} is a Debezium envelope's; "
+                                    f"{var}=rowkind has none: name a column of the row")
+                continue
+            if fmt == "debezium-avro":
+                if not self.schema_registry_url:
+                    problems.append(f"{var}: debezium-avro reads Confluent's wire format, whose schemas are a "
+                                    "registry's: set SCHEMA_REGISTRY_URL")
+                if getattr(self, f"{side}_schema_file"):
+                    problems.append(f"{side.upper()}_SCHEMA_FILE: not used with {var}=debezium-avro (each message's "
+                                    "schema is the registry's); unset it")
             if f"{side}_changelog_mode" in self.model_fields_set:
                 problems.append(f"{side.upper()}_CHANGELOG_MODE: applies to {var}=rowkind only; a Debezium topic's "
                                 f"changes are read from its envelopes (as upserts of {side.upper()}_PRIMARY_KEY "
@@ -856,8 +869,8 @@ def unused_settings(settings: Settings, plan) -> list[str]:
             warn(var, f"it applies to DELIVERY=exactly-once only (DELIVERY={settings.delivery})")
     for side in (plan.left, plan.right):
         var = f"{'LEFT' if side.side == 0 else 'RIGHT'}_KEY_FORMAT"
-        if side.format == "debezium-json":
-            warn(var, "a debezium-json input is keyed by the primary key in its envelopes, not by its message keys")
+        if side.format != "rowkind":
+            warn(var, f"a {side.format} input is keyed by the primary key in its envelopes, not by its message keys")
         elif not side.direct_upsert:
             warn(var, "message keys are read only for the tombstones of an upsert input whose join key is "
                       "its primary key, in a regular join")

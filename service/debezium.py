@@ -1,10 +1,12 @@
-"""The ``debezium-json`` input format: Debezium's change envelopes as changelog rows.
+"""The ``debezium-json`` and ``debezium-avro`` input formats: Debezium's change envelopes as changelog rows.
 
 Debezium (PostgreSQL, MySQL, SQL Server, Oracle capture through Kafka Connect) writes one message
 per row change: ``{"before": {...}, "after": {...}, "op": "c" | "r" | "u" | "d" | "t", "source":
 {..., "ts_ms": ...}, "ts_ms": ...}``, with Kafka Connect's JSON converter either bare or wrapped
-as ``{"schema": {...}, "payload": <envelope>}`` (``value.converter.schemas.enable``). The mapping
-is Flink's ``debezium-json`` format's:
+as ``{"schema": {...}, "payload": <envelope>}`` (``value.converter.schemas.enable``), or with
+Confluent's AvroConverter (``debezium-avro``: Confluent's wire format, the envelope an Avro record
+whose schema the registry holds: :class:`DebeziumAvroDecoder`). Both formats share the mapping,
+which is Flink's ``debezium-json`` format's:
 
 ======================  ==========================================================================
 ``op``                  changes
@@ -57,22 +59,40 @@ Anything else (arrays, maps, nested structs, geometry) is not read: a query nami
 is refused at start. Without an embedded schema the row's Avro schema comes from
 ``*_SCHEMA_FILE``, and each value is read by its column's Avro type (a ``timestamp-millis``
 column as epoch milliseconds, a ``decimal`` as base64 or a numeric string, ...).
+
+``debezium-avro``: the registry's envelope schema gives the row's columns (:func:`avro_row_schema`:
+each Avro field's ``connect.name``/``connect.type``/``connect.parameters`` are its Connect type,
+mapped by the same table); the values come as fastavro decodes them (bytes, a ``Decimal``, a
+``datetime`` of Connect's ``Timestamp``, a ``VariableScaleDecimal`` record with bytes), which the
+same readers take.
+
+``*_EVENT_TIME_COLUMN=source.ts_ms``: the row's last column, :data:`SOURCE_TIME`, is the
+envelope's ``source.ts_ms`` as a timestamp, on every change of the message (a ``-U`` or ``-D`` of
+the before image too: the time of the change).
 """
 from __future__ import annotations
 
 import base64
 import binascii
 import datetime as _dt
+import io
 import json
 import re
 from decimal import Decimal, InvalidOperation
 from typing import Any, Callable
+from uuid import UUID
 
+import fastavro
 from operators import RowKind
 
 from .deadletters import DeadLetterError, Reason
 
-FORMATS = ("rowkind", "debezium-json")
+FORMATS = ("rowkind", "debezium-json", "debezium-avro")
+#: ``*_EVENT_TIME_COLUMN`` naming the envelope's ``source.ts_ms`` (the time of the change in the
+#: database) as a Debezium input's event time; also the name of the column that carries it, last
+#: in the row. A dot is in no Avro field name, so no column of a table can be called that.
+SOURCE_TIME = "source.ts_ms"
+SOURCE_TIME_TYPE = {"type": "long", "logicalType": "timestamp-millis"}
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
 _EPOCH_DAY = _dt.date(1970, 1, 1)
 VARIABLE_SCALE = 10  # decimals kept of a VariableScaleDecimal
@@ -137,6 +157,74 @@ def source_types(schema: dict) -> dict[str, str] | None:
     return names or None
 
 
+# -- schemas: Confluent's AvroConverter (the registry's) -> Connect's ------------------------------
+_CONNECT_PLAIN = {"int": "int32", "long": "int64", "float": "float32", "double": "float64", "boolean": "boolean",
+                  "string": "string", "bytes": "bytes", "fixed": "bytes", "enum": "string", "record": "struct",
+                  "array": "array", "map": "map"}
+# A logical type written without Connect's name (a writer other than Kafka Connect's AvroData).
+_CONNECT_OF_LOGICAL = {"decimal": "org.apache.kafka.connect.data.Decimal", "date": "org.apache.kafka.connect.data.Date",
+                       "timestamp-millis": "org.apache.kafka.connect.data.Timestamp",
+                       "timestamp-micros": "io.debezium.time.MicroTimestamp", "time-millis": "org.apache.kafka.connect.data.Time",
+                       "time-micros": "io.debezium.time.MicroTime", "uuid": "io.debezium.data.Uuid"}
+
+
+def avro_row_schema(envelope_schema: dict, name: str) -> tuple[dict, dict[str, str]]:
+    """:func:`row_schema` of a ``debezium-avro`` topic: from the Avro schema Confluent's
+    AvroConverter registers for a Debezium envelope (a record with ``before``/``after`` of
+    ``["null", <table>.Value]``; each field's Connect type in its ``connect.name``,
+    ``connect.type`` and ``connect.parameters`` properties). A field's Avro ``default`` (other
+    than null) is kept: a message written before the column existed reads it."""
+    try:
+        expanded = fastavro.parse_schema(envelope_schema, expand=True)
+    except Exception as err:  # noqa: BLE001 - fastavro raises several kinds
+        raise FormatError(f"not a valid Avro schema: {err}") from None
+    if not isinstance(expanded, dict) or expanded.get("type") != "record":
+        raise FormatError("the registered schema is no Debezium envelope (an Avro record with before/after records)")
+    schema, types = row_schema(_connect_of(expanded), name)
+    avro_fields = {f["name"]: f for f in expanded.get("fields") or ()}
+    image = _non_null((avro_fields.get("after") or avro_fields.get("before") or {}).get("type"))
+    image = image if isinstance(image, dict) else {}
+    defaults = {f["name"]: f["default"] for f in image.get("fields") or ()
+                if f.get("default") is not None and isinstance(f["default"], (int, float, str, bool))
+                and _avro_kind(f["type"]) not in ("bytes", "fixed", "record", "array", "map")}
+    for f in schema["fields"]:
+        if f["name"] in defaults and f["type"] != "null":
+            f["default"] = defaults[f["name"]]
+    return schema, types
+
+
+def _avro_kind(avro_type) -> str | None:
+    """The Avro type name of a field's (non-null) type: a default's JSON form is kept only where
+    it is the value itself (Avro writes a bytes default as a string of code points)."""
+    t = _non_null(avro_type)
+    t = t.get("type") if isinstance(t, dict) else t
+    return t if isinstance(t, str) else None
+
+
+def _connect_of(avro_type, field: str | None = None) -> dict:
+    """The Connect schema (the JSON converter's form) Confluent's AvroData wrote as ``avro_type``."""
+    optional = isinstance(avro_type, list) and "null" in avro_type
+    t = _non_null(avro_type)
+    out = {"field": field} if field is not None else {}
+    if isinstance(t, list):  # a union of several types: no Connect type
+        return {**out, "type": "union", "optional": optional}
+    props = t if isinstance(t, dict) else {}
+    kind = props.get("type", t)
+    out["type"] = props.get("connect.type") or _CONNECT_PLAIN.get(kind, kind)
+    out["optional"] = optional
+    name = props.get("connect.name") or _CONNECT_OF_LOGICAL.get(props.get("logicalType"))
+    if name:
+        out["name"] = name
+    parameters = dict(props.get("connect.parameters") or {})
+    if props.get("logicalType") == "decimal" and "scale" not in parameters:
+        parameters = {"scale": str(props.get("scale", 0)), "connect.decimal.precision": str(props.get("precision", 38))}
+    if parameters:
+        out["parameters"] = parameters
+    if kind == "record":
+        out["fields"] = [_connect_of(f["type"], f["name"]) for f in props.get("fields") or ()]
+    return out
+
+
 def _avro_of(field: dict) -> tuple[object, str | None]:
     logical = field.get("name")
     if logical == "org.apache.kafka.connect.data.Decimal":
@@ -166,18 +254,25 @@ def _decimal_reader(scale: int, source: str | None) -> Callable[[Any], Decimal]:
     def read(v):
         if isinstance(v, (int, float)) and not isinstance(v, bool):
             return Decimal(repr(v)).quantize(quantum)
-        if isinstance(v, dict):  # VariableScaleDecimal
-            value = Decimal(int.from_bytes(base64.b64decode(v["value"]), "big", signed=True)).scaleb(-int(v["scale"]))
-            exact = value.quantize(quantum)
-            if exact != value:
-                raise ValueError(f"{value} has more than {scale} decimals")
-            return exact
+        if isinstance(v, dict):  # VariableScaleDecimal: its value base64 (JSON) or bytes (Avro)
+            unscaled = v["value"] if isinstance(v["value"], bytes) else base64.b64decode(v["value"])
+            return exact(Decimal(int.from_bytes(unscaled, "big", signed=True)).scaleb(-int(v["scale"])))
         if isinstance(v, str):
             if source != "org.apache.kafka.connect.data.Decimal" and _NUMERIC.fullmatch(v) and (
                     "." in v or source == "string"):
                 return Decimal(v).quantize(quantum)
             return Decimal(int.from_bytes(base64.b64decode(v, validate=True), "big", signed=True)).scaleb(-scale)
+        if isinstance(v, Decimal):  # Avro's decimal logical type, read with the writer's scale
+            return exact(v)
+        if isinstance(v, bytes):  # Avro bytes without the logical type: the unscaled integer
+            return Decimal(int.from_bytes(v, "big", signed=True)).scaleb(-scale)
         raise ValueError(f"{v!r} is no decimal")
+
+    def exact(value: Decimal) -> Decimal:
+        kept = value.quantize(quantum)
+        if kept != value:
+            raise ValueError(f"{value} has more than {scale} decimals")
+        return kept
 
     return read
 
@@ -196,6 +291,8 @@ def _timestamp_reader(avro_unit: str, source: str | None) -> Callable[[Any], _dt
             return parsed if parsed.tzinfo else parsed.replace(tzinfo=_dt.timezone.utc)
         if isinstance(v, int) and not isinstance(v, bool):
             return _EPOCH + _dt.timedelta(microseconds=v * 1_000_000 // per_second)
+        if isinstance(v, _dt.datetime):  # Avro's timestamp logical types
+            return v if v.tzinfo else v.replace(tzinfo=_dt.timezone.utc)
         raise ValueError(f"{v!r} is no timestamp")
 
     return read
@@ -209,6 +306,8 @@ def _time_reader(avro_unit: str, source: str | None) -> Callable[[Any], _dt.time
     def read(v):
         if isinstance(v, str):
             return _dt.time.fromisoformat(v)
+        if isinstance(v, _dt.time):  # Avro's time logical types
+            return v
         micros = v * 1_000_000 // per_second
         return (_dt.datetime.min + _dt.timedelta(microseconds=micros)).time()
 
@@ -220,6 +319,8 @@ def _date(v):
         return _dt.date.fromisoformat(v)
     if isinstance(v, int) and not isinstance(v, bool):
         return _EPOCH_DAY + _dt.timedelta(days=v)
+    if isinstance(v, _dt.date) and not isinstance(v, _dt.datetime):  # Avro's date logical type
+        return v
     raise ValueError(f"{v!r} is no date")
 
 
@@ -228,6 +329,8 @@ def _string(v):
         return v
     if isinstance(v, (dict, list)):
         return json.dumps(v, separators=(",", ":"))
+    if isinstance(v, UUID):  # Avro's uuid logical type
+        return str(v)
     raise ValueError(f"{v!r} is no string")
 
 
@@ -251,12 +354,16 @@ def _float(v):
 def _bytes(v):
     if isinstance(v, str):
         return base64.b64decode(v, validate=True)
+    if isinstance(v, bytes):  # Avro
+        return v
     raise ValueError(f"{v!r} is no base64 bytes")
 
 
 def value_reader(avro_type, source: str | None) -> Callable[[Any], Any]:
     """``json value -> column value`` for a column of ``avro_type`` (non-null) whose Connect type
-    name is ``source`` (None without an embedded schema)."""
+    name is ``source`` (None without an embedded schema). It reads the value as fastavro decodes
+    it from a ``debezium-avro`` message too (bytes, a ``Decimal``, a ``datetime`` of a logical
+    type): each reader tries the JSON forms first."""
     if isinstance(avro_type, dict):
         logical = avro_type.get("logicalType")
         if logical == "decimal":
@@ -291,10 +398,17 @@ class DebeziumDecoder:
     ``columns`` and ``avro_types`` (non-null types: see ``avro.type_family``) are the row's;
     ``sources`` each column's Connect type name where an embedded schema told it; ``key`` the
     primary key's column indexes, or None; ``upsert``: read as upserts of that key (see the module
-    docstring)."""
+    docstring). When the last column is :data:`SOURCE_TIME`, each row carries the envelope's
+    ``source.ts_ms`` there (a timestamp); the images fill the columns before it.
+
+    How a message becomes an envelope (a dict) is the format's (:meth:`envelope`); what its
+    changes are (:meth:`envelope_changes`) is shared by the JSON and the Avro formats."""
 
     def __init__(self, columns: tuple[str, ...], avro_types: tuple, nullable: tuple[bool, ...],
                  sources: dict | None, key: tuple[int, ...] | None, upsert: bool):
+        self.source_time = columns[-1:] == (SOURCE_TIME,)
+        if self.source_time:
+            columns, avro_types, nullable = columns[:-1], avro_types[:-1], nullable[:-1]
         self.columns = columns
         self.nullable = nullable
         sources = sources or {}
@@ -308,6 +422,13 @@ class DebeziumDecoder:
         A keyed (upsert) input's delete is the before image, of which only the key is read."""
         if value is None:
             return [], "debezium_tombstone"
+        envelope = self.envelope(value)
+        if envelope is None:
+            return [], "debezium_tombstone"
+        return self.envelope_changes(envelope)
+
+    def envelope(self, value: bytes) -> dict | None:
+        """The message's envelope, None for a null payload; a dead letter if it is none."""
         try:
             envelope = json.loads(value)
         except (ValueError, UnicodeDecodeError) as err:
@@ -315,30 +436,40 @@ class DebeziumDecoder:
         if isinstance(envelope, dict) and "payload" in envelope and "schema" in envelope:
             envelope = envelope["payload"]
             if envelope is None:
-                return [], "debezium_tombstone"
+                return None
         if not isinstance(envelope, dict):
             raise DeadLetterError(Reason.DEBEZIUM_MALFORMED, "not a Debezium envelope (a JSON object)")
+        return envelope
+
+    def envelope_changes(self, envelope: dict) -> tuple[list[tuple[int, tuple]], str | None]:
+        """:meth:`changes` of an envelope (a dict, whichever format it came in)."""
         op = envelope.get("op")
         if op in ("t", "m"):
             return [], "debezium_truncate" if op == "t" else "debezium_message"
-        before, after = envelope.get("before"), envelope.get("after")
+        changes = self._changes(op, envelope.get("before"), envelope.get("after"))
+        if self.source_time:
+            time = _source_time(envelope)
+            changes = [(kind, row + (time,)) for kind, row in changes]
+        return changes, None
+
+    def _changes(self, op, before, after) -> list[tuple[int, tuple]]:
         if op in ("c", "r"):
-            return [(_UPDATE_AFTER if self.upsert else _INSERT, self._row(after, "after", op))], None
+            return [(_UPDATE_AFTER if self.upsert else _INSERT, self._row(after, "after", op))]
         if op == "u":
             new = self._row(after, "after", op)
             if self.upsert:
                 if before is not None:
                     self._same_key(self._row(before, "before", op, key_only=True), new)
-                return [(_UPDATE_AFTER, new)], None
+                return [(_UPDATE_AFTER, new)]
             if before is None:
                 raise DeadLetterError(Reason.DEBEZIUM_MALFORMED, _NO_BEFORE.format(op="an update"))
             old = self._row(before, "before", op)
             self._same_key(old, new)
-            return [(_UPDATE_BEFORE, old), (_UPDATE_AFTER, new)], None
+            return [(_UPDATE_BEFORE, old), (_UPDATE_AFTER, new)]
         if op == "d":
             if before is None:
                 raise DeadLetterError(Reason.DEBEZIUM_MALFORMED, "a delete without its before image")
-            return [(_DELETE, self._row(before, "before", op, key_only=self.upsert))], None
+            return [(_DELETE, self._row(before, "before", op, key_only=self.upsert))]
         raise DeadLetterError(Reason.DEBEZIUM_MALFORMED,
                               "no op" if op is None else f"unknown op {op!r} (expected c, r, u, d, t or m)")
 
@@ -373,6 +504,73 @@ class DebeziumDecoder:
 _NO_BEFORE = ("{op} without its before image: without a primary key the before images are the only way to "
               "retract; capture the table with REPLICA IDENTITY FULL, or declare its primary key "
               "(*_PRIMARY_KEY) to read the topic as upserts")
+
+
+def _source_time(envelope: dict) -> _dt.datetime:
+    """The envelope's ``source.ts_ms`` as a timestamp (the time of the change in the database)."""
+    source = envelope.get("source")
+    millis = source.get("ts_ms") if isinstance(source, dict) else None
+    if not isinstance(millis, int) or isinstance(millis, bool):
+        raise DeadLetterError(Reason.DEBEZIUM_MALFORMED, f"no source.ts_ms (the event time: {SOURCE_TIME} is its "
+                              f"*_EVENT_TIME_COLUMN), got {'no source' if source is None else repr(millis)}")
+    try:
+        return _EPOCH + _dt.timedelta(milliseconds=millis)
+    except OverflowError:
+        raise DeadLetterError(Reason.INVALID_EVENT_TIME, f"source.ts_ms {millis} is not an event time") from None
+
+
+class DebeziumAvroDecoder(DebeziumDecoder):
+    """One input's ``debezium-avro`` messages: Confluent's wire format (a magic byte, the writer
+    schema's registry id, the Avro body), each read with its own writer schema (fetched by id,
+    once: ``avro.SchemaRegistry``), so a topic's schema may change mid-stream. The images' columns
+    are found by name: a column the writer lacks is its default in ``reader_schema`` (the row
+    schema the planner took from the registry), else NULL; columns the writer added are ignored."""
+
+    def __init__(self, columns, avro_types, nullable, sources, key, upsert, reader_schema: dict, registry):
+        super().__init__(columns, avro_types, nullable, sources, key, upsert)
+        self.registry = registry
+        self.defaults = {f["name"]: f["default"] for f in reader_schema.get("fields") or ()
+                         if "default" in f and f["default"] is not None}
+        self.writers: dict[int, tuple] = {}  # schema id -> (parsed writer schema, the defaults it lacks)
+
+    def envelope(self, value: bytes) -> dict | None:
+        from .avro import schema_id_of
+
+        schema_id = schema_id_of(value)
+        writer = self.writers.get(schema_id)
+        if writer is None:
+            writer = self.writers[schema_id] = self._writer(schema_id)
+        schema, missing = writer
+        body = io.BytesIO(value)
+        body.seek(5)
+        try:
+            envelope = fastavro.schemaless_reader(body, schema, None)
+        except Exception as err:  # noqa: BLE001 - fastavro's errors on a truncated or corrupt body
+            raise DeadLetterError(Reason.UNDECODABLE, f"schema id {schema_id}: {type(err).__name__}: {err}") from None
+        if body.tell() != len(value):
+            raise DeadLetterError(Reason.UNDECODABLE, f"{len(value) - body.tell()} bytes left after the record")
+        if missing:
+            for image in (envelope.get("before"), envelope.get("after")):
+                if image is not None:
+                    for column, default in missing.items():
+                        image.setdefault(column, default)
+        return envelope
+
+    def _writer(self, schema_id: int) -> tuple:
+        schema = self.registry.schema_by_id(schema_id)  # a dead letter for an unknown id
+        fields = {f.get("name"): f for f in schema.get("fields") or ()} if isinstance(schema, dict) else {}
+        image = fields.get("after") or fields.get("before")
+        if not isinstance(schema, dict) or schema.get("type") != "record" or "op" not in fields or image is None:
+            raise DeadLetterError(Reason.DEBEZIUM_MALFORMED, f"writer schema id {schema_id} is no Debezium envelope "
+                                  "(an Avro record with op, before and after)")
+        try:
+            parsed = fastavro.parse_schema(schema)
+            expanded = fastavro.parse_schema(schema, expand=True)
+        except Exception as err:  # noqa: BLE001
+            raise DeadLetterError(Reason.SCHEMA_MISMATCH, f"writer schema id {schema_id} is not valid Avro: {err}") from None
+        record = _non_null(next(f["type"] for f in expanded["fields"] if f["name"] in ("after", "before")))
+        written = {f["name"] for f in record.get("fields") or ()} if isinstance(record, dict) else set()
+        return parsed, {c: d for c, d in self.defaults.items() if c not in written}
 
 
 def _non_null(avro_type):

@@ -21,7 +21,7 @@ from .avro import SchemaRegistry, ValueDecoder, to_epoch_millis
 from .deadletters import DeadLetterError, Reason
 from .deadletters import from_record as dead_letter_of
 from .deadletters import original, skipped_record
-from .debezium import DebeziumDecoder
+from .debezium import DebeziumAvroDecoder, DebeziumDecoder
 from .envelope import (
     ENVELOPE_SCHEMA,
     JK,
@@ -75,9 +75,15 @@ class InputDecoder:
         self.key_format_warned = False
         self.buckets = plan.state_buckets
         self.debezium = None
+        # A keyed versioned table timed by source.ts_ms: a delete carries its key-only row with its
+        # time to the normalize stage, which dates the -D it derives by it (plan.dated_deletes).
+        self.delete_times = side in plan.dated_deletes
         if sp.format == "debezium-json":
             self.debezium = DebeziumDecoder(sp.columns, sp.avro_types, sp.nullable, sp.source_types, sp.primary_key,
                                             upsert=sp.changelog_mode == "upsert")
+        elif sp.format == "debezium-avro":
+            self.debezium = DebeziumAvroDecoder(sp.columns, sp.avro_types, sp.nullable, sp.source_types,
+                                                sp.primary_key, sp.changelog_mode == "upsert", sp.reader_schema, registry)
 
     def map(self, record) -> Iterator[tuple]:
         """The record's envelopes: its rows' (a Debezium update has two), or a dead letter."""
@@ -128,15 +134,16 @@ class InputDecoder:
                     if row[index] is None:
                         raise DeadLetterError(Reason.NULL_IN_REQUIRED_COLUMN,
                                               f"column {self.side_plan.columns[index]} is NULL")
-                time = None if self.time_column is None or delete else self._event_time(row[self.time_column])
+                time = None if self.time_column is None or (delete and not self.delete_times) \
+                    else self._event_time(row[self.time_column])
             except DeadLetterError as dead:
                 return (self.dead_letter(record, dead.reason, dead.detail),)
             if upsert:  # normalized by primary key first (decode's message key grouping, by value)
                 group = message_key_group(join_key_group(self.primary_key_of(row)))
-                payload = None if delete else row
+                payload = (row if self.delete_times else None) if delete else row
             else:
                 group, payload = join_key_group(self.key_of(row)), row
-            if self.keep_original and payload is not None:
+            if self.keep_original and payload is not None and not delete:
                 payload = (payload, original(record))
             entries.append(_entry(group, self.side, kind, payload, time, record))
         return entries

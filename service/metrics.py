@@ -202,7 +202,7 @@ class JoinMetrics:
             "RocksDB SST files of the committed version.", ["operator", "kind"], registry=r)
         self.skipped_records = Counter(
             PREFIX + "skipped_input_records", "Input records that carry no row change, read and skipped, by reason "
-            "(debezium-json: 'debezium_tombstone' after a delete, 'debezium_truncate', 'debezium_message').",
+            "(Debezium formats: 'debezium_tombstone' after a delete, 'debezium_truncate', 'debezium_message').",
             ["reason"], registry=r)
         self.lookup_queries = Counter(
             PREFIX + "lookup_queries", "Lookup join: queries sent to the database (each asks up to "

@@ -105,9 +105,9 @@ class SidePlan:
     # The stream of a lookup join: its rows are grouped by their identity (join_key holds the
     # identity's columns: the primary key, or every column), an upsert input by its message key.
     lookup_stream: bool = False
-    # How records are read (service/debezium.py): "rowkind" (an Avro value and a RowKind header)
-    # or "debezium-json"; for the latter, each column's Connect type name where the topic's
-    # embedded schema told it (its values' encodings).
+    # How records are read (service/debezium.py): "rowkind" (an Avro value and a RowKind header),
+    # "debezium-json" or "debezium-avro"; for the latter two, each column's Connect type name where
+    # the topic's schema told it (its values' encodings).
     format: str = "rowkind"
     source_types: dict | None = None
 
@@ -126,6 +126,14 @@ class SidePlan:
 
     def input_spec(self) -> InputSpec:
         return InputSpec(self.columns, self.join_key, self.primary_key, self.state_ttl_ms, upsert=self.direct_upsert)
+
+    @property
+    def source_time(self) -> bool:
+        """Whether this side's event time is its Debezium envelopes' ``source.ts_ms`` (the column
+        ``debezium.SOURCE_TIME``)."""
+        from .debezium import SOURCE_TIME
+
+        return self.time_column is not None and self.format != "rowkind" and self.columns[self.time_column] == SOURCE_TIME
 
     @property
     def normalized(self) -> bool:
@@ -224,6 +232,18 @@ class JoinPlan:
             return lambda row: tuple(row[i] for i in indexes)
         steps = tuple(zip(indexes, casts))
         return lambda row: tuple(row[i] if cast is None or row[i] is None else cast(row[i]) for i, cast in steps)
+
+    @property
+    def dated_deletes(self) -> tuple[int, ...]:
+        """The inputs whose deletes carry their own time to the normalize stage (decode.py,
+        processor.py): the versioned table of an event-time temporal join, keyed and timed by its
+        Debezium envelopes' source.ts_ms. A delete's image holds only the key, so the -D is derived
+        from the stored row; dated by the delete, it ends the key's version when the delete was
+        made (dated by the row, it would end the version where it began). A probe side's -U and
+        -D keep their rows' own times: they retract exactly the pairs those rows joined."""
+        if self.kind is PlanKind.TEMPORAL_EVENT_TIME and self.right.source_time and self.right.normalized:
+            return (1,)
+        return ()
 
     @property
     def late_sides(self) -> tuple[int, ...]:

@@ -16,7 +16,7 @@ from operators.spec import WINDOW_COLUMNS
 
 from .avro import SchemaError, SchemaRegistry, load_schema_file, output_schema, record_columns
 from .config import Settings
-from .debezium import source_types
+from .debezium import SOURCE_TIME, source_types
 from .keys import KeyDecoder
 from .plan import DEFAULT_STATE_BUCKETS, TIME_BOUNDED_KINDS, JoinPlan, OutputMode, PlanError, PlanKind, SidePlan
 from .sql import JoinQuery, QueryError, describe, interval_sql, parse_join_sql
@@ -41,6 +41,8 @@ def load_input_schemas(settings: Settings, registry: SchemaRegistry | None, tabl
     for var, path, topic, fmt in inputs:
         if not path and fmt == "debezium-json":
             schemas.append(embedded_schema(settings, var, topic))
+        elif fmt == "debezium-avro":
+            schemas.append(registered_schema(registry, var, topic))
         elif path:
             try:
                 schemas.append(load_schema_file(path))
@@ -88,6 +90,41 @@ def embedded_schema(settings: Settings, var: str, topic: str) -> dict:
                     "Avro record (the table's columns, not the envelope)")
 
 
+def registered_schema(registry: SchemaRegistry, var: str, topic: str) -> dict:
+    """A debezium-avro topic's row schema, from the envelope schema latest registered for
+    ``<topic>-value`` (``debezium.avro_row_schema``)."""
+    from .debezium import FormatError, avro_row_schema
+
+    fmt = var.replace("SCHEMA_FILE", "FORMAT")
+    try:
+        envelope = registry.latest(f"{topic}-value")[1]
+    except Exception as err:  # noqa: BLE001 - the registry's error, in one line
+        raise PlanError(f"SCHEMA_REGISTRY_URL: cannot get the latest schema of subject {topic}-value ({err}); "
+                        f"{fmt}=debezium-avro reads the row schema from it") from None
+    try:
+        return avro_row_schema(envelope, _record_name(topic))[0]
+    except FormatError as err:
+        raise PlanError(f"{fmt}: subject {topic}-value's latest schema is no Debezium envelope ({err})") from None
+
+
+def with_source_times(settings: Settings, schemas) -> tuple[dict, dict]:
+    """The row schemas, a Debezium input whose ``*_EVENT_TIME_COLUMN`` is ``source.ts_ms`` with
+    the column that carries its envelopes' ``source.ts_ms`` appended (``debezium.SOURCE_TIME``)."""
+    from .debezium import SOURCE_TIME, SOURCE_TIME_TYPE
+
+    out = list(schemas)
+    for side, (fmt, column) in enumerate(((settings.left_format, settings.left_event_time_column),
+                                          (settings.right_format, settings.right_event_time_column))):
+        if fmt == "rowkind" or column != SOURCE_TIME or out[side] is None:
+            continue
+        fields = out[side].get("fields") or []
+        if any(f.get("name") == SOURCE_TIME for f in fields):
+            raise PlanError(f"{('LEFT', 'RIGHT')[side]}_EVENT_TIME_COLUMN: the {('left', 'right')[side]} topic's rows "
+                            f"have a column named {SOURCE_TIME}, the name of the envelope's time; rename the column")
+        out[side] = {**out[side], "fields": [*fields, {"name": SOURCE_TIME, "type": SOURCE_TIME_TYPE}]}
+    return out[0], out[1]
+
+
 def _named_in_sql(settings: Settings, column: str) -> bool:
     """Whether JOIN_SQL names ``column`` (as a word, any case, quoted or not)."""
     import re
@@ -96,16 +133,17 @@ def _named_in_sql(settings: Settings, column: str) -> bool:
 
 
 def _unreadable_debezium_columns(settings: Settings, schemas) -> None:
-    """A debezium-json column of a type the format does not read, named in JOIN_SQL: refused by name."""
+    """A Debezium column of a type the format does not read, named in JOIN_SQL: refused by name."""
     from .debezium import unsupported_columns
 
     for side, schema in enumerate(schemas):
-        if (settings.left_format, settings.right_format)[side] != "debezium-json":
+        fmt = (settings.left_format, settings.right_format)[side]
+        if fmt == "rowkind":
             continue
         for column, why in unsupported_columns(schema).items():
             if _named_in_sql(settings, column):
                 raise PlanError(f"JOIN_SQL: column {column} of the {('left', 'right')[side]} Debezium topic has "
-                                f"{why}, which the debezium-json format does not read; leave it out of the query")
+                                f"{why}, which the {fmt} format does not read; leave it out of the query")
 
 
 # -- the lookup join's table ---------------------------------------------------------------------
@@ -178,6 +216,7 @@ def build_plan(settings: Settings, schemas: tuple[dict, dict] | None = None, tab
         schemas = load_input_schemas(settings, _schema_registry(settings), table)
     elif table is not None:
         schemas = (schemas[0], table_schema(table))
+    schemas = with_source_times(settings, schemas)
     columns = _input_columns(settings, schemas)
     names = [tuple(c.name for c in cols) for cols in columns]
     configured_times = _configured_time_columns(settings, names)
@@ -389,8 +428,13 @@ def _check_time_bounded_inputs(settings: Settings, kind: PlanKind) -> None:
     if kind not in TIME_BOUNDED_KINDS:
         return
     what = "a window join" if kind is PlanKind.WINDOW else "an interval join"
-    for var, mode in (("LEFT_CHANGELOG_MODE", settings.left_changelog_mode),
-                      ("RIGHT_CHANGELOG_MODE", settings.right_changelog_mode)):
+    for var, mode, fmt in (("LEFT_CHANGELOG_MODE", settings.left_changelog_mode, settings.left_format),
+                           ("RIGHT_CHANGELOG_MODE", settings.right_changelog_mode, settings.right_format)):
+        if fmt != "rowkind":
+            raise PlanError(
+                f"{var.replace('CHANGELOG_MODE', 'FORMAT')}: a {fmt} topic is a changelog (updates and deletes), "
+                f"but the inputs of {what} must be append-only, as in Flink; join it by a regular join or as the "
+                "versioned table (or the probe side) of an event-time temporal join (FOR SYSTEM_TIME AS OF)")
         if mode != "append":
             raise PlanError(
                 f"{var}: is {mode}, but the inputs of {what} must be append-only (every record +I), as in "
@@ -444,7 +488,7 @@ def _side_plans(settings: Settings, kind: PlanKind, schemas, columns, names, key
                 reader_schema=schemas[i], join_key=keys[i], primary_key=pks[i], changelog_mode=modes[i],
                 time_column=time_columns[i], watermark_delay_ms=delays[i], state_ttl_ms=ttls[i],
                 direct_upsert=direct, key_format=key_formats[i], format=formats[i],
-                source_types=source_types(schemas[i]) if formats[i] == "debezium-json" else None,
+                source_types=source_types(schemas[i]) if formats[i] != "rowkind" else None,
             )
         )
         if direct:
@@ -468,7 +512,7 @@ def _lookup_sides(settings: Settings, schemas, columns, names, keys, pks) -> lis
         reader_schema=schemas[0], join_key=identity, primary_key=pks[0], changelog_mode=mode,
         state_ttl_ms=settings.left_ttl_ms if mode != "append" else None, key_format=settings.left_key_format,
         lookup_stream=True, format=settings.left_format,
-        source_types=source_types(schemas[0]) if settings.left_format == "debezium-json" else None,
+        source_types=source_types(schemas[0]) if settings.left_format != "rowkind" else None,
     )
     right = SidePlan(
         side=1, topic="", table=settings.right_table_name, columns=names[1],
@@ -587,10 +631,14 @@ def explain(plan: JoinPlan) -> str:
             upsert = ", normalized per primary key before the join"
         layout = "" if plan.kind in TIME_BOUNDED_KINDS else f"; state layout {s.layout.value}"
         mode = s.changelog_mode
-        if s.format == "debezium-json":
-            mode = (f"debezium-json: upserts of the primary key (c, r, u: its row; d: its delete)" if s.changelog_mode == "upsert"
-                    else "debezium-json: c, r -> +I; u -> -U before, +U after; d -> -D before; tombstones and t skipped")
-            mode += "; row schema " + ("embedded in the messages" if s.source_types is not None else "from the schema file")
+        if s.format != "rowkind":
+            mode = (f"{s.format}: upserts of the primary key (c, r, u: its row; d: its delete)" if s.changelog_mode == "upsert"
+                    else f"{s.format}: c, r -> +I; u -> -U before, +U after; d -> -D before; tombstones and t skipped")
+            mode += "; row schema " + (f"the registry's latest of {s.topic}-value, each message read with its own"
+                                       if s.format == "debezium-avro" else "embedded in the messages"
+                                       if s.source_types is not None else "from the schema file")
+            if s.columns[-1:] == (SOURCE_TIME,):
+                mode += f"; column {SOURCE_TIME}: the envelope's source.ts_ms"
         lines.append(
             f"{s.name}: topic {s.topic} as {s.table} ({mode}{upsert}); join key ({keys}); "
             f"primary key ({pk}){layout}{extra}{ttl}"

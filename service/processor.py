@@ -25,7 +25,7 @@ from typing import Iterator
 from pyspark.sql import Row
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
 
-from operators import EVENT, PROC, ChangelogNormalize, Context, Output, UpsertMaterializer
+from operators import EVENT, PROC, ChangelogNormalize, Context, Output, RowKind, UpsertMaterializer
 
 from . import deadletters
 from .deadletters import Reason
@@ -387,6 +387,9 @@ class UpsertProcessor(StatefulProcessor):
         pass
 
 
+_DELETE_KIND = int(RowKind.DELETE)
+
+
 class NormalizeProcessor(StatefulProcessor):
     """The normalize stage of an upsert input, keyed by message key (see ``operators/normalize.py``)
     or by a bucket of message keys: emits envelopes of a full changelog, keyed by join key (packed
@@ -405,6 +408,9 @@ class NormalizeProcessor(StatefulProcessor):
         self.operator = ChangelogNormalize()
         self.state = normalize_state(handle, plan, self.side, self.operator)
         self.buckets = plan.state_buckets
+        if self.side in plan.dated_deletes:  # chosen once: the other inputs' records take the plain path
+            self.source_time = plan.sides[self.side].time_column
+            self._normalize = self._normalize_dated
 
     def handleInputRows(self, key, rows, timerValues) -> Iterator[Row]:
         if self.buckets:
@@ -449,6 +455,18 @@ class NormalizeProcessor(StatefulProcessor):
         out = Output()
         self.operator.process(state, [(self.side, kind, payload)], Context(), out)
         return [(int(k), row, offset * 4 + i) for i, (k, row) in enumerate(out.rows)]
+
+    def _normalize_dated(self, state, kind: int, payload, offset: int) -> list[tuple[int, tuple, int]]:
+        """:meth:`_normalize` of a versioned table whose deletes are dated (``plan.dated_deletes``):
+        a delete's payload is its key-only row with its source.ts_ms (decode.py), not a tombstone,
+        and the -D derived from the stored row takes that time."""
+        if kind != _DELETE_KIND:
+            return NormalizeProcessor._normalize(self, state, kind, payload, offset)
+        changes = NormalizeProcessor._normalize(self, state, kind, None, offset)
+        if payload is None:
+            return changes
+        i, time = self.source_time, payload[self.source_time]
+        return [(k, (*row[:i], time, *row[i + 1:]), o) for k, row, o in changes]
 
     def close(self) -> None:
         pass

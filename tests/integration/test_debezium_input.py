@@ -2,9 +2,13 @@
 is tests/integration/test_debezium_join.py) joined with a rowkind topic."""
 from __future__ import annotations
 
+import datetime as dt
 import json
+from collections import Counter
 
 from kafka_fixture import produce
+# the fixtures are imported to be used by name
+from schema_registry_fake import fake_schema_registry, schema_registry_url  # noqa: F401
 from service_harness import JoinHarness, price
 
 ENVELOPE_SCHEMA = {"type": "struct", "fields": [
@@ -74,3 +78,159 @@ def test_embedded_schema_and_before_images_without_a_key(kafka_bootstrap, spark,
     letters = h.dead_letters()
     assert [dict(r.headers)["reason"] for r in letters] == [b"debezium_malformed"]
     assert b"REPLICA IDENTITY FULL" in dict(letters[0].headers)["reason.detail"]
+
+
+# -- debezium-avro: Confluent's wire format and a registry ----------------------------------------
+# The envelopes are what Confluent's AvroConverter writes (tests/support/debezium_avro.py), for a
+# table shaped like the JSON ones above; schema v2 adds a column mid-stream.
+ORDER_COLUMNS = [{"field": "order_id", "type": "int64", "optional": False},
+                 {"field": "product", "type": "string", "optional": False},
+                 {"field": "quantity", "type": "int32", "optional": False}]
+ORDER_COLUMNS_V2 = [*ORDER_COLUMNS, {"field": "note", "type": "string", "optional": True}]
+
+
+def connect_envelope(columns: list[dict], table: str = "shop.public.orders") -> dict:
+    value = {"type": "struct", "name": f"{table}.Value", "fields": columns}
+    return {"type": "struct", "name": f"{table}.Envelope", "fields": [
+        {**value, "field": "before", "optional": True}, {**value, "field": "after", "optional": True},
+        {"type": "struct", "name": "io.debezium.connector.postgresql.Source", "field": "source", "optional": False,
+         "fields": [{"type": "string", "field": "connector", "optional": False},
+                    {"type": "int64", "field": "ts_ms", "optional": False}]},
+        {"type": "string", "field": "op", "optional": False}, {"type": "int64", "field": "ts_ms", "optional": True}]}
+
+
+class AvroTopic:
+    """A Debezium topic's envelope schema, registered as ``<topic>-value``; ``msg`` frames an envelope."""
+
+    def __init__(self, registry, topic: str, columns: list[dict], table: str = "shop.public.orders"):
+        from debezium_avro import avro_schema
+
+        self.connect = connect_envelope(columns, table)
+        self.avro = avro_schema(self.connect)
+        self.schema_id = registry.register(f"{topic}-value", self.avro)
+
+    def msg(self, op, before=None, after=None, ts_ms=1) -> bytes:
+        from debezium_avro import avro_value, wire
+
+        payload = {"before": before, "after": after, "op": op, "ts_ms": 1,
+                   "source": {"connector": "postgresql", "ts_ms": ts_ms}}
+        return wire(self.schema_id, self.avro, avro_value(self.connect, payload))
+
+
+def registered_prices(registry, h) -> callable:
+    """The right input (rowkind, wire format): its schema registered; -> a function framing a price."""
+    from debezium_avro import wire
+    from service_harness import PRICES
+
+    prices_id = registry.register(f"{h.prices}-value", PRICES)
+    return lambda product, value: wire(prices_id, PRICES, price(product, value))
+
+
+def test_debezium_avro_orders_with_a_schema_change_mid_stream(kafka_bootstrap, spark, tmp_path, new_topic,
+                                                              fake_schema_registry, schema_registry_url):
+    """Keyed debezium-avro orders joined with rowkind prices, both in wire format: every op, a
+    skipped tombstone and truncate, malformed messages as dead letters with the original record,
+    and a second envelope schema (a new column) registered while the service runs."""
+    h = JoinHarness(kafka_bootstrap, spark, tmp_path, new_topic, LEFT_FORMAT="debezium-avro", DELIVERY="at-least-once",
+                    SCHEMA_REGISTRY_URL=schema_registry_url, LEFT_SCHEMA_FILE="", RIGHT_SCHEMA_FILE="",
+                    JOIN_SQL="SELECT o.order_id, o.quantity, p.price FROM orders o JOIN prices p ON o.product = p.product")
+    v1 = AvroTopic(fake_schema_registry, h.orders, ORDER_COLUMNS)
+    p = registered_prices(fake_schema_registry, h)
+    rk = [("rowkind", b"+I")]
+    produce(kafka_bootstrap, h.prices, [(None, p("ink", 2.0), rk), (None, p("pen", 1.0), rk)])
+    key = lambda order_id: json.dumps({"order_id": order_id}).encode()  # noqa: E731
+    first = [
+        (1, "r", None, o(1, "ink", 1)), (2, "c", None, o(2, "pen", 5)), (3, "c", None, o(3, "ink", 2)),
+        (1, "u", o(1, "ink", 1), o(1, "pen", 3)), (2, "d", o(2, "pen", 5), None),
+    ]
+    malformed = [v1.msg("c"), v1.msg("u", o(3, "ink", 2), o(4, "ink", 2)), v1.msg("c", after=o(5, "ink", 1))[:-3]]
+    produce(kafka_bootstrap, h.orders, [
+        *((key(k), v1.msg(op, before, after), None, None) for k, op, before, after in first),
+        (key(2), None, None, None),  # the tombstone after the delete
+        (None, v1.msg("t"), None, None),
+        *((None, value, None, None) for value in malformed),
+    ])
+    service = h.start()
+    try:
+        service.process_available()
+        v2 = AvroTopic(fake_schema_registry, h.orders, ORDER_COLUMNS_V2)  # a new column, a new id, mid-stream
+        assert v2.schema_id != v1.schema_id
+        second = [(3, "u", None, {**o(3, "pen", 6), "note": "rush"}), (6, "c", None, {**o(6, "ink", 4), "note": None})]
+        produce(kafka_bootstrap, h.orders, [(key(k), v2.msg(op, before, after), None, None)
+                                            for k, op, before, after in second])
+        service.process_available()
+    finally:
+        service.stop()
+    # The expected output from the rules: the last row per primary key (a delete removes it), joined by product.
+    rows, prices = {}, {"ink": 2.0, "pen": 1.0}
+    for order_id, op, _, after in first + second:
+        if op == "d":
+            rows.pop(order_id)
+        else:
+            rows[order_id] = after
+    assert h.retract_table() == Counter((r["order_id"], r["quantity"], prices[r["product"]]) for r in rows.values())
+    skipped = service.metrics.registry.get_sample_value
+    assert skipped("changejoin_skipped_input_records_total", {"reason": "debezium_tombstone"}) == 1
+    assert skipped("changejoin_skipped_input_records_total", {"reason": "debezium_truncate"}) == 1
+    letters = h.dead_letters()
+    assert [dict(r.headers)["reason"] for r in letters] == [b"debezium_malformed", b"debezium_malformed",
+                                                           b"undecodable"]
+    assert [r.value for r in letters] == malformed  # the original records
+    assert b"differs from the after image" in dict(letters[1].headers)["reason.detail"]
+
+
+# -- source.ts_ms as the event time ---------------------------------------------------------------
+def test_an_event_time_temporal_join_on_source_ts_ms(kafka_bootstrap, spark, tmp_path, new_topic,
+                                                     fake_schema_registry, schema_registry_url):
+    """Orders (debezium-json) joined with the versions of a rates table (debezium-avro, keyed by
+    currency) as of each order's change time: every time is the envelopes' source.ts_ms, none is
+    in a row. The expected output is each order with the rate version in force at its time."""
+    orders_schema = tmp_path / "orders.avsc"
+    orders_schema.write_text(json.dumps({"type": "record", "name": "Order", "fields": [
+        {"name": "order_id", "type": "long"}, {"name": "currency", "type": "string"},
+        {"name": "amount", "type": "double"}]}))
+    h = JoinHarness(kafka_bootstrap, spark, tmp_path, new_topic, DELIVERY="at-least-once",
+                    LEFT_FORMAT="debezium-json", RIGHT_FORMAT="debezium-avro", SCHEMA_REGISTRY_URL=schema_registry_url,
+                    LEFT_SCHEMA_FILE=str(orders_schema), RIGHT_SCHEMA_FILE="", RIGHT_TABLE="rates",
+                    RIGHT_PRIMARY_KEY="currency", LEFT_EVENT_TIME_COLUMN="source.ts_ms",
+                    RIGHT_EVENT_TIME_COLUMN="source.ts_ms",
+                    JOIN_SQL='SELECT o.order_id, o."source.ts_ms" AS ordered_at, r.rate FROM orders o JOIN rates FOR '
+                             'SYSTEM_TIME AS OF o."source.ts_ms" AS r ON o.currency = r.currency')
+    h.env.pop("LEFT_PRIMARY_KEY")
+    rates = AvroTopic(fake_schema_registry, h.prices, [{"field": "currency", "type": "string", "optional": False},
+                                                       {"field": "rate", "type": "float64", "optional": False}],
+                      table="shop.public.rates")
+    base = 1_700_000_000_000
+    # (op, currency, rate, source.ts_ms): versions of each currency's rate; a delete ends them.
+    versions = [("r", "USD", 1.10, base), ("r", "GBP", 0.85, base + 500), ("u", "USD", 1.20, base + 5_000),
+                ("d", "GBP", 0.85, base + 7_000), ("u", "USD", 1.30, base + 9_000),
+                ("c", "ZZZ", 1.0, base + 60_000)]  # moves the rates' watermark past every order
+    rate_row = lambda cur, value: {"currency": cur, "rate": value}  # noqa: E731
+    produce(kafka_bootstrap, h.prices, [
+        (None, rates.msg(op, rate_row(cur, value) if op in ("u", "d") else None,
+                         None if op == "d" else rate_row(cur, value), ts_ms=ts), None, None)
+        for op, cur, value, ts in versions])
+    # (order_id, currency, source.ts_ms): probe rows, each at its own change time.
+    orders = [(1, "USD", base - 1), (2, "USD", base), (3, "GBP", base + 4_999), (4, "USD", base + 5_000),
+              (5, "GBP", base + 8_000), (6, "USD", base + 20_000), (7, "EUR", base + 3_000),
+              (99, "NONE", base + 60_000)]  # moves the orders' watermark past every order before it
+    produce(kafka_bootstrap, h.orders, [
+        (None, json.dumps({"before": None, "after": {"order_id": i, "currency": cur, "amount": 1.0}, "op": "c",
+                           "source": {"ts_ms": ts}}).encode(), None, None) for i, cur, ts in orders])
+    h.run()
+
+    def rate_at(currency, at):
+        """The rule: the version whose time is the latest at or before ``at``; none after a delete."""
+        current = None
+        for op, cur, value, ts in sorted(versions, key=lambda v: v[3]):
+            if cur == currency and ts <= at:
+                current = None if op == "d" else value
+        return current
+
+    at = lambda ms: dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc)  # noqa: E731
+    expected = Counter((i, at(ts), rate_at(cur, ts)) for i, cur, ts in orders if rate_at(cur, ts) is not None)
+    assert len(expected) == 4  # orders 2, 3, 4, 6: 1 is before any version, 5 after GBP's delete, 7 and 99 have none
+    got = Counter((order_id, ordered_at.astimezone(dt.timezone.utc), rate)
+                  for (order_id, ordered_at, rate), n in h.retract_table().items() for _ in range(n))
+    assert got == expected
+    assert h.dead_letters() == []

@@ -533,3 +533,45 @@ def test_a_checkpoint_with_state_and_no_facts_file_is_taken_as_per_key(tmp_path)
     (tmp_path / "cp" / "commits" / "0").write_text("v1")
     plan, explicit = bucket_plan(None)
     assert reconcile(plan, str(tmp_path / "cp"), buckets_set=explicit).state_buckets == 0
+
+
+def test_a_keyed_debezium_versioned_table_timed_by_source_ts_ms_ends_a_version_at_its_delete():
+    """source.ts_ms as both inputs' event time (debezium-json): the normalize stage dates the -D
+    it derives from a delete (whose image holds only the key) by the delete's source.ts_ms, so the
+    version ends there, not at the deleted row's own time; the same in both layouts."""
+    import json as _json
+
+    from test_plan import DATA
+
+    env = {"LEFT_SCHEMA_FILE": str(DATA / "orders_timed.avsc"), "RIGHT_SCHEMA_FILE": str(DATA / "rates.avsc"),
+           "RIGHT_TABLE": "rates", "LEFT_PRIMARY_KEY": None, "RIGHT_PRIMARY_KEY": "currency",
+           "LEFT_FORMAT": "debezium-json", "RIGHT_FORMAT": "debezium-json",
+           "LEFT_EVENT_TIME_COLUMN": "source.ts_ms", "RIGHT_EVENT_TIME_COLUMN": "source.ts_ms",
+           "JOIN_SQL": 'SELECT o.order_id, r.rate FROM orders o JOIN rates FOR SYSTEM_TIME AS OF o."source.ts_ms" '
+                       'AS r ON o.currency = r.currency'}
+    # (op, currency, rate, source.ts_ms); the delete's before image holds the key only (REPLICA IDENTITY DEFAULT)
+    versions = [("c", "USD", 1.1, 1_000), ("c", "GBP", 0.8, 1_500), ("u", "USD", 1.2, 3_000), ("d", "GBP", None, 4_000)]
+    orders = [(1, "USD", 999), (2, "USD", 2_000), (3, "GBP", 3_999), (4, "GBP", 4_000), (5, "USD", 3_500)]
+
+    def record(side, offset, envelope):
+        return side, KafkaRecord(("orders", "rates")[side], 0, offset, 0, None, _json.dumps(envelope).encode(), [])
+
+    records = [record(1, i, {"op": op, "before": {"currency": cur, "rate": None, "rate_time": None} if op == "d" else None,
+                             "after": None if op == "d" else {"currency": cur, "rate": rate, "rate_time": 0},
+                             "source": {"ts_ms": ts}}) for i, (op, cur, rate, ts) in enumerate(versions)]
+    records += [record(0, i, {"op": "c", "after": {"order_id": oid, "currency": cur, "amount": 1.0, "order_time": 0},
+                              "source": {"ts_ms": ts}}) for i, (oid, cur, ts) in enumerate(orders)]
+
+    def rate_at(currency, at):
+        current = None
+        for op, cur, rate, ts in versions:
+            if cur == currency and ts <= at:
+                current = None if op == "d" else rate
+        return current
+
+    expected = Counter(("change", 0, (oid, rate_at(cur, ts))) for oid, cur, ts in orders if rate_at(cur, ts) is not None)
+    assert expected[("change", 0, (3, 0.8))] == 1  # GBP's version holds until its delete at 4000
+    for buckets in (0, 16):
+        query = Query(env, buckets)
+        out = written(query.batch(records)) + written(query.batch([], watermark=10_000))
+        assert out == expected, buckets

@@ -59,6 +59,27 @@ def test_invalid_configuration_names_the_variable(change, variable):
         load_settings(env)
 
 
+@pytest.mark.parametrize("change, line", [
+    ({"LEFT_FORMAT": "debezium-avro", "LEFT_SCHEMA_FILE": None},
+     "LEFT_FORMAT: debezium-avro reads Confluent's wire format, whose schemas are a registry's: set SCHEMA_REGISTRY_URL"),
+    ({"RIGHT_FORMAT": "Debezium-Avro", "SCHEMA_REGISTRY_URL": "http://registry:8081"},
+     "RIGHT_SCHEMA_FILE: not used with RIGHT_FORMAT=debezium-avro (each message's schema is the registry's); unset it"),
+    ({"LEFT_EVENT_TIME_COLUMN": "source.ts_ms"},
+     "LEFT_EVENT_TIME_COLUMN: source.ts_ms is a Debezium envelope's; LEFT_FORMAT=rowkind has none: name a column of "
+     "the row"),
+])
+def test_debezium_formats_refuse_what_they_cannot_read_in_one_line(change, line):
+    env = {k: v for k, v in {**VALID, **change}.items() if v is not None}
+    with pytest.raises(ConfigError) as err:
+        load_settings(env)
+    assert str(err.value).splitlines()[-1].strip() == line
+
+
+def test_source_ts_ms_is_a_debezium_sides_event_time():
+    settings = load_settings({**VALID, "LEFT_FORMAT": "debezium-json", "LEFT_EVENT_TIME_COLUMN": "source.ts_ms"})
+    assert settings.left_event_time_column == "source.ts_ms"
+
+
 def test_every_variable_is_in_the_configuration_reference():
     reference = (ROOT / "docs" / "configuration.md").read_text()
     missing = [name for name in env_var_names() if f"`{name}`" not in reference]

@@ -3,6 +3,9 @@ import re
 
 import pytest
 
+# the fixtures are imported to be used by name
+from schema_registry_fake import fake_schema_registry, schema_registry_url  # noqa: F401
+
 from service.config import load_settings
 from service.plan import JoinPlan, PlanError
 from service.planner import build_plan, explain
@@ -241,3 +244,102 @@ def test_check_config_explains_a_window_join_its_window_and_its_state():
     assert "state per join key and window" in proc.stdout and "reason late" in proc.stdout
     refused = changejoin("check-config", env={**BASE, **TIMED, "JOIN_SQL": WINDOW_SQL, "LEFT_CHANGELOG_MODE": "retract"})
     assert refused.returncode == 2 and "LEFT_CHANGELOG_MODE: is retract" in refused.stderr
+
+
+# -- Debezium inputs -----------------------------------------------------------------------------
+ORDERS_CDC = [{"field": "order_id", "type": "int64", "optional": False},
+              {"field": "product", "type": "string", "optional": False},
+              {"field": "quantity", "type": "int32", "optional": True},
+              {"field": "tags", "type": "array", "optional": True, "items": {"type": "string", "optional": False}}]
+DEBEZIUM_AVRO = {"LEFT_FORMAT": "debezium-avro", "LEFT_SCHEMA_FILE": None}
+
+
+def registered_orders(fake, columns=ORDERS_CDC) -> None:
+    """orders-value: a Debezium envelope as Confluent's AvroConverter registers it."""
+    from debezium_avro import avro_schema
+    from test_debezium_avro import connect_envelope
+
+    fake.register("orders-value", avro_schema(connect_envelope(columns)))
+
+
+def avro_plan(url, **env):
+    settings = load_settings({k: v for k, v in {**VALID, **DEBEZIUM_AVRO, "SCHEMA_REGISTRY_URL": url, **env}.items()
+                              if v is not None})
+    return build_plan(settings)
+
+
+def test_a_debezium_avro_topics_row_schema_is_the_registrys(fake_schema_registry, schema_registry_url):
+    registered_orders(fake_schema_registry)
+    plan = avro_plan(schema_registry_url)
+    assert plan.left.columns == ("order_id", "product", "quantity", "tags") and plan.left.format == "debezium-avro"
+    assert plan.left.nullable == (False, False, True, True) and plan.left.changelog_mode == "upsert"
+    assert plan.left.source_types["order_id"] == "int64"
+    assert JoinPlan.from_json(plan.to_json()) == plan
+    explained = explain(plan)
+    assert ("left: topic orders as orders (debezium-avro: upserts of the primary key (c, r, u: its row; d: its "
+            "delete); row schema the registry's latest of orders-value, each message read with its own") in explained
+    assert "right: topic prices as prices (retract" in explained
+    keyless = explain(avro_plan(schema_registry_url, LEFT_PRIMARY_KEY=None))
+    assert "debezium-avro: c, r -> +I; u -> -U before, +U after; d -> -D before" in keyless
+
+
+def test_a_debezium_avro_column_the_format_cannot_read_is_refused_by_name_when_used(fake_schema_registry,
+                                                                                    schema_registry_url):
+    registered_orders(fake_schema_registry)
+    avro_plan(schema_registry_url)  # tags unused: fine
+    with pytest.raises(PlanError, match="^JOIN_SQL: column tags of the left Debezium topic has type array, which the "
+                                        "debezium-avro format does not read"):
+        avro_plan(schema_registry_url, JOIN_SQL="SELECT o.order_id, o.tags FROM orders o JOIN prices p "
+                                                "ON o.product = p.product")
+
+
+def test_a_debezium_avro_topic_without_a_registered_envelope_is_refused(fake_schema_registry, schema_registry_url):
+    with pytest.raises(PlanError, match="^SCHEMA_REGISTRY_URL: cannot get the latest schema of subject orders-value"):
+        avro_plan(schema_registry_url)
+    fake_schema_registry.register("orders-value", {"type": "record", "name": "Order", "fields": [
+        {"name": "order_id", "type": "long"}]})
+    with pytest.raises(PlanError, match="^LEFT_FORMAT: subject orders-value's latest schema is no Debezium envelope"):
+        avro_plan(schema_registry_url)
+
+
+RATES_CDC = dict(LEFT_SCHEMA_FILE=str(DATA / "orders_timed.avsc"), RIGHT_SCHEMA_FILE=str(DATA / "rates.avsc"),
+                 RIGHT_TABLE="rates", RIGHT_PRIMARY_KEY="currency", LEFT_FORMAT="debezium-json",
+                 RIGHT_FORMAT="debezium-json", LEFT_EVENT_TIME_COLUMN="source.ts_ms",
+                 RIGHT_EVENT_TIME_COLUMN="source.ts_ms",
+                 JOIN_SQL='SELECT o.order_id, o."source.ts_ms" AS ordered_at, r.rate FROM orders o JOIN rates FOR '
+                          'SYSTEM_TIME AS OF o."source.ts_ms" AS r ON o.currency = r.currency')
+
+
+def test_source_ts_ms_is_a_debezium_inputs_time_attribute():
+    """``*_EVENT_TIME_COLUMN=source.ts_ms``: the row gets a last column of that name, a timestamp,
+    which JOIN_SQL names quoted and which is the side's event time."""
+    _, plan = plan_for(**RATES_CDC)
+    assert plan.kind == "temporal_event_time"
+    for side, width in ((plan.left, 5), (plan.right, 4)):
+        assert side.columns[-1] == "source.ts_ms" and len(side.columns) == width
+        assert side.time_column == width - 1 and side.families[-1] == "timestamp" and not side.nullable[-1]
+    types = {f["name"]: f["type"] for f in plan.output_schema["fields"]}
+    assert types["ordered_at"] == {"type": "long", "logicalType": "timestamp-millis"}
+    assert JoinPlan.from_json(plan.to_json()) == plan
+    assert "column source.ts_ms: the envelope's source.ts_ms" in explain(plan)
+    assert "event time source.ts_ms" in explain(plan)
+    # The keyed versioned table's deletes are dated by their messages; the probe's are not keyed here.
+    assert plan.dated_deletes == (1,)
+    assert plan_for(**{**RATES_CDC, "RIGHT_PRIMARY_KEY": ""})[1].dated_deletes == ()
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"RIGHT_FORMAT": None, "RIGHT_PRIMARY_KEY": None},
+     "(?m)^  RIGHT_EVENT_TIME_COLUMN: source.ts_ms is a Debezium envelope's; RIGHT_FORMAT=rowkind has none"),
+    ({"LEFT_SCHEMA_FILE": str(DATA / "shipments.avsc"), "RIGHT_SCHEMA_FILE": str(DATA / "orders_timed.avsc"),
+      "RIGHT_TABLE": "shipments", "RIGHT_PRIMARY_KEY": None,
+      "JOIN_SQL": 'SELECT o.order_id FROM orders o JOIN shipments s ON o.order_id = s.order_id AND '
+                  's."source.ts_ms" BETWEEN o."source.ts_ms" AND o."source.ts_ms" + INTERVAL \'1\' HOUR'},
+     "^LEFT_FORMAT: a debezium-json topic is a changelog"),
+])
+def test_source_ts_ms_where_it_cannot_be(change, message):
+    from service.config import ConfigError
+
+    env = {k: v for k, v in {**VALID, **RATES_CDC, **change}.items() if v is not None}
+    with pytest.raises((PlanError, ConfigError), match=message):
+        build_plan(load_settings(env))
