@@ -357,10 +357,12 @@ class Settings(BaseModel):
                 if getattr(self, f"{side}_schema_file"):
                     problems.append(f"{side.upper()}_SCHEMA_FILE: not used with {var}=debezium-avro (each message's "
                                     "schema is the registry's); unset it")
-            if f"{side}_changelog_mode" in self.model_fields_set:
-                problems.append(f"{side.upper()}_CHANGELOG_MODE: applies to {var}=rowkind only; a Debezium topic's "
-                                f"changes are read from its envelopes (as upserts of {side.upper()}_PRIMARY_KEY "
-                                "when one is declared)")
+            mode = getattr(self, f"{side}_changelog_mode")
+            if f"{side}_changelog_mode" in self.model_fields_set and mode != "append":
+                problems.append(f"{side.upper()}_CHANGELOG_MODE: {mode} applies to {var}=rowkind only; a Debezium "
+                                f"topic's changes are read from its envelopes (as upserts of {side.upper()}_PRIMARY_KEY "
+                                "when one is declared). Its only mode is append, for an insert-only table (c and r "
+                                "are inserts; updates and deletes are dead letters)")
             if side == "right" and self.lookup:
                 problems.append(f"{var}: the right side of a lookup join is a database table; unset it")
         return problems

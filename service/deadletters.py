@@ -40,6 +40,7 @@ class Reason(StrEnum):
     INVALID_EVENT_TIME = "invalid_event_time"  # an event time outside the years 1 to 9999
     TOO_LARGE = "too_large"  # an output record over MAX_OUTPUT_RECORD_BYTES
     DEBEZIUM_MALFORMED = "debezium_malformed"  # a Debezium message that is no valid change envelope
+    DEBEZIUM_CHANGE_ON_APPEND_TOPIC = "debezium_change_on_append_topic"  # an update or a delete on an append-only input
     LOOKUP_KEY_INVALID = "lookup_key_invalid"  # a lookup key the table's column cannot hold (out of range...)
     LOOKUP_RETRACTION_UNKNOWN = "lookup_retraction_unknown"  # a lookup join's retraction of a row it does not remember
     LATE = "late"  # a temporal join's probe row at or behind the watermark, a window join's row for a fired window

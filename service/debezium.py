@@ -15,6 +15,8 @@ which is Flink's ``debezium-json`` format's:
 (a snapshot read)
 ``u`` (update)          ``-U`` of ``before``, ``+U`` of ``after``
 ``d`` (delete)          ``-D`` of ``before``
+``u``, ``d`` of an      none: a dead letter (``debezium_change_on_append_topic``)
+append-only input
 ``t`` (truncate),       none: skipped and counted (so is the tombstone Debezium writes after a
 ``m`` (a message)       delete, a message with a null value)
 ======================  ==========================================================================
@@ -25,7 +27,10 @@ keyed by the primary key derives the retractions from the row it keeps. So a tab
 PostgreSQL's default ``REPLICA IDENTITY`` (an update without its before image, a delete whose
 before image holds only the key) is read correctly; without a primary key the before images are
 the only way to retract, and a message missing one is a dead letter whose detail names ``REPLICA
-IDENTITY FULL``. Every malformed envelope (not JSON, no ``op``, no ``after`` on a create or an
+IDENTITY FULL``. An input declared insert-only (``*_CHANGELOG_MODE=append``: an event or log table)
+reads ``c`` and ``r`` as ``+I`` of ``after`` whether or not it has a primary key; a ``u`` or a ``d``
+is no insert, so each is a dead letter (``debezium_change_on_append_topic``), and ``t``, ``m`` and
+tombstones are skipped as above. Every malformed envelope (not JSON, no ``op``, no ``after`` on a create or an
 update, no ``before`` on a delete, a key that differs between before and after) is a dead letter.
 
 Values: the JSON converter writes Connect's logical types in their Debezium encodings, read here
@@ -398,14 +403,17 @@ class DebeziumDecoder:
     ``columns`` and ``avro_types`` (non-null types: see ``avro.type_family``) are the row's;
     ``sources`` each column's Connect type name where an embedded schema told it; ``key`` the
     primary key's column indexes, or None; ``upsert``: read as upserts of that key (see the module
-    docstring). When the last column is :data:`SOURCE_TIME`, each row carries the envelope's
+    docstring); ``append``: the input is declared insert-only, so an update or a delete is a dead
+    letter (chosen here, once: the other modes' reading is untouched). When the last column is :data:`SOURCE_TIME`, each row carries the envelope's
     ``source.ts_ms`` there (a timestamp); the images fill the columns before it.
 
     How a message becomes an envelope (a dict) is the format's (:meth:`envelope`); what its
     changes are (:meth:`envelope_changes`) is shared by the JSON and the Avro formats."""
 
     def __init__(self, columns: tuple[str, ...], avro_types: tuple, nullable: tuple[bool, ...],
-                 sources: dict | None, key: tuple[int, ...] | None, upsert: bool):
+                 sources: dict | None, key: tuple[int, ...] | None, upsert: bool, append: bool = False):
+        if append and upsert:
+            raise ValueError("an append-only Debezium input is not read as upserts")
         self.source_time = columns[-1:] == (SOURCE_TIME,)
         if self.source_time:
             columns, avro_types, nullable = columns[:-1], avro_types[:-1], nullable[:-1]
@@ -415,6 +423,9 @@ class DebeziumDecoder:
         self.readers = tuple(value_reader(_non_null(t), sources.get(c)) for c, t in zip(columns, avro_types))
         self.key = key
         self.upsert = upsert
+        self.append = append
+        if append:
+            self._changes = self._insert_changes
 
     def changes(self, value: bytes | None) -> tuple[list[tuple[int, tuple]], str | None]:
         """(changes, why skipped): the message's changes, or none and why it was skipped
@@ -470,6 +481,21 @@ class DebeziumDecoder:
             if before is None:
                 raise DeadLetterError(Reason.DEBEZIUM_MALFORMED, "a delete without its before image")
             return [(_DELETE, self._row(before, "before", op, key_only=self.upsert))]
+        return self._changes_of_unknown(op)
+
+    def _insert_changes(self, op, before, after) -> list[tuple[int, tuple]]:
+        """:meth:`_changes` of an input declared insert-only (``*_CHANGELOG_MODE=append``)."""
+        if op in ("c", "r"):
+            return [(_INSERT, self._row(after, "after", op))]
+        if op in ("u", "d"):
+            raise DeadLetterError(Reason.DEBEZIUM_CHANGE_ON_APPEND_TOPIC,
+                                  f"op {op!r} ({'an update' if op == 'u' else 'a delete'}) on an input declared "
+                                  "append-only (*_CHANGELOG_MODE=append): only c and r are inserts; unset it to "
+                                  "read the topic as a changelog")
+        return self._changes_of_unknown(op)
+
+    @staticmethod
+    def _changes_of_unknown(op):
         raise DeadLetterError(Reason.DEBEZIUM_MALFORMED,
                               "no op" if op is None else f"unknown op {op!r} (expected c, r, u, d, t or m)")
 
@@ -526,8 +552,9 @@ class DebeziumAvroDecoder(DebeziumDecoder):
     are found by name: a column the writer lacks is its default in ``reader_schema`` (the row
     schema the planner took from the registry), else NULL; columns the writer added are ignored."""
 
-    def __init__(self, columns, avro_types, nullable, sources, key, upsert, reader_schema: dict, registry):
-        super().__init__(columns, avro_types, nullable, sources, key, upsert)
+    def __init__(self, columns, avro_types, nullable, sources, key, upsert, reader_schema: dict, registry,
+                 append: bool = False):
+        super().__init__(columns, avro_types, nullable, sources, key, upsert, append)
         self.registry = registry
         self.defaults = {f["name"]: f["default"] for f in reader_schema.get("fields") or ()
                          if "default" in f and f["default"] is not None}

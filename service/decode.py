@@ -80,10 +80,11 @@ class InputDecoder:
         self.delete_times = side in plan.dated_deletes
         if sp.format == "debezium-json":
             self.debezium = DebeziumDecoder(sp.columns, sp.avro_types, sp.nullable, sp.source_types, sp.primary_key,
-                                            upsert=sp.changelog_mode == "upsert")
+                                            upsert=sp.changelog_mode == "upsert", append=sp.changelog_mode == "append")
         elif sp.format == "debezium-avro":
             self.debezium = DebeziumAvroDecoder(sp.columns, sp.avro_types, sp.nullable, sp.source_types,
-                                                sp.primary_key, sp.changelog_mode == "upsert", sp.reader_schema, registry)
+                                                sp.primary_key, sp.changelog_mode == "upsert", sp.reader_schema, registry,
+                                                append=sp.changelog_mode == "append")
 
     def map(self, record) -> Iterator[tuple]:
         """The record's envelopes: its rows' (a Debezium update has two), or a dead letter."""

@@ -430,11 +430,12 @@ def _check_time_bounded_inputs(settings: Settings, kind: PlanKind) -> None:
     what = "a window join" if kind is PlanKind.WINDOW else "an interval join"
     for var, mode, fmt in (("LEFT_CHANGELOG_MODE", settings.left_changelog_mode, settings.left_format),
                            ("RIGHT_CHANGELOG_MODE", settings.right_changelog_mode, settings.right_format)):
-        if fmt != "rowkind":
+        if fmt != "rowkind" and mode != "append":
             raise PlanError(
                 f"{var.replace('CHANGELOG_MODE', 'FORMAT')}: a {fmt} topic is a changelog (updates and deletes), "
-                f"but the inputs of {what} must be append-only, as in Flink; join it by a regular join or as the "
-                "versioned table (or the probe side) of an event-time temporal join (FOR SYSTEM_TIME AS OF)")
+                f"but the inputs of {what} must be append-only, as in Flink; for an insert-only table set "
+                f"{var}=append (its updates and deletes become dead letters), else join it by a regular join or "
+                "as the versioned table (or the probe side) of an event-time temporal join (FOR SYSTEM_TIME AS OF)")
         if mode != "append":
             raise PlanError(
                 f"{var}: is {mode}, but the inputs of {what} must be append-only (every record +I), as in "
@@ -475,9 +476,7 @@ def _side_plans(settings: Settings, kind: PlanKind, schemas, columns, names, key
     tables = (settings.left_table_name, settings.right_table_name)
     key_formats = (settings.left_key_format, settings.right_key_format)
     formats = (settings.left_format, settings.right_format)
-    # A Debezium topic: upserts of its primary key when one is declared, else a full changelog
-    # (service/debezium.py); never joined directly (its message keys are JSON).
-    modes = tuple(m if f == "rowkind" else ("upsert" if pk else "retract") for m, f, pk in zip(modes, formats, pks))
+    modes = tuple(_debezium_mode(m, f, pk) for m, f, pk in zip(modes, formats, pks))
     sides = []
     for i in (0, 1):
         direct = formats[i] == "rowkind" and _joins_upsert_directly(kind, modes[i], keys[i], pks[i])
@@ -499,12 +498,20 @@ def _side_plans(settings: Settings, kind: PlanKind, schemas, columns, names, key
     return sides
 
 
+def _debezium_mode(mode: str, fmt: str, pk) -> str:
+    """An input's changelog mode. A Debezium topic's (service/debezium.py): append when declared
+    insert-only (``*_CHANGELOG_MODE=append``, the only mode it takes, with or without a primary key,
+    as a rowkind input's), else upserts of its primary key when one is declared, else a full
+    changelog; never joined directly (its message keys are JSON)."""
+    if fmt == "rowkind" or mode == "append":
+        return mode
+    return "upsert" if pk else "retract"
+
+
 def _lookup_sides(settings: Settings, schemas, columns, names, keys, pks) -> list[SidePlan]:
     """A lookup join's stream, grouped by its rows' identity (its primary key, else every column),
     and its table, asked by the lookup key."""
-    mode = settings.left_changelog_mode
-    if settings.left_format != "rowkind":
-        mode = "upsert" if pks[0] else "retract"
+    mode = _debezium_mode(settings.left_changelog_mode, settings.left_format, pks[0])
     identity = pks[0] if pks[0] else tuple(range(len(names[0])))
     left = SidePlan(
         side=0, topic=settings.left_topic, table=settings.left_table_name, columns=names[0],
@@ -633,6 +640,8 @@ def explain(plan: JoinPlan) -> str:
         mode = s.changelog_mode
         if s.format != "rowkind":
             mode = (f"{s.format}: upserts of the primary key (c, r, u: its row; d: its delete)" if s.changelog_mode == "upsert"
+                    else f"{s.format}: inserts only (append): c, r -> +I; u, d: dead letters "
+                    "(debezium_change_on_append_topic); tombstones, t and m skipped" if s.changelog_mode == "append"
                     else f"{s.format}: c, r -> +I; u -> -U before, +U after; d -> -D before; tombstones and t skipped")
             mode += "; row schema " + (f"the registry's latest of {s.topic}-value, each message read with its own"
                                        if s.format == "debezium-avro" else "embedded in the messages"

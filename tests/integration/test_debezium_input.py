@@ -234,3 +234,74 @@ def test_an_event_time_temporal_join_on_source_ts_ms(kafka_bootstrap, spark, tmp
                   for (order_id, ordered_at, rate), n in h.retract_table().items() for _ in range(n))
     assert got == expected
     assert h.dead_letters() == []
+
+
+# -- insert-only CDC topics (*_CHANGELOG_MODE=append) ---------------------------------------------
+def test_an_interval_join_of_insert_only_cdc_topics(kafka_bootstrap, spark, tmp_path, new_topic,
+                                                    fake_schema_registry, schema_registry_url):
+    """Orders (debezium-json, timed by the envelopes' source.ts_ms) joined with shipments
+    (debezium-avro, timed by their ship_time column, a Connect Timestamp), both declared
+    insert-only: c and r are the rows; an update and a delete are dead letters with the original
+    record; a tombstone and a truncate are skipped. The expected output is the interval rule
+    applied to the inserted rows."""
+    orders_schema = tmp_path / "orders.avsc"
+    orders_schema.write_text(json.dumps({"type": "record", "name": "Order", "fields": [
+        {"name": "order_id", "type": "long"}, {"name": "currency", "type": "string"}]}))
+    h = JoinHarness(kafka_bootstrap, spark, tmp_path, new_topic, DELIVERY="at-least-once",
+                    LEFT_FORMAT="debezium-json", RIGHT_FORMAT="debezium-avro", SCHEMA_REGISTRY_URL=schema_registry_url,
+                    LEFT_SCHEMA_FILE=str(orders_schema), RIGHT_SCHEMA_FILE="", RIGHT_TABLE="shipments",
+                    RIGHT_PRIMARY_KEY="", LEFT_CHANGELOG_MODE="append", RIGHT_CHANGELOG_MODE="append",
+                    LEFT_EVENT_TIME_COLUMN="source.ts_ms", RIGHT_EVENT_TIME_COLUMN="ship_time",
+                    JOIN_SQL='SELECT o.order_id, s.ship_id FROM orders o JOIN shipments s ON o.order_id = s.order_id '
+                             'AND s.ship_time BETWEEN o."source.ts_ms" AND o."source.ts_ms" + INTERVAL \'10\' SECOND')
+    shipments = AvroTopic(fake_schema_registry, h.prices, [
+        {"field": "ship_id", "type": "int64", "optional": False}, {"field": "order_id", "type": "int64", "optional": False},
+        {"field": "ship_time", "type": "int64", "optional": False, "name": "org.apache.kafka.connect.data.Timestamp"}],
+        table="shop.public.shipments")
+    base = 1_700_000_000_000
+    # (op, order_id, source.ts_ms): the orders table's changes.
+    orders = [("r", 1, base), ("c", 2, base + 2_000), ("c", 3, base + 4_000), ("c", 4, base + 6_000),
+              ("d", 3, base + 8_000),  # a delete: no insert, a dead letter (order 3 stays joined)
+              ("c", 99, base + 100_000)]
+    # (op, ship_id, order_id, ship_time)
+    ships = [("c", 10, 1, base + 5_000), ("c", 11, 2, base + 20_000), ("c", 12, 3, base + 4_000),
+             ("c", 13, 4, base + 16_000),
+             ("u", 11, 2, base + 3_000),  # an update into order 2's range: no insert, a dead letter
+             ("c", 99, 99, base + 100_000)]
+    order_msg = lambda op, i, ts: json.dumps({  # noqa: E731
+        "before": {"order_id": i, "currency": "EUR"} if op == "d" else None,
+        "after": None if op == "d" else {"order_id": i, "currency": "EUR"}, "op": op,
+        "source": {"ts_ms": ts}}).encode()
+    ship_row = lambda ship_id, order_id, at: {"ship_id": ship_id, "order_id": order_id, "ship_time": at}  # noqa: E731
+    updated = shipments.msg("u", ship_row(11, 2, base + 20_000), ship_row(11, 2, base + 3_000), ts_ms=base + 30_000)
+    produce(kafka_bootstrap, h.orders, [
+        *((None, order_msg(op, i, ts), None, None) for op, i, ts in orders),
+        (None, None, None, None),  # the tombstone after the delete
+    ])
+    produce(kafka_bootstrap, h.prices, [
+        *((None, updated if op == "u" else shipments.msg(op, after=ship_row(s, i, at), ts_ms=at), None, None)
+          for op, s, i, at in ships),
+        (None, shipments.msg("t", ts_ms=base), None, None),
+    ])
+    service = h.run()
+    assert service.plan.kind == "interval_event_time"
+    assert [s.changelog_mode for s in service.plan.sides] == ["append", "append"]
+
+    inserted_orders = [(i, ts) for op, i, ts in orders if op in ("c", "r")]
+    inserted_ships = [(s, i, at) for op, s, i, at in ships if op in ("c", "r")]
+    expected = Counter((i, s) for i, ts in inserted_orders for s, j, at in inserted_ships
+                       if i == j and ts <= at <= ts + 10_000)
+    assert expected == Counter({(1, 10): 1, (3, 12): 1, (4, 13): 1, (99, 99): 1})
+    assert h.retract_table() == expected
+    assert {kind for kind, *_ in h.changelog()} == {"+I"}
+    skipped = service.metrics.registry.get_sample_value
+    assert skipped("changejoin_skipped_input_records_total", {"reason": "debezium_tombstone"}) == 1
+    assert skipped("changejoin_skipped_input_records_total", {"reason": "debezium_truncate"}) == 1
+    letters = sorted(h.dead_letters(), key=lambda r: r.topic)
+    assert {(dict(r.headers)["source.topic"], dict(r.headers)["reason"]) for r in letters} == {
+        (h.orders.encode(), b"debezium_change_on_append_topic"), (h.prices.encode(), b"debezium_change_on_append_topic")}
+    assert len(letters) == 2
+    assert {r.value for r in letters} == {order_msg("d", 3, base + 8_000), updated}  # the original records
+    details = {dict(r.headers)["reason.detail"] for r in letters}
+    assert any(b"op 'u' (an update)" in d for d in details) and any(b"op 'd' (a delete)" in d for d in details)
+    assert skipped("changejoin_dead_letter_records_total", {"reason": "debezium_change_on_append_topic"}) == 2

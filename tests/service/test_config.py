@@ -75,6 +75,19 @@ def test_debezium_formats_refuse_what_they_cannot_read_in_one_line(change, line)
     assert str(err.value).splitlines()[-1].strip() == line
 
 
+@pytest.mark.parametrize("mode", ["retract", "upsert"])
+def test_a_debezium_input_takes_only_the_append_changelog_mode(mode):
+    with pytest.raises(ConfigError) as err:
+        load_settings({**VALID, "RIGHT_FORMAT": "debezium-json", "RIGHT_CHANGELOG_MODE": mode})
+    line = str(err.value).splitlines()[-1].strip()
+    assert line.startswith(f"RIGHT_CHANGELOG_MODE: {mode} applies to RIGHT_FORMAT=rowkind only")
+    assert "Its only mode is append, for an insert-only table" in line
+    for primary_key in ("product", None):
+        env = {**VALID, "RIGHT_FORMAT": "debezium-json", "RIGHT_CHANGELOG_MODE": "append", "RIGHT_PRIMARY_KEY": primary_key}
+        settings = load_settings({k: v for k, v in env.items() if v is not None})
+        assert settings.right_changelog_mode == "append"
+
+
 def test_source_ts_ms_is_a_debezium_sides_event_time():
     settings = load_settings({**VALID, "LEFT_FORMAT": "debezium-json", "LEFT_EVENT_TIME_COLUMN": "source.ts_ms"})
     assert settings.left_event_time_column == "source.ts_ms"

@@ -54,6 +54,43 @@ def test_keyed_inputs_are_upserts_and_need_no_before_image():
     assert d.changes(msg("d", before={"id": 1, "name": None, "balance": None})) == ([(D, (1, None, None))], None)
 
 
+@pytest.mark.parametrize("key", [None, (0,)])
+@pytest.mark.parametrize("schema", [False, True])
+def test_an_append_only_input_reads_inserts_and_dead_letters_updates_and_deletes(schema, key):
+    d = DebeziumDecoder(COLUMNS, TYPES, NULLABLE, None, key, upsert=False, append=True)
+    assert d.changes(msg("c", after=ALICE, schema=schema)) == ([(I, (1, "alice", Decimal("10.50")))], None)
+    assert d.changes(msg("r", after=ALICE2, schema=schema)) == ([(I, (1, "alice b", Decimal("-0.05")))], None)
+    for op, before, after, what in (("u", ALICE, ALICE2, "an update"), ("u", None, ALICE2, "an update"),
+                                    ("d", ALICE, None, "a delete"), ("d", None, None, "a delete")):
+        with pytest.raises(DeadLetterError) as err:
+            d.changes(msg(op, before, after, schema=schema))
+        assert err.value.reason == "debezium_change_on_append_topic"
+        assert f"op {op!r} ({what})" in err.value.detail and "append-only" in err.value.detail
+    assert d.changes(msg("t", schema=schema)) == ([], "debezium_truncate")
+    assert d.changes(msg("m", schema=schema)) == ([], "debezium_message")
+    assert d.changes(None) == ([], "debezium_tombstone")
+    for value, detail in ((msg("x", after=ALICE), "unknown op 'x'"), (msg("c"), "op 'c' without its after image"),
+                          (json.dumps({"after": ALICE}).encode(), "no op")):
+        with pytest.raises(DeadLetterError) as err:
+            d.changes(value)
+        assert err.value.reason == "debezium_malformed" and detail in err.value.detail
+
+
+def test_an_append_only_input_with_source_time_dates_its_inserts():
+    d = DebeziumDecoder(COLUMNS + ("source.ts_ms",), TYPES + ({"type": "long", "logicalType": "timestamp-millis"},),
+                        NULLABLE + (False,), None, None, upsert=False, append=True)
+    changed = dt.datetime(2023, 11, 14, 22, 13, 20, tzinfo=dt.timezone.utc)
+    assert d.changes(msg("c", after=ALICE)) == ([(I, (1, "alice", Decimal("10.50"), changed))], None)
+
+
+def test_the_changelog_decoders_are_not_changed_by_append_mode():
+    # the append behaviour is chosen at init: the other modes keep the class's mapping
+    for d in (decoder(), decoder(upsert=True)):
+        assert not d.append and "_changes" not in vars(d)
+    with pytest.raises(ValueError):
+        DebeziumDecoder(COLUMNS, TYPES, NULLABLE, None, (0,), upsert=True, append=True)
+
+
 @pytest.mark.parametrize("value, reason", [
     (None, "debezium_tombstone"),
     (json.dumps({"schema": {}, "payload": None}).encode(), "debezium_tombstone"),

@@ -68,14 +68,14 @@ class Topic:
         return wire(self.schema_id, self.avro, avro_value(self.connect, payload))
 
 
-def decoder(url, schema=None, key=(0,), upsert=False):
+def decoder(url, schema=None, key=(0,), upsert=False, append=False):
     """The decoder the worker builds: the row schema is the registry's latest, as the planner reads it."""
     registry = SchemaRegistry(url)
     row = schema or avro_row_schema(registry.latest("t-value")[1], "t")[0]
     columns = record_columns(row)
     types = dict(avro_row_schema(registry.latest("t-value")[1], "t")[1])
     return DebeziumAvroDecoder(tuple(c.name for c in columns), tuple(c.avro_type for c in columns),
-                               tuple(c.nullable for c in columns), types, key, upsert, row, registry)
+                               tuple(c.nullable for c in columns), types, key, upsert, row, registry, append=append)
 
 
 def alice(**change):
@@ -103,6 +103,28 @@ def test_keyed_inputs_are_upserts(fake_schema_registry, schema_registry_url):
     d = decoder(schema_registry_url, upsert=True)
     assert d.changes(t.msg("u", None, alice())) == ([(UA, ALICE)], None)
     assert d.changes(t.msg("d", before={"id": 1, "name": None, "balance": None})) == ([(D, (1, None, None))], None)
+
+
+@pytest.mark.parametrize("key", [None, (0,)])
+def test_an_append_only_input_reads_inserts_and_dead_letters_updates_and_deletes(key, fake_schema_registry,
+                                                                                  schema_registry_url):
+    t = Topic(fake_schema_registry)
+    d = decoder(schema_registry_url, key=key, append=True)
+    bob = alice(name="bob", balance="/rs=")  # -3.25
+    assert d.changes(t.msg("c", after=alice())) == ([(I, ALICE)], None)
+    assert d.changes(t.msg("r", after=bob)) == ([(I, (1, "bob", Decimal("-3.25")))], None)
+    for op, before, after, what in (("u", alice(), bob, "an update"), ("u", None, bob, "an update"),
+                                    ("d", bob, None, "a delete"), ("d", None, None, "a delete")):
+        with pytest.raises(DeadLetterError) as err:
+            d.changes(t.msg(op, before, after))
+        assert err.value.reason == "debezium_change_on_append_topic"
+        assert f"op {op!r} ({what})" in err.value.detail and "append-only" in err.value.detail
+    assert d.changes(None) == ([], "debezium_tombstone")
+    assert d.changes(t.msg("t")) == ([], "debezium_truncate")
+    assert d.changes(t.msg("m")) == ([], "debezium_message")
+    with pytest.raises(DeadLetterError) as err:
+        d.changes(t.msg("x", after=alice()))
+    assert err.value.reason == "debezium_malformed"
 
 
 @pytest.mark.parametrize("case", ["snapshot_read", "create", "update", "delete"])

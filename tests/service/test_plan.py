@@ -335,7 +335,7 @@ def test_source_ts_ms_is_a_debezium_inputs_time_attribute():
       "RIGHT_TABLE": "shipments", "RIGHT_PRIMARY_KEY": None,
       "JOIN_SQL": 'SELECT o.order_id FROM orders o JOIN shipments s ON o.order_id = s.order_id AND '
                   's."source.ts_ms" BETWEEN o."source.ts_ms" AND o."source.ts_ms" + INTERVAL \'1\' HOUR'},
-     "^LEFT_FORMAT: a debezium-json topic is a changelog"),
+     "^LEFT_FORMAT: a debezium-json topic is a changelog .*for an insert-only table set LEFT_CHANGELOG_MODE=append"),
 ])
 def test_source_ts_ms_where_it_cannot_be(change, message):
     from service.config import ConfigError
@@ -343,3 +343,58 @@ def test_source_ts_ms_where_it_cannot_be(change, message):
     env = {k: v for k, v in {**VALID, **RATES_CDC, **change}.items() if v is not None}
     with pytest.raises((PlanError, ConfigError), match=message):
         build_plan(load_settings(env))
+
+
+# Insert-only CDC topics (*_CHANGELOG_MODE=append): interval and window joins take them.
+CDC_APPEND = {**TIMED, "LEFT_FORMAT": "debezium-json", "RIGHT_FORMAT": "debezium-json",
+              "LEFT_EVENT_TIME_COLUMN": "source.ts_ms"}
+CDC_INTERVAL_SQL = ('SELECT o.order_id, s.ship_id, s.carrier FROM orders o JOIN shipments s ON o.order_id = s.order_id '
+                    'AND s.ship_time BETWEEN o."source.ts_ms" - INTERVAL \'10\' MINUTE AND o."source.ts_ms" '
+                    '+ INTERVAL \'1\' HOUR')
+CDC_WINDOW_SQL = ("SELECT o.order_id, o.window_start, s.ship_id FROM "
+                  "TABLE(TUMBLE(TABLE orders, DESCRIPTOR(\"source.ts_ms\"), INTERVAL '10' SECOND)) o JOIN "
+                  "TABLE(TUMBLE(TABLE shipments, DESCRIPTOR(ship_time), INTERVAL '10' SECOND)) s "
+                  "ON o.order_id = s.order_id AND o.window_start = s.window_start AND o.window_end = s.window_end")
+
+
+@pytest.mark.parametrize("sql, kind", [(CDC_INTERVAL_SQL, "interval_event_time"), (CDC_WINDOW_SQL, "window")])
+@pytest.mark.parametrize("primary_keys", [True, False])
+def test_insert_only_debezium_topics_join_by_interval_and_window(sql, kind, primary_keys):
+    keys = {} if primary_keys else {"LEFT_PRIMARY_KEY": "", "RIGHT_PRIMARY_KEY": ""}
+    _, plan = plan_for(**{**CDC_APPEND, "JOIN_SQL": sql, **keys})
+    assert plan.kind == kind
+    # append with or without a primary key, as a rowkind input: inserts, never upserts nor normalized
+    assert [(s.format, s.changelog_mode, s.normalized) for s in plan.sides] == [("debezium-json", "append", False)] * 2
+    assert plan.left.columns[plan.left.time_column] == "source.ts_ms"
+    assert plan.right.columns[plan.right.time_column] == "ship_time"
+    assert JoinPlan.from_json(plan.to_json()) == plan
+    explained = explain(plan)
+    assert explained.count("debezium-json: inserts only (append): c, r -> +I; u, d: dead letters "
+                           "(debezium_change_on_append_topic)") == 2
+
+
+@pytest.mark.parametrize("sql", [CDC_INTERVAL_SQL, CDC_WINDOW_SQL])
+def test_a_debezium_changelog_is_still_refused_by_interval_and_window_joins(sql):
+    with pytest.raises(PlanError) as info:
+        plan_for(**{k: v for k, v in CDC_APPEND.items() if k != "RIGHT_CHANGELOG_MODE"}, JOIN_SQL=sql)
+    message = str(info.value)
+    assert message.startswith("RIGHT_FORMAT: a debezium-json topic is a changelog")
+    assert "for an insert-only table set RIGHT_CHANGELOG_MODE=append" in message
+
+
+def test_an_insert_only_debezium_topic_in_a_regular_join_is_read_as_inserts():
+    env = {"LEFT_FORMAT": "debezium-json", "LEFT_CHANGELOG_MODE": "append"}
+    _, plan = plan_for(**env)
+    assert (plan.left.changelog_mode, plan.left.normalized, plan.left.primary_key) == ("append", False, (0,))
+    _, changelog = plan_for(LEFT_FORMAT="debezium-json")
+    assert changelog.left.changelog_mode == "upsert" and changelog.left.normalized
+
+
+def test_check_config_shows_how_an_insert_only_debezium_topic_is_read():
+    from test_config import VALID as BASE
+    from test_config import changejoin
+
+    proc = changejoin("check-config", env={**BASE, **CDC_APPEND, "JOIN_SQL": CDC_INTERVAL_SQL})
+    assert proc.returncode == 0, proc.stderr
+    assert "left: topic orders as orders (debezium-json: inserts only (append)" in proc.stdout
+    assert "u, d: dead letters (debezium_change_on_append_topic)" in proc.stdout
