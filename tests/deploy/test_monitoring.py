@@ -3,7 +3,7 @@
 alerts_test.yaml: every alert fires when it should and stays quiet when it should not); every
 dashboard query parses as PromQL; thresholds come from the values; every alert has its runbook.
 The same rules and dashboard are evaluated against a real Prometheus scraping the running service
-in tests/integration/test_monitoring.py."""
+in tests/integration/test_dashboard_queries.py."""
 from __future__ import annotations
 
 import json

@@ -286,3 +286,13 @@ def test_the_dashboard_and_the_alerts_have_one_source():
         named = {s for s in _code_strings(path) if s.endswith(("dashboard.json", "alerts.yaml"))}
         allowed = {"dashboard.json"} if path == root / "devkit" / "monitoring.py" else set()
         assert named <= allowed, f"{path.relative_to(root)} names {sorted(named)}: use devkit.monitoring"
+
+
+def test_every_test_module_has_a_name_of_its_own():
+    """pytest imports the test folders' modules by their file names (no packages under tests/), so
+    two folders' ``test_x.py`` stop the whole run at collection."""
+    tests = SERVICE.parent / "tests"
+    seen: dict[str, list[str]] = {}
+    for path in tests.rglob("test_*.py"):
+        seen.setdefault(path.name, []).append(str(path.relative_to(tests)))
+    assert {name: paths for name, paths in seen.items() if len(paths) > 1} == {}
