@@ -9,7 +9,9 @@ Each data set's changelogs (bench/harness/data.py's seeded, linear generator) ar
 and preloaded once into a single-node Kafka (devkit/kafka_broker.py) shared by every system;
 then, one run at a time, in each round:
 
-- ``changejoin``: the service end to end (harness.changejoin.run_changejoin), Avro in, Avro out;
+- ``changejoin``: the service end to end (harness.changejoin.run_changejoin), Avro in, Avro out
+  (the debezium scenario: debezium-json in), and ``changejoin-rowkind`` (the debezium scenario
+  only): the same service on the Avro/RowKind topics of the same changes;
 - ``flink-p1`` / ``flink-p2``: the same SQL in Flink 2.3 (bench/flink_job.py, PyFlink Table API,
   streaming mode, RocksDB, parallelism 1 and 2) with a Kafka sink, and ``flink-p1-bh`` /
   ``flink-p2-bh`` with a blackhole sink (the sink's share);
@@ -18,8 +20,12 @@ then, one run at a time, in each round:
 
 Scenarios: ``left-pk``, ``inner-nopk``, their mini-batch variants ``left-pk-mb`` /
 ``inner-nopk-mb`` on the same topics (changejoin ``MINI_BATCH_SIZE``, Flink
-``table.exec.mini-batch.*`` with the same size and a 1 s allowed latency), and ``temporal-left``,
-an event-time temporal LEFT join. Output agreement: inner-nopk's output count and left-pk's and
+``table.exec.mini-batch.*`` with the same size and a 1 s allowed latency), ``temporal-left``,
+an event-time temporal LEFT join, and ``debezium``: left-pk's changes and join, every system
+reading the debezium-json topics the harness writes for Flink (changejoin with
+``LEFT_FORMAT``/``RIGHT_FORMAT`` ``debezium-json``: with the primary keys declared, upserts of
+them), beside ``changejoin-rowkind`` on left-pk's Avro/RowKind topics, each in every round: the
+format's cost is their ratio within a round. Output agreement: inner-nopk's output count and left-pk's and
 temporal-left's final tables are fixed by the data; the harness computes them from the changelogs
 and checks every run's output against them (left-pk's changelog length depends on how the inputs
 interleave at the join, so its output is materialized and compared by digest).
@@ -73,12 +79,13 @@ from pathlib import Path
 
 from bench.harness import ROOT
 from bench.harness.changejoin import child_changejoin
-from bench.harness.data import (END_ORDER_ID, SCENARIOS, changelogs, data_of, debezium, load, preload_json,
-                                price_partition, topics, write_parquet)
+from bench.harness.data import (END_ORDER_ID, SCENARIOS, changelogs, data_of, debezium_topics, input_format, load,
+                                load_debezium, topics, write_parquet)
 from bench.harness.latency import child_changejoin_latency, latency_rates, latency_run
 from bench.harness.outputs import (TEMPORAL_FLINK_FIELDS, changejoin_reader, debezium_reader, flink_avro_reader,
                                    inner_expected, left_pk_expected, output_counts, temporal_expected)
-from bench.harness.peers import ALL_SYSTEMS, flink_command, flink_jars, flink_python, spark_native_command, systems_of
+from bench.harness.peers import (ALL_SYSTEMS, flink_command, flink_jars, flink_python, peer_scenario,
+                                 spark_native_command, systems_of)
 from bench.harness.processes import broker_pid, run_measured
 from bench.harness.report import append_results, fmt, plot, render, results_png
 
@@ -157,26 +164,23 @@ def main() -> None:
     print(f"logs: {logs}")
 
 
-def prepare(args, bootstrap: str, data: str, flink: bool, spark_native: bool, work: Path) -> dict:
+def prepare(args, bootstrap: str, data: str, flink: bool, spark_native: bool, work: Path,
+            debezium_json: bool = False) -> dict:
     """Generate and preload one data set (left-pk, inner-nopk, temporal-left) once; what the runs
-    need of it: Flink's topics and format, the expected output."""
-    from service.sink import ensure_topics
-
+    need of it: Flink's topics and format, the expected output. Its changelogs go to debezium-json
+    topics once, for Flink and (``debezium_json``: the debezium scenario) changejoin alike."""
     t0 = time.perf_counter()
     orders, prices = changelogs(args.rows, args.keys, data)
     gen_s = time.perf_counter() - t0
     load_s = load(bootstrap, data, args.rows, args.keys, changes=(orders, prices))
     orders_topic, prices_topic, _ = topics(data)
     info = {"flink_topics": (orders_topic, prices_topic), "format": "avro", "expected": {}}
-    if flink and data == "left-pk":
-        info["flink_topics"], info["format"] = (f"{orders_topic}-dbz", f"{prices_topic}-dbz"), "debezium-json"
-        ensure_topics(bootstrap, {}, {t: 2 for t in info["flink_topics"]})
-        preload_json(bootstrap, info["flink_topics"][0], debezium(orders), lambda r: r["order_id"] % 2)
-        preload_json(bootstrap, info["flink_topics"][1], debezium(prices), price_partition)
+    if (flink or debezium_json) and data == "left-pk":
+        info["flink_topics"], info["format"] = debezium_topics(data), "debezium-json"
+        load_debezium(bootstrap, data, orders, prices)
     if flink and data == "temporal-left":  # orders: the same Avro topic; prices: a keyed changelog
-        info["flink_topics"] = (orders_topic, f"{prices_topic}-dbz")
-        ensure_topics(bootstrap, {}, {info["flink_topics"][1]: 2})
-        preload_json(bootstrap, info["flink_topics"][1], debezium(prices), price_partition)
+        info["flink_topics"] = (orders_topic, debezium_topics(data)[1])
+        load_debezium(bootstrap, data, prices=prices)
     if data == "inner-nopk":
         info["expected"]["count"] = inner_expected(orders, prices)
         if spark_native:
@@ -207,7 +211,9 @@ def measure(args, systems, scenarios, latency, fpython, fjars, logs, runs, lat_r
         for scenario in scenarios:
             data = data_of(scenario)
             if data not in prepared:
-                prepared[data] = prepare(args, bootstrap, data, flink, "spark-native" in systems, work)
+                prepared[data] = prepare(args, bootstrap, data, flink, "spark-native" in systems, work,
+                                         any(input_format(s) == "debezium-json" and data_of(s) == data
+                                             for s in scenarios))
             info = prepared[data]
             expected[scenario] = info["expected"]
             for rnd in range(1, args.rounds + 1):
@@ -243,9 +249,9 @@ def one_run(args, bootstrap, scenario, system, rnd, info, fpython, fjars, logs, 
     log = logs / f"{out}.log"
     state_dir = None
     watch = (bootstrap, out)
-    if system == "changejoin":
-        cmd = [sys.executable, "-m", "bench.compare", "--child", "changejoin",
-               "--bootstrap", bootstrap, "--scenario", scenario, "--rows", str(args.rows),
+    if system.startswith("changejoin"):  # changejoin-rowkind: the same changes' Avro/RowKind topics
+        cmd = [sys.executable, "-m", "bench.compare", "--child", "changejoin", "--bootstrap", bootstrap,
+               "--scenario", data_of(scenario) if system == "changejoin-rowkind" else scenario, "--rows", str(args.rows),
                "--out", out, "--max-per-trigger", str(args.max_per_trigger),
                "--shuffle-partitions", str(args.shuffle_partitions), "--mini-batch-size", str(args.mini_batch_size)]
     elif system.startswith("flink"):
@@ -256,7 +262,8 @@ def one_run(args, bootstrap, scenario, system, rnd, info, fpython, fjars, logs, 
             watch = None
         state_dir = str(work / f"flink-state-{out}")
         os.makedirs(state_dir)
-        cmd = flink_command(fpython, fjars, bootstrap, scenario, system, *info["flink_topics"], info["format"], sink,
+        cmd = flink_command(fpython, fjars, bootstrap, peer_scenario(scenario), system, *info["flink_topics"],
+                            info["format"], sink,
                             out, "--mini-batch-size", str(args.mini_batch_size), "--state-dir", state_dir)
     else:
         watch = None
@@ -274,14 +281,14 @@ def one_run(args, bootstrap, scenario, system, rnd, info, fpython, fjars, logs, 
     else:
         reader, skip = None, None
         if data == "left-pk":
-            reader = changejoin_reader(scenario) if system == "changejoin" else debezium_reader
+            reader = changejoin_reader(scenario) if system.startswith("changejoin") else debezium_reader
         elif data == "temporal-left":
             reader = changejoin_reader(scenario) if system == "changejoin" else flink_avro_reader(TEMPORAL_FLINK_FIELDS)
             skip = lambda row: row[0] == END_ORDER_ID  # noqa: E731 - the closing order
         count, kinds, digest = output_counts(bootstrap, out, reader, skip)
         if data == "temporal-left":
             count -= kinds.get("skipped", 0)
-        if system == "changejoin":
+        if system.startswith("changejoin"):
             dead = output_counts(bootstrap, f"{out}.dlq")[0]
     run = {"scenario": scenario, "round": rnd, "system": system, "elapsed": result["elapsed"],
            "in_rate": 2 * args.rows / result["elapsed"], "output": count, "kinds": kinds, "digest": digest,

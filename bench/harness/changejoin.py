@@ -11,7 +11,7 @@ from service.app import Service
 from service.config import load_settings
 
 from . import ROOT
-from .data import TIMED_SCHEMAS, WATERMARK_DELAY_S, data_of, mini_batch, topics
+from .data import TIMED_SCHEMAS, WATERMARK_DELAY_S, data_of, input_format, mini_batch, topics
 from .processes import directory_bytes
 from .report import percentile
 
@@ -19,6 +19,8 @@ from .report import percentile
 def scenario_sql(scenario: str, mini_batch_size: int = 1000) -> tuple[str, dict]:
     """The join of ``scenario`` and the service settings that go with it (keys, schemas, time)."""
     env = {"MINI_BATCH_SIZE": str(mini_batch_size)} if mini_batch(scenario) else {}
+    if input_format(scenario) != "rowkind":  # a bare envelope's row schema: *_SCHEMA_FILE (service_settings)
+        env["LEFT_FORMAT"] = env["RIGHT_FORMAT"] = input_format(scenario)
     scenario = data_of(scenario)
     if scenario == "left-pk":
         sql = "SELECT o.order_id, o.product, o.quantity, p.price FROM orders o LEFT JOIN prices p ON o.product = p.product"

@@ -2,8 +2,9 @@
 
 Every scenario reads two changelogs (orders, prices) of ``rows`` changes per side, generated
 from a fixed seed (the same draws at every size and in every benchmark), preloaded into Kafka
-as Avro with the change kind in a ``rowkind`` header, for Flink as debezium-json, and for
-Spark's native join as Parquet files.
+as Avro with the change kind in a ``rowkind`` header, as debezium-json (for Flink, and for the
+``debezium`` scenario, in which changejoin reads those very topics), and for Spark's native join
+as Parquet files.
 """
 from __future__ import annotations
 
@@ -25,7 +26,10 @@ TIMED_SCHEMAS = ROOT / "bench" / "schemas"
 TIMED_ORDERS = fastavro.parse_schema(fastavro.schema.load_schema(str(TIMED_SCHEMAS / "orders_timed.avsc")))
 TIMED_PRICES = fastavro.parse_schema(fastavro.schema.load_schema(str(TIMED_SCHEMAS / "prices_timed.avsc")))
 
-SCENARIOS = ("left-pk", "inner-nopk", "left-pk-mb", "inner-nopk-mb", "temporal-left")
+SCENARIOS = ("left-pk", "inner-nopk", "left-pk-mb", "inner-nopk-mb", "temporal-left", "debezium")
+#: debezium: left-pk's changes (its data set) read by every system from their debezium-json topics
+#: (``debezium_topics``: the ones Flink reads in left-pk), changejoin with ``*_FORMAT=debezium-json``.
+DEBEZIUM = "debezium"
 #: temporal-left: event times (epoch ms) of the i-th order / price row, and the watermark delay of
 #: both inputs (changejoin and Flink alike): far more than the few rows by which one partition
 #: of an input can be behind the other, so no row is ever late.
@@ -35,8 +39,14 @@ END_ORDER_ID = 0        # the closing order (ids of real orders start at 1): nev
 
 
 def data_of(scenario: str) -> str:
-    """The changelogs (and topics) a scenario reads: the mini-batch variants share them."""
-    return scenario.removesuffix("-mb")
+    """The changelogs a scenario reads: the mini-batch variants share them, and the debezium
+    scenario reads left-pk's (as debezium-json)."""
+    return "left-pk" if scenario == DEBEZIUM else scenario.removesuffix("-mb")
+
+
+def input_format(scenario: str) -> str:
+    """How changejoin reads the scenario's inputs: its ``LEFT_FORMAT`` / ``RIGHT_FORMAT``."""
+    return "debezium-json" if scenario == DEBEZIUM else "rowkind"
 
 
 def mini_batch(scenario: str) -> bool:
@@ -123,14 +133,39 @@ def schemas(scenario: str):
 
 
 def topics(scenario: str) -> tuple[str, str, str]:
+    """(orders, prices, output) topics of a scenario: its data set's inputs in its input format."""
+    if input_format(scenario) == "debezium-json":
+        return *debezium_topics(data_of(scenario)), f"out-{scenario}"
     return f"orders-{data_of(scenario)}", f"prices-{data_of(scenario)}", f"out-{scenario}"
 
 
+def debezium_topics(data: str) -> tuple[str, str]:
+    """The debezium-json topics of a data set's changelogs (2 partitions, as the Avro ones)."""
+    return f"orders-{data}-dbz", f"prices-{data}-dbz"
+
+
+def load_debezium(bootstrap: str, data: str, orders=None, prices=None) -> float:
+    """Create ``data``'s debezium-json topics and preload the sides given (``debezium`` messages:
+    a -U/+U pair one ``u``; a key's changes in one partition, the Avro topics' partitioning);
+    seconds taken."""
+    names = debezium_topics(data)
+    ensure_topics(bootstrap, {}, {t: 2 for t in names})
+    t0 = time.perf_counter()
+    if orders is not None:
+        preload_json(bootstrap, names[0], debezium(orders), lambda row: row["order_id"] % 2)
+    if prices is not None:
+        preload_json(bootstrap, names[1], debezium(prices), price_partition)
+    return time.perf_counter() - t0
+
+
 def load(bootstrap: str, scenario: str, rows: int, keys: int, changes=None) -> float:
-    """Create the scenario's two input topics (2 partitions) and preload them; seconds taken."""
+    """Create the scenario's two input topics (2 partitions) and preload them (in the scenario's
+    input format); seconds taken."""
+    orders, prices = changes or changelogs(rows, keys, scenario)
+    if input_format(scenario) == "debezium-json":
+        return load_debezium(bootstrap, data_of(scenario), orders, prices)
     orders_topic, prices_topic, _ = topics(scenario)
     ensure_topics(bootstrap, {}, {orders_topic: 2, prices_topic: 2})
-    orders, prices = changes or changelogs(rows, keys, scenario)
     orders_schema, prices_schema = schemas(scenario)
     t0 = time.perf_counter()
     preload(bootstrap, orders_topic, orders_schema, orders, lambda row: row["order_id"] % 2)
@@ -179,11 +214,15 @@ def produce_retrying(producer, topic, value, partition, headers=None) -> None:
             producer.poll(0.05)
 
 
+def json_value(message: dict) -> bytes:
+    """A debezium-json message's record value as preloaded (bare JSON: no Connect schema)."""
+    return json.dumps(message, separators=(",", ":")).encode()
+
+
 def preload_json(bootstrap: str, topic: str, messages, partition_of) -> None:
     producer = new_producer(bootstrap)
     for message, _ in messages:
-        produce_retrying(producer, topic, json.dumps(message, separators=(",", ":")).encode(),
-                 partition_of(message["after"] or message["before"]))
+        produce_retrying(producer, topic, json_value(message), partition_of(message["after"] or message["before"]))
         producer.poll(0)
     producer.flush(600)
 

@@ -8,10 +8,11 @@ import sys
 from pathlib import Path
 
 from . import ROOT
+from .data import DEBEZIUM, data_of
 
 FLINK_VERSION = "2.3.0"
 FLINK_VENV = ROOT / ".cache" / "flink-venv"
-ALL_SYSTEMS = "changejoin,flink-p1,flink-p2,flink-p1-bh,flink-p2-bh,spark-native"
+ALL_SYSTEMS = "changejoin,changejoin-rowkind,flink-p1,flink-p2,flink-p1-bh,flink-p2-bh,spark-native"
 
 
 def flink_python() -> str:
@@ -33,8 +34,18 @@ def flink_jars() -> list[str]:
 
 
 def systems_of(scenario: str, systems: list[str]) -> list[str]:
-    """Spark's native join runs the insert-only scenario only (no retractions, no mini-batch)."""
-    return [s for s in systems if s != "spark-native" or scenario == "inner-nopk"]
+    """Spark's native join runs the insert-only scenario only (no retractions, no mini-batch);
+    ``changejoin-rowkind`` (changejoin on the Avro/RowKind topics of the same changes, the
+    reference of the format's cost) only the debezium scenario, where ``changejoin`` reads
+    debezium-json."""
+    return [s for s in systems if (s != "spark-native" or scenario == "inner-nopk")
+            and (s != "changejoin-rowkind" or scenario == DEBEZIUM)]
+
+
+def peer_scenario(scenario: str) -> str:
+    """The scenario a peer runs (bench/flink_job.py's ``--scenario``): in the debezium scenario,
+    left-pk's job, which reads the same debezium-json topics as changejoin."""
+    return data_of(scenario) if scenario == DEBEZIUM else scenario
 
 
 def flink_command(fpython: str, fjars: list[str], bootstrap: str, scenario: str, system: str, orders: str,

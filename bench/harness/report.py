@@ -113,6 +113,7 @@ def render(args, scenarios, runs, lat_runs, expected, started) -> str:
             if r["kinds"] and r["round"] == 1:
                 lines.append(f"- {scenario} {r['system']} output by kind: "
                              + ", ".join(f"{k} {v:,}" for k, v in r["kinds"].items()))
+        lines += format_cost(scenario, [r for r in ok if r["scenario"] == scenario])
         dead = {f"{r['system']} r{r['round']}": r["dead_letters"] for r in mine if r.get("dead_letters")}
         if dead:
             lines.append(f"- {scenario}: DEAD LETTERS {dead}")
@@ -152,6 +153,24 @@ def render(args, scenarios, runs, lat_runs, expected, started) -> str:
     lines.append("")
     lines.append("PLOT")
     return "\n".join(lines)
+
+
+def format_cost(scenario: str, runs: list[dict]) -> list[str]:
+    """The debezium scenario's question: changejoin's input rows/s on the debezium-json topics over
+    its rows/s on the Avro/RowKind topics of the same changes (``changejoin-rowkind``), median,
+    min over min, and round by round (each round ran both, one after the other)."""
+    rates: dict[str, dict[int, float]] = {}
+    for r in runs:
+        if r["system"] in ("changejoin", "changejoin-rowkind"):
+            rates.setdefault(r["system"], {})[r["round"]] = r["in_rate"]
+    dbz, rowkind = rates.get("changejoin"), rates.get("changejoin-rowkind")
+    if not dbz or not rowkind:
+        return []
+    rounds = sorted(set(dbz) & set(rowkind))
+    return [f"- {scenario}: changejoin debezium-json / rowkind input rows/s: median "
+            f"{statistics.median(dbz.values()) / statistics.median(rowkind.values()):.2f}, min "
+            f"{min(dbz.values()) / min(rowkind.values()):.2f}; by round "
+            + ", ".join(f"r{n} {dbz[n] / rowkind[n]:.2f}" for n in rounds)]
 
 
 def plot(runs, lat_runs, png: Path, rows: int) -> None:
