@@ -127,11 +127,9 @@ class BrokerProcess:
     def log_tail(self, lines: int = 30) -> str:
         return log_tail(self.log_path, lines)
 
-    def _wait_ready(self, ready: Callable[[object], bool]) -> None:
-        """Until ``ready(admin client)`` is true; the broker exiting, or the start-up timeout, is an error."""
-        from confluent_kafka.admin import AdminClient
-
-        admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0})
+    def _wait_ready(self, ready: Callable[[], bool]) -> None:
+        """Until ``ready()`` is true (raising counts as not yet); the server exiting, or the start-up
+        timeout, is an error."""
         deadline = time.monotonic() + self.startup_timeout
         while True:
             assert self._proc is not None
@@ -139,7 +137,7 @@ class BrokerProcess:
                 raise self.Error(f"the {self.label} exited with code {self._proc.returncode} while starting on "
                                  f"{self.bootstrap}:\n{self.log_tail()}")
             try:
-                if ready(admin):
+                if ready():
                     return
             except Exception:
                 pass
@@ -147,6 +145,13 @@ class BrokerProcess:
                 raise self.Error(f"the {self.label} did not answer on {self.bootstrap} within "
                                  f"{self.startup_timeout:.0f} s:\n{self.log_tail()}")
             time.sleep(0.1)
+
+    def _wait_kafka_ready(self, ready: Callable[[object], bool]) -> None:
+        """:meth:`_wait_ready` for a Kafka broker: until ``ready(admin client)`` is true."""
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0})
+        self._wait_ready(lambda: ready(admin))
 
     def _terminate(self, kill: bool = False, timeout: float = 60) -> None:
         _RUNNING.discard(self)

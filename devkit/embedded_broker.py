@@ -126,7 +126,7 @@ class EmbeddedBroker(BrokerProcess):
                 self.port = free_port(self.host)
             try:
                 self._spawn(self.command(), env={**os.environ, "RUST_LOG": os.environ.get("RUST_LOG", "warn")})
-                self._wait_ready(lambda admin: admin.list_topics(timeout=1.0) is not None)
+                self._wait_kafka_ready(lambda admin: admin.list_topics(timeout=1.0) is not None)
                 return self.bootstrap
             except EmbeddedBrokerError as exc:
                 last_error = exc

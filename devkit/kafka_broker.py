@@ -200,7 +200,7 @@ class KafkaBroker(BrokerProcess):
             config = self._write_config()
             self._format(config)
             self._spawn(self._java("kafka.Kafka", str(config)))
-            self._wait_ready(lambda admin: NODE_ID in admin.list_topics(timeout=1.0).brokers)
+            self._wait_kafka_ready(lambda admin: NODE_ID in admin.list_topics(timeout=1.0).brokers)
             return self.bootstrap
 
         return self._start_retrying(self.port is None or self.controller_port is None, launch)

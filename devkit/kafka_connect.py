@@ -268,17 +268,7 @@ class KafkaConnect(BrokerProcess):
     def wait_ready(self) -> str:
         """Wait until the REST API answers and every remembered connector runs; return :attr:`url`."""
         deadline = time.monotonic() + self.startup_timeout
-        while True:
-            self._check_alive(f"while starting on {self.url}")
-            try:
-                self.request("GET", "/connectors", timeout=2.0)
-                break
-            except (KafkaConnectError, OSError):
-                pass
-            if time.monotonic() > deadline:
-                raise KafkaConnectError(f"the {self.label} did not answer on {self.url} within "
-                                        f"{self.startup_timeout:.0f} s:\n{self.log_tail()}")
-            time.sleep(0.1)
+        self._wait_ready(lambda: self.request("GET", "/connectors", timeout=2.0) is not None)
         for name in self.connectors:
             self.wait_running(name, max(1.0, deadline - time.monotonic()))
         return self.url

@@ -125,28 +125,14 @@ class PrometheusServer(BrokerProcess):
             if self.port is None or attempt:
                 self.port = free_port(self.host)
             self._spawn(self._command())
-            self._wait_http_ready()
+            self._wait_ready(self._answers_ready)
             return self.url
 
         return self._start_retrying(picked, launch)
 
-    def _wait_http_ready(self) -> None:
-        deadline = time.monotonic() + self.startup_timeout
-        while True:
-            assert self._proc is not None
-            if self._proc.poll() is not None:
-                raise self.Error(f"the {self.label} exited with code {self._proc.returncode} while starting on "
-                                 f"{self.bootstrap}:\n{self.log_tail()}")
-            try:
-                with urllib.request.urlopen(self.url + "/-/ready", timeout=2) as response:
-                    if response.status == 200:
-                        return
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise self.Error(f"the {self.label} did not answer on {self.bootstrap} within "
-                                 f"{self.startup_timeout:.0f} s:\n{self.log_tail()}")
-            time.sleep(0.1)
+    def _answers_ready(self) -> bool:
+        with urllib.request.urlopen(self.url + "/-/ready", timeout=2) as response:
+            return response.status == 200
 
     # ---- the HTTP API -------------------------------------------------------------------------
 

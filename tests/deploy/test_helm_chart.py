@@ -11,7 +11,6 @@ Without helm the tests are skipped on a developer machine, but fail when CI is s
 from __future__ import annotations
 
 import json
-import os
 import re
 from pathlib import Path
 
@@ -49,12 +48,7 @@ PROMETHEUS_RULE_CRD = Path(__file__).resolve().parent / "crds" / "monitoring.cor
 
 @pytest.fixture(scope="session")
 def helm() -> Path:
-    try:
-        return helm_tool.helm_path()
-    except helm_tool.HelmUnavailable as exc:
-        if os.environ.get("CI"):
-            pytest.fail(f"helm is required in CI: {exc}")
-        pytest.skip(f"helm unavailable: {exc}")
+    return helm_tool.helm_or_skip()
 
 
 def values_file(name: str) -> str:

@@ -120,3 +120,15 @@ def run_helm(*args: str, check: bool = False, timeout: float = 120) -> subproces
 
 if __name__ == "__main__":
     print(helm_path())
+
+
+def helm_or_skip() -> Path:
+    """helm, or a skipped test where it cannot be had (a failed one when CI is set)."""
+    import pytest
+
+    try:
+        return helm_path()
+    except HelmUnavailable as exc:
+        if os.environ.get("CI"):
+            pytest.fail(f"helm is required in CI: {exc}")
+        pytest.skip(f"helm unavailable: {exc}")

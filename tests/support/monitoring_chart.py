@@ -4,10 +4,8 @@ release "orders" in namespace "streaming" as the other chart tests render it. Th
 by :mod:`devkit.monitoring`."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-import pytest
 import yaml
 
 import helm_tool
@@ -19,20 +17,10 @@ CHART = helm_tool.REPO_ROOT / "helm" / "changejoin"
 DEFAULT_VALUES = Path(__file__).resolve().parents[1] / "deploy" / "values" / "default.yaml"
 
 
-def helm_or_skip() -> Path:
-    """helm, or skip (fail when CI is set), as the chart tests do."""
-    try:
-        return helm_tool.helm_path()
-    except helm_tool.HelmUnavailable as exc:
-        if os.environ.get("CI"):
-            pytest.fail(f"helm is required in CI: {exc}")
-        pytest.skip(f"helm unavailable: {exc}")
-
-
 def prometheus_rule(*sets: str) -> dict:
     """The rendered PrometheusRule (``prometheusRule.enabled=true`` plus ``sets``: ``--set`` each, or
     ``--set-json`` for one starting with ``json:``, as numbers need)."""
-    helm_or_skip()
+    helm_tool.helm_or_skip()
     args = ["template", RELEASE, str(CHART), "--namespace", NAMESPACE, "-f", str(DEFAULT_VALUES),
             "--set", "prometheusRule.enabled=true", "--show-only", "templates/prometheusrule.yaml"]
     for s in sets:
