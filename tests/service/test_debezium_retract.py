@@ -12,6 +12,7 @@ import pytest
 
 from bench.harness.changejoin import service_settings
 from bench.harness.data import changelogs, debezium, json_value, topics
+from bench.harness.peers import RETRACT_ENV
 from service.decode import InputDecoder
 from service.envelope import Target, unpack
 from service.planner import build_plan
@@ -19,7 +20,7 @@ from service.processor import JoinProcessor, NormalizeProcessor, UpsertProcessor
 from service.source import KafkaRecord
 from spark_fakes import KeyedHandle
 
-RETRACT = {"LEFT_CHANGELOG_MODE": "retract", "RIGHT_CHANGELOG_MODE": "retract"}
+RETRACT = RETRACT_ENV  # the bench system changejoin-retract's
 
 
 class Stages:
