@@ -22,19 +22,20 @@ append-only input
 ======================  ==========================================================================
 
 Keyed inputs (a primary key declared: ``LEFT_PRIMARY_KEY``) are read as upserts of that key
-by default instead (``*_CHANGELOG_MODE`` unset, or ``upsert``): ``c``, ``r`` and ``u`` are the key's new row, ``d`` its delete, and the normalize stage
-keyed by the primary key derives the retractions from the row it keeps. So a table captured with
-PostgreSQL's default ``REPLICA IDENTITY`` (an update without its before image, a delete whose
-before image holds only the key) is read correctly; without a primary key the before images are
-the only way to retract, and a message missing one is a dead letter whose detail names ``REPLICA
-IDENTITY FULL``. A keyed input declared ``*_CHANGELOG_MODE=retract`` is read by the table above
-too, as Flink's ``debezium-json`` reads every topic: its before images retract (REPLICA IDENTITY
-FULL required), and the planner joins it directly, without the normalize stage; a message without
-its before image, or whose before image lacks a NOT NULL column (a key-only image), is a dead
-letter naming REPLICA IDENTITY FULL (a key-only image of a table whose other columns are all
-nullable cannot be told from a full one). An input declared insert-only (``*_CHANGELOG_MODE=append``: an event or log table)
-reads ``c`` and ``r`` as ``+I`` of ``after`` whether or not it has a primary key; a ``u`` or a ``d``
-is no insert, so each is a dead letter (``debezium_change_on_append_topic``), and ``t``, ``m`` and
+by default instead (``*_CHANGELOG_MODE`` unset, or ``upsert``): ``c``, ``r`` and ``u`` are the
+key's new row, ``d`` its delete, and the normalize stage keyed by the primary key derives the
+retractions from the row it keeps. So a table captured with PostgreSQL's default ``REPLICA
+IDENTITY`` (an update without its before image, a delete whose before image holds only the key)
+is read correctly; without a primary key the before images are the only way to retract, and a
+message missing one is a dead letter whose detail names ``REPLICA IDENTITY FULL``. A keyed input
+declared ``*_CHANGELOG_MODE=retract`` is read by the table above too, as Flink's
+``debezium-json`` reads every topic: its before images retract (REPLICA IDENTITY FULL required),
+and the planner joins it directly, without the normalize stage; a message without its before
+image, or whose before image lacks a NOT NULL column (a key-only image), is a dead letter naming
+REPLICA IDENTITY FULL (a key-only image of a table whose other columns are all nullable cannot be
+told from a full one). An input declared insert-only (``*_CHANGELOG_MODE=append``: an event or
+log table) reads ``c`` and ``r`` as ``+I`` of ``after`` whether or not it has a primary key; a
+``u`` or a ``d`` is no insert, so each is a dead letter (``debezium_change_on_append_topic``), and ``t``, ``m`` and
 tombstones are skipped as above. Every malformed envelope (not JSON, no ``op``, no ``after`` on a create or an
 update, no ``before`` on a delete, a key that differs between before and after) is a dead letter.
 
