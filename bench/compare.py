@@ -11,7 +11,9 @@ then, one run at a time, in each round:
 
 - ``changejoin``: the service end to end (harness.changejoin.run_changejoin), Avro in, Avro out
   (the debezium scenario: debezium-json in), and ``changejoin-rowkind`` (the debezium scenario
-  only): the same service on the Avro/RowKind topics of the same changes;
+  only): the same service on the Avro/RowKind topics of the same changes, and ``changejoin-retract``
+  (the debezium scenario only, not by default): on the debezium-json topics with
+  ``*_CHANGELOG_MODE=retract`` (the before images retract, no normalize stage);
 - ``flink-p1`` / ``flink-p2``: the same SQL in Flink 2.3 (bench/flink_job.py, PyFlink Table API,
   streaming mode, RocksDB, parallelism 1 and 2) with a Kafka sink, and ``flink-p1-bh`` /
   ``flink-p2-bh`` with a blackhole sink (the sink's share);
@@ -84,7 +86,7 @@ from bench.harness.data import (END_ORDER_ID, SCENARIOS, changelogs, data_of, de
 from bench.harness.latency import child_changejoin_latency, latency_rates, latency_run
 from bench.harness.outputs import (TEMPORAL_FLINK_FIELDS, changejoin_reader, debezium_reader, flink_avro_reader,
                                    inner_expected, left_pk_expected, output_counts, temporal_expected)
-from bench.harness.peers import (ALL_SYSTEMS, flink_command, flink_jars, flink_python, peer_scenario,
+from bench.harness.peers import (ALL_SYSTEMS, RETRACT_ENV, flink_command, flink_jars, flink_python, peer_scenario,
                                  spark_native_command, systems_of)
 from bench.harness.processes import broker_pid, run_measured
 from bench.harness.report import append_results, fmt, plot, render, results_png
@@ -254,6 +256,8 @@ def one_run(args, bootstrap, scenario, system, rnd, info, fpython, fjars, logs, 
                "--scenario", data_of(scenario) if system == "changejoin-rowkind" else scenario, "--rows", str(args.rows),
                "--out", out, "--max-per-trigger", str(args.max_per_trigger),
                "--shuffle-partitions", str(args.shuffle_partitions), "--mini-batch-size", str(args.mini_batch_size)]
+        if system == "changejoin-retract":  # the debezium-json topics in retract mode
+            cmd += [a for name, value in RETRACT_ENV.items() for a in ("--service-env", f"{name}={value}")]
     elif system.startswith("flink"):
         sink = "blackhole" if system.endswith("-bh") else "kafka"
         if sink == "kafka":

@@ -290,8 +290,8 @@ class Settings(BaseModel):
             if path and not os.path.isfile(path):
                 problems.append(f"{var}: no such file {path!r}")
         for side in ("left", "right"):
-            if (getattr(self, f"{side}_changelog_mode") == "upsert" and not getattr(self, f"{side}_primary_key")
-                    and getattr(self, f"{side}_format") == "rowkind"):
+            # a Debezium side too: upsert is its default only with a primary key (planner._debezium_mode)
+            if getattr(self, f"{side}_changelog_mode") == "upsert" and not getattr(self, f"{side}_primary_key"):
                 problems.append(f"{side.upper()}_PRIMARY_KEY: required when {side.upper()}_CHANGELOG_MODE=upsert")
         if self.output_mode == "upsert" and not self.output_key:
             problems.append("OUTPUT_KEY: required when OUTPUT_MODE=upsert (the output columns forming the upsert key)")
@@ -357,12 +357,6 @@ class Settings(BaseModel):
                 if getattr(self, f"{side}_schema_file"):
                     problems.append(f"{side.upper()}_SCHEMA_FILE: not used with {var}=debezium-avro (each message's "
                                     "schema is the registry's); unset it")
-            mode = getattr(self, f"{side}_changelog_mode")
-            if f"{side}_changelog_mode" in self.model_fields_set and mode != "append":
-                problems.append(f"{side.upper()}_CHANGELOG_MODE: {mode} applies to {var}=rowkind only; a Debezium "
-                                f"topic's changes are read from its envelopes (as upserts of {side.upper()}_PRIMARY_KEY "
-                                "when one is declared). Its only mode is append, for an insert-only table (c and r "
-                                "are inserts; updates and deletes are dead letters)")
             if side == "right" and self.lookup:
                 problems.append(f"{var}: the right side of a lookup join is a database table; unset it")
         return problems

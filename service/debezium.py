@@ -22,14 +22,20 @@ append-only input
 ======================  ==========================================================================
 
 Keyed inputs (a primary key declared: ``LEFT_PRIMARY_KEY``) are read as upserts of that key
-instead: ``c``, ``r`` and ``u`` are the key's new row, ``d`` its delete, and the normalize stage
-keyed by the primary key derives the retractions from the row it keeps. So a table captured with
-PostgreSQL's default ``REPLICA IDENTITY`` (an update without its before image, a delete whose
-before image holds only the key) is read correctly; without a primary key the before images are
-the only way to retract, and a message missing one is a dead letter whose detail names ``REPLICA
-IDENTITY FULL``. An input declared insert-only (``*_CHANGELOG_MODE=append``: an event or log table)
-reads ``c`` and ``r`` as ``+I`` of ``after`` whether or not it has a primary key; a ``u`` or a ``d``
-is no insert, so each is a dead letter (``debezium_change_on_append_topic``), and ``t``, ``m`` and
+by default instead (``*_CHANGELOG_MODE`` unset, or ``upsert``): ``c``, ``r`` and ``u`` are the
+key's new row, ``d`` its delete, and the normalize stage keyed by the primary key derives the
+retractions from the row it keeps. So a table captured with PostgreSQL's default ``REPLICA
+IDENTITY`` (an update without its before image, a delete whose before image holds only the key)
+is read correctly; without a primary key the before images are the only way to retract, and a
+message missing one is a dead letter whose detail names ``REPLICA IDENTITY FULL``. A keyed input
+declared ``*_CHANGELOG_MODE=retract`` is read by the table above too, as Flink's
+``debezium-json`` reads every topic: its before images retract (REPLICA IDENTITY FULL required),
+and the planner joins it directly, without the normalize stage; a message without its before
+image, or whose before image lacks a NOT NULL column (a key-only image), is a dead letter naming
+REPLICA IDENTITY FULL (a key-only image of a table whose other columns are all nullable cannot be
+told from a full one). An input declared insert-only (``*_CHANGELOG_MODE=append``: an event or
+log table) reads ``c`` and ``r`` as ``+I`` of ``after`` whether or not it has a primary key; a
+``u`` or a ``d`` is no insert, so each is a dead letter (``debezium_change_on_append_topic``), and ``t``, ``m`` and
 tombstones are skipped as above. Every malformed envelope (not JSON, no ``op``, no ``after`` on a create or an
 update, no ``before`` on a delete, a key that differs between before and after) is a dead letter.
 
@@ -424,6 +430,8 @@ class DebeziumDecoder:
         self.key = key
         self.upsert = upsert
         self.append = append
+        # why a retracting input's message without a full before image is a dead letter (chosen here)
+        self.no_before = _NO_BEFORE_KEYED if key and not upsert else _NO_BEFORE
         if append:
             self._changes = self._insert_changes
 
@@ -473,13 +481,14 @@ class DebeziumDecoder:
                     self._same_key(self._row(before, "before", op, key_only=True), new)
                 return [(_UPDATE_AFTER, new)]
             if before is None:
-                raise DeadLetterError(Reason.DEBEZIUM_MALFORMED, _NO_BEFORE.format(op="an update"))
+                raise DeadLetterError(Reason.DEBEZIUM_MALFORMED, self.no_before.format(op="an update"))
             old = self._row(before, "before", op)
             self._same_key(old, new)
             return [(_UPDATE_BEFORE, old), (_UPDATE_AFTER, new)]
         if op == "d":
             if before is None:
-                raise DeadLetterError(Reason.DEBEZIUM_MALFORMED, "a delete without its before image")
+                raise DeadLetterError(Reason.DEBEZIUM_MALFORMED, "a delete without its before image" if self.upsert
+                                      else self.no_before.format(op="a delete"))
             return [(_DELETE, self._row(before, "before", op, key_only=self.upsert))]
         return self._changes_of_unknown(op)
 
@@ -510,8 +519,12 @@ class DebeziumDecoder:
             v = image.get(column)
             if v is None:
                 if not self.nullable[i] and not (key_only and i not in self.key):
-                    raise DeadLetterError(Reason.DEBEZIUM_MALFORMED, f"column {column} of the {which} image is "
-                                          f"{'NULL' if column in image else 'missing'}, and the column is not nullable")
+                    why = (f"column {column} of the {which} image is {'NULL' if column in image else 'missing'}, "
+                           "and the column is not nullable")
+                    if which == "before" and not self.upsert:  # a before image holding only the key
+                        why += "; " + self.no_before.format(op=f"op {op!r}").replace(" without its before image",
+                                                                                     " without a full before image", 1)
+                    raise DeadLetterError(Reason.DEBEZIUM_MALFORMED, why)
                 values.append(None)
                 continue
             try:
@@ -530,6 +543,9 @@ class DebeziumDecoder:
 _NO_BEFORE = ("{op} without its before image: without a primary key the before images are the only way to "
               "retract; capture the table with REPLICA IDENTITY FULL, or declare its primary key "
               "(*_PRIMARY_KEY) to read the topic as upserts")
+_NO_BEFORE_KEYED = ("{op} without its before image: in retract mode (*_CHANGELOG_MODE=retract) the before images "
+                    "retract; capture the table with REPLICA IDENTITY FULL, or unset *_CHANGELOG_MODE to read the "
+                    "topic as upserts of its primary key")
 
 
 def _source_time(envelope: dict) -> _dt.datetime:

@@ -476,7 +476,8 @@ def _side_plans(settings: Settings, kind: PlanKind, schemas, columns, names, key
     tables = (settings.left_table_name, settings.right_table_name)
     key_formats = (settings.left_key_format, settings.right_key_format)
     formats = (settings.left_format, settings.right_format)
-    modes = tuple(_debezium_mode(m, f, pk) for m, f, pk in zip(modes, formats, pks))
+    given = tuple(f"{side}_changelog_mode" in settings.model_fields_set for side in ("left", "right"))
+    modes = tuple(_debezium_mode(m, f, pk, g) for m, f, pk, g in zip(modes, formats, pks, given))
     sides = []
     for i in (0, 1):
         direct = formats[i] == "rowkind" and _joins_upsert_directly(kind, modes[i], keys[i], pks[i])
@@ -498,12 +499,15 @@ def _side_plans(settings: Settings, kind: PlanKind, schemas, columns, names, key
     return sides
 
 
-def _debezium_mode(mode: str, fmt: str, pk) -> str:
-    """An input's changelog mode. A Debezium topic's (service/debezium.py): append when declared
-    insert-only (``*_CHANGELOG_MODE=append``, the only mode it takes, with or without a primary key,
-    as a rowkind input's), else upserts of its primary key when one is declared, else a full
-    changelog; never joined directly (its message keys are JSON)."""
-    if fmt == "rowkind" or mode == "append":
+def _debezium_mode(mode: str, fmt: str, pk, given: bool) -> str:
+    """An input's changelog mode. A Debezium topic's (service/debezium.py) is the one
+    ``*_CHANGELOG_MODE`` declares (``append``: an insert-only table; ``retract``: the before images
+    retract, REPLICA IDENTITY FULL required; ``upsert``: upserts of the primary key, which it
+    requires), and unset, upserts of its primary key when one is declared, else ``retract``. A
+    Debezium side in retract mode with a primary key joins directly as a rowkind one does (no
+    normalize stage: ``SidePlan.normalized``); in upsert mode it is never joined directly (its
+    message keys are JSON)."""
+    if fmt == "rowkind" or given:
         return mode
     return "upsert" if pk else "retract"
 
@@ -511,7 +515,8 @@ def _debezium_mode(mode: str, fmt: str, pk) -> str:
 def _lookup_sides(settings: Settings, schemas, columns, names, keys, pks) -> list[SidePlan]:
     """A lookup join's stream, grouped by its rows' identity (its primary key, else every column),
     and its table, asked by the lookup key."""
-    mode = _debezium_mode(settings.left_changelog_mode, settings.left_format, pks[0])
+    mode = _debezium_mode(settings.left_changelog_mode, settings.left_format, pks[0],
+                          "left_changelog_mode" in settings.model_fields_set)
     identity = pks[0] if pks[0] else tuple(range(len(names[0])))
     left = SidePlan(
         side=0, topic=settings.left_topic, table=settings.left_table_name, columns=names[0],
@@ -642,7 +647,9 @@ def explain(plan: JoinPlan) -> str:
             mode = (f"{s.format}: upserts of the primary key (c, r, u: its row; d: its delete)" if s.changelog_mode == "upsert"
                     else f"{s.format}: inserts only (append): c, r -> +I; u, d: dead letters "
                     "(debezium_change_on_append_topic); tombstones, t and m skipped" if s.changelog_mode == "append"
-                    else f"{s.format}: c, r -> +I; u -> -U before, +U after; d -> -D before; tombstones and t skipped")
+                    else f"{s.format}: c, r -> +I; u -> -U before, +U after; d -> -D before; tombstones and t skipped"
+                    + ("; the before images retract (REPLICA IDENTITY FULL required); joined directly, no normalize "
+                       "stage" if s.primary_key else ""))
             mode += "; row schema " + (f"the registry's latest of {s.topic}-value, each message read with its own"
                                        if s.format == "debezium-avro" else "embedded in the messages"
                                        if s.source_types is not None else "from the schema file")

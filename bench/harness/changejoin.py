@@ -91,10 +91,13 @@ def run_changejoin(bootstrap: str, scenario: str, rows: int, max_per_trigger: in
 
 def child_changejoin(args) -> None:
     """One changejoin run in this (child) process, reporting start/end as JSON lines."""
+    from .latency import service_env
+
     emit = lambda event, **f: print(json.dumps({"event": event, **f}), flush=True)  # noqa: E731
     result = run_changejoin(args.bootstrap, args.scenario, args.rows, args.max_per_trigger,
                             args.shuffle_partitions, out=args.out,
-                            on_start=lambda: emit("start"), mini_batch_size=args.mini_batch_size)
+                            on_start=lambda: emit("start"), mini_batch_size=args.mini_batch_size,
+                            extra=service_env(args) or None)  # changejoin-retract's (compare.one_run)
     d = result["durations"]
     emit("end", elapsed=result["elapsed"], batches=len(d), state_bytes=result["state_bytes"],
          batch_p50=percentile(d, 0.5), batch_p99=percentile(d, 0.99))

@@ -13,6 +13,10 @@ from .data import DEBEZIUM, data_of
 FLINK_VERSION = "2.3.0"
 FLINK_VENV = ROOT / ".cache" / "flink-venv"
 ALL_SYSTEMS = "changejoin,changejoin-rowkind,flink-p1,flink-p2,flink-p1-bh,flink-p2-bh,spark-native"
+#: ``changejoin-retract`` (not in the default systems): changejoin on the debezium scenario's
+#: debezium-json topics in retract mode, its before images retracting, joined directly without the
+#: normalize stage; the service variables it adds.
+RETRACT_ENV = {"LEFT_CHANGELOG_MODE": "retract", "RIGHT_CHANGELOG_MODE": "retract"}
 
 
 def flink_python() -> str:
@@ -36,10 +40,11 @@ def flink_jars() -> list[str]:
 def systems_of(scenario: str, systems: list[str]) -> list[str]:
     """Spark's native join runs the insert-only scenario only (no retractions, no mini-batch);
     ``changejoin-rowkind`` (changejoin on the Avro/RowKind topics of the same changes, the
-    reference of the format's cost) only the debezium scenario, where ``changejoin`` reads
+    reference of the format's cost) and ``changejoin-retract`` (the same debezium-json topics in
+    retract mode: ``RETRACT_ENV``) only the debezium scenario, where ``changejoin`` reads
     debezium-json."""
     return [s for s in systems if (s != "spark-native" or scenario == "inner-nopk")
-            and (s != "changejoin-rowkind" or scenario == DEBEZIUM)]
+            and (s not in ("changejoin-rowkind", "changejoin-retract") or scenario == DEBEZIUM)]
 
 
 def peer_scenario(scenario: str) -> str:

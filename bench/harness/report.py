@@ -161,16 +161,22 @@ def format_cost(scenario: str, runs: list[dict]) -> list[str]:
     min over min, and round by round (each round ran both, one after the other)."""
     rates: dict[str, dict[int, float]] = {}
     for r in runs:
-        if r["system"] in ("changejoin", "changejoin-rowkind"):
+        if r["system"] in ("changejoin", "changejoin-rowkind", "changejoin-retract"):
             rates.setdefault(r["system"], {})[r["round"]] = r["in_rate"]
-    dbz, rowkind = rates.get("changejoin"), rates.get("changejoin-rowkind")
-    if not dbz or not rowkind:
-        return []
-    rounds = sorted(set(dbz) & set(rowkind))
-    return [f"- {scenario}: changejoin debezium-json / rowkind input rows/s: median "
-            f"{statistics.median(dbz.values()) / statistics.median(rowkind.values()):.2f}, min "
-            f"{min(dbz.values()) / min(rowkind.values()):.2f}; by round "
-            + ", ".join(f"r{n} {dbz[n] / rowkind[n]:.2f}" for n in rounds)]
+    lines = []
+    # changejoin-retract: the debezium-json topics in retract mode, over rowkind and over upserts
+    for name, num, den in (("debezium-json / rowkind", "changejoin", "changejoin-rowkind"),
+                           ("debezium-json retract / rowkind", "changejoin-retract", "changejoin-rowkind"),
+                           ("debezium-json retract / upsert", "changejoin-retract", "changejoin")):
+        a, b = rates.get(num), rates.get(den)
+        if not a or not b:
+            continue
+        rounds = sorted(set(a) & set(b))
+        lines.append(f"- {scenario}: changejoin {name} input rows/s: median "
+                     f"{statistics.median(a.values()) / statistics.median(b.values()):.2f}, min "
+                     f"{min(a.values()) / min(b.values()):.2f}; by round "
+                     + ", ".join(f"r{n} {a[n] / b[n]:.2f}" for n in rounds))
+    return lines
 
 
 def plot(runs, lat_runs, png: Path, rows: int) -> None:

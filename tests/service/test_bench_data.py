@@ -67,3 +67,23 @@ def test_the_debezium_scenario_is_left_pk_on_its_debezium_json_topics(tmp_path):
     plan = build_plan(settings)  # row schemas from the schema files: no broker asked
     rowkind = build_plan(service_settings("127.0.0.1:1", "left-pk", 1, 1, str(tmp_path / "cp2")))
     assert plan.output_schema["fields"] == rowkind.output_schema["fields"]
+
+
+def test_changejoin_retract_runs_the_debezium_scenario_in_retract_mode_and_is_reported_against_both(tmp_path):
+    from bench.harness.changejoin import service_settings
+    from bench.harness.peers import RETRACT_ENV, systems_of
+    from bench.harness.report import format_cost
+    from service.planner import build_plan
+
+    systems = ["changejoin", "changejoin-rowkind", "changejoin-retract"]
+    assert systems_of("debezium", systems) == systems and systems_of("left-pk", systems) == ["changejoin"]
+    plan = build_plan(service_settings("127.0.0.1:1", "debezium", 1, 1, str(tmp_path / "cp"), extra=RETRACT_ENV))
+    assert [(s.changelog_mode, s.normalized) for s in plan.sides] == [("retract", False)] * 2
+    runs = [{"system": system, "round": n, "in_rate": rate} for n in (1, 2)
+            for system, rate in (("changejoin", 700.0), ("changejoin-rowkind", 1000.0), ("changejoin-retract", 910.0))]
+    assert format_cost("debezium", runs) == [
+        "- debezium: changejoin debezium-json / rowkind input rows/s: median 0.70, min 0.70; by round r1 0.70, r2 0.70",
+        "- debezium: changejoin debezium-json retract / rowkind input rows/s: median 0.91, min 0.91; by round r1 0.91, "
+        "r2 0.91",
+        "- debezium: changejoin debezium-json retract / upsert input rows/s: median 1.30, min 1.30; by round r1 1.30, "
+        "r2 1.30"]

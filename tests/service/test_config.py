@@ -75,17 +75,19 @@ def test_debezium_formats_refuse_what_they_cannot_read_in_one_line(change, line)
     assert str(err.value).splitlines()[-1].strip() == line
 
 
-@pytest.mark.parametrize("mode", ["retract", "upsert"])
-def test_a_debezium_input_takes_only_the_append_changelog_mode(mode):
-    with pytest.raises(ConfigError) as err:
-        load_settings({**VALID, "RIGHT_FORMAT": "debezium-json", "RIGHT_CHANGELOG_MODE": mode})
-    line = str(err.value).splitlines()[-1].strip()
-    assert line.startswith(f"RIGHT_CHANGELOG_MODE: {mode} applies to RIGHT_FORMAT=rowkind only")
-    assert "Its only mode is append, for an insert-only table" in line
-    for primary_key in ("product", None):
-        env = {**VALID, "RIGHT_FORMAT": "debezium-json", "RIGHT_CHANGELOG_MODE": "append", "RIGHT_PRIMARY_KEY": primary_key}
-        settings = load_settings({k: v for k, v in env.items() if v is not None})
-        assert settings.right_changelog_mode == "append"
+@pytest.mark.parametrize("primary_key", ["product", None])
+@pytest.mark.parametrize("mode", ["append", "retract", "upsert", None])
+def test_a_debezium_inputs_changelog_mode_is_append_retract_or_upsert_as_a_rowkind_inputs(mode, primary_key):
+    env = {**VALID, "RIGHT_FORMAT": "debezium-json", "RIGHT_CHANGELOG_MODE": mode, "RIGHT_PRIMARY_KEY": primary_key}
+    env = {k: v for k, v in env.items() if v is not None}
+    if mode == "upsert" and primary_key is None:  # the one rule of rowkind inputs
+        with pytest.raises(ConfigError) as err:
+            load_settings(env)
+        assert str(err.value).splitlines()[-1].strip() == \
+            "RIGHT_PRIMARY_KEY: required when RIGHT_CHANGELOG_MODE=upsert"
+        return
+    settings = load_settings(env)
+    assert settings.right_changelog_mode == (mode or "retract")  # unset: the planner decides (test_plan.py)
 
 
 def test_source_ts_ms_is_a_debezium_sides_event_time():

@@ -54,6 +54,36 @@ def test_keyed_inputs_are_upserts_and_need_no_before_image():
     assert d.changes(msg("d", before={"id": 1, "name": None, "balance": None})) == ([(D, (1, None, None))], None)
 
 
+@pytest.mark.parametrize("schema", [False, True])
+def test_a_keyed_input_in_retract_mode_retracts_its_before_images_and_dead_letters_what_lacks_them(schema):
+    # *_CHANGELOG_MODE=retract with a primary key: upsert False, key (0,); name NOT NULL here
+    d = DebeziumDecoder(COLUMNS, TYPES, (False, False, True), None, (0,), upsert=False)
+    assert d.changes(msg("c", after=ALICE, schema=schema)) == ([(I, (1, "alice", Decimal("10.50")))], None)
+    assert d.changes(msg("r", after=ALICE, schema=schema)) == ([(I, (1, "alice", Decimal("10.50")))], None)
+    assert d.changes(msg("u", ALICE, ALICE2, schema=schema)) == (
+        [(UB, (1, "alice", Decimal("10.50"))), (UA, (1, "alice b", Decimal("-0.05")))], None)
+    assert d.changes(msg("d", before=ALICE2, schema=schema)) == ([(D, (1, "alice b", Decimal("-0.05")))], None)
+    assert d.changes(msg("t", schema=schema)) == ([], "debezium_truncate")
+    assert d.changes(None) == ([], "debezium_tombstone")
+    key_only = {"id": 1, "name": None, "balance": None}  # REPLICA IDENTITY DEFAULT's delete
+    for value, detail in ((msg("u", None, ALICE2, schema=schema), "an update without its before image"),
+                          (msg("d", schema=schema), "a delete without its before image"),
+                          (msg("d", before=key_only, schema=schema), "op 'd' without a full before image"),
+                          (msg("u", key_only, ALICE2, schema=schema), "op 'u' without a full before image"),
+                          (msg("d", before={"id": 1}, schema=schema), "column name of the before image is missing")):
+        with pytest.raises(DeadLetterError) as err:
+            d.changes(value)
+        assert err.value.reason == "debezium_malformed"
+        assert detail in err.value.detail and "REPLICA IDENTITY FULL" in err.value.detail, err.value.detail
+        if "missing" not in detail and "full" not in detail:
+            assert "unset *_CHANGELOG_MODE to read the topic as upserts of its primary key" in err.value.detail
+    with pytest.raises(DeadLetterError, match="differs from the after image"):
+        d.changes(msg("u", ALICE, {**ALICE2, "id": 2}, schema=schema))
+    # without a key, the advice is to declare one
+    with pytest.raises(DeadLetterError, match="declare its primary key"):
+        DebeziumDecoder(COLUMNS, TYPES, NULLABLE, None, None, upsert=False).changes(msg("d"))
+
+
 @pytest.mark.parametrize("key", [None, (0,)])
 @pytest.mark.parametrize("schema", [False, True])
 def test_an_append_only_input_reads_inserts_and_dead_letters_updates_and_deletes(schema, key):

@@ -105,6 +105,32 @@ def test_keyed_inputs_are_upserts(fake_schema_registry, schema_registry_url):
     assert d.changes(t.msg("d", before={"id": 1, "name": None, "balance": None})) == ([(D, (1, None, None))], None)
 
 
+def test_a_keyed_input_in_retract_mode_retracts_its_before_images(fake_schema_registry, schema_registry_url):
+    t = Topic(fake_schema_registry)
+    row = avro_row_schema(SchemaRegistry(schema_registry_url).latest("t-value")[1], "t")[0]
+    for f in row["fields"]:  # name NOT NULL in the reader's row schema: a key-only image is told apart
+        if f["name"] == "name":
+            f["type"] = "string"
+            f.pop("default", None)
+    d = decoder(schema_registry_url, schema=row, key=(0,), upsert=False)
+    bob = alice(name="bob", balance="/rs=")  # -3.25
+    assert d.changes(t.msg("c", after=alice())) == ([(I, ALICE)], None)
+    assert d.changes(t.msg("r", after=alice())) == ([(I, ALICE)], None)
+    assert d.changes(t.msg("u", alice(), bob)) == ([(UB, ALICE), (UA, (1, "bob", Decimal("-3.25")))], None)
+    assert d.changes(t.msg("d", before=bob)) == ([(D, (1, "bob", Decimal("-3.25")))], None)
+    assert d.changes(t.msg("t")) == ([], "debezium_truncate")
+    for message, detail in ((t.msg("u", None, bob), "an update without its before image"),
+                            (t.msg("d"), "a delete without its before image"),
+                            (t.msg("d", before={"id": 1, "name": None, "balance": None}),
+                             "op 'd' without a full before image")):
+        with pytest.raises(DeadLetterError) as err:
+            d.changes(message)
+        assert err.value.reason == "debezium_malformed"
+        assert detail in err.value.detail and "REPLICA IDENTITY FULL" in err.value.detail
+    with pytest.raises(DeadLetterError, match="differs from the after image"):
+        d.changes(t.msg("u", alice(), alice(id=2)))
+
+
 @pytest.mark.parametrize("key", [None, (0,)])
 def test_an_append_only_input_reads_inserts_and_dead_letters_updates_and_deletes(key, fake_schema_registry,
                                                                                   schema_registry_url):

@@ -390,6 +390,58 @@ def test_an_insert_only_debezium_topic_in_a_regular_join_is_read_as_inserts():
     assert changelog.left.changelog_mode == "upsert" and changelog.left.normalized
 
 
+@pytest.mark.parametrize("fmt", ["debezium-json", "debezium-avro"])
+def test_a_keyed_debezium_topic_in_retract_mode_joins_directly_as_a_rowkind_retract_topic(fmt, fake_schema_registry,
+                                                                                          schema_registry_url):
+    rowkind = plan_for()[1]
+    both = {"LEFT_FORMAT": "debezium-json", "RIGHT_FORMAT": "debezium-json"}
+    if fmt == "debezium-avro":
+        both = {"LEFT_FORMAT": fmt, "LEFT_SCHEMA_FILE": None, "RIGHT_FORMAT": fmt, "RIGHT_SCHEMA_FILE": None,
+                "SCHEMA_REGISTRY_URL": schema_registry_url}
+        _register_envelopes(fake_schema_registry)
+    env = {k: v for k, v in both.items() if v is not None}
+    nulls = [k for k, v in both.items() if v is None]
+
+    def plan(**more):
+        settings = load_settings({k: v for k, v in {**VALID, **env, **more}.items() if k not in nulls})
+        return build_plan(settings)
+
+    retract = plan(LEFT_CHANGELOG_MODE="retract", RIGHT_CHANGELOG_MODE="retract")
+    # the before images retract: each side as the rowkind retract side with the same primary key
+    for s, r in zip(retract.sides, rowkind.sides):
+        assert (s.format, s.changelog_mode, s.normalized, s.direct_upsert) == (fmt, "retract", False, False)
+        assert (s.primary_key, s.join_key, s.layout) == (r.primary_key, r.join_key, r.layout)
+    assert retract.stages() == rowkind.stages() and not any(st.startswith("normalize") for st in retract.stages())
+    assert JoinPlan.from_json(retract.to_json()) == retract
+    explained = explain(retract)
+    assert explained.count(f"{fmt}: c, r -> +I; u -> -U before, +U after; d -> -D before; tombstones and t skipped; "
+                           "the before images retract (REPLICA IDENTITY FULL required); joined directly, no "
+                           "normalize stage") == 2
+    # unset, or upsert: upserts of the key through the normalize stage, as before
+    default, upsert = plan(), plan(LEFT_CHANGELOG_MODE="upsert", RIGHT_CHANGELOG_MODE="upsert")
+    assert default == upsert
+    assert [(s.changelog_mode, s.normalized) for s in default.sides] == [("upsert", True)] * 2
+    assert sum(st.startswith("normalize") for st in default.stages()) == 2
+    # one side in each mode
+    mixed = plan(RIGHT_CHANGELOG_MODE="retract")
+    assert [(s.changelog_mode, s.normalized) for s in mixed.sides] == [("upsert", True), ("retract", False)]
+    # without a primary key, retract is the default: declaring it changes nothing
+    keyless = {"LEFT_PRIMARY_KEY": "", "RIGHT_PRIMARY_KEY": ""}
+    assert plan(**keyless, LEFT_CHANGELOG_MODE="retract", RIGHT_CHANGELOG_MODE="retract") == plan(**keyless)
+
+
+def _register_envelopes(registry):
+    from debezium_avro import avro_schema
+    from test_debezium_avro import connect_envelope
+
+    for topic, fields in (("orders", [("order_id", "int64", False), ("product", "string", False),
+                                      ("quantity", "int32", False)]),
+                          ("prices", [("product", "string", False), ("price", "float64", False),
+                                      ("currency", "string", True)])):
+        columns = [{"field": f, "type": t, "optional": o} for f, t, o in fields]
+        registry.register(f"{topic}-value", avro_schema(connect_envelope(columns)))
+
+
 def test_check_config_shows_how_an_insert_only_debezium_topic_is_read():
     from test_config import VALID as BASE
     from test_config import changejoin
