@@ -121,7 +121,9 @@ class JoinMetrics:
         self.lost_records = Gauge(
             PREFIX + "input_lost_records", "Input records deleted (retention, a re-created topic) before they were "
             "read, skipped with FAIL_ON_DATA_LOSS=false, since the checkpoint began (0 until a progress reported "
-            "the side).", ["side"], registry=r)
+            "the side; NaN once the side's topic was deleted and re-created, losing what it held unread, in a number not "
+            "known).", ["side"], registry=r)
+        self._lost_unknown: set[str] = set()
         self.late_probe_rows = Counter(
             PREFIX + "late_probe_rows", "Records dropped as late, sent to the dead-letter topic with reason "
             "'late': probe rows of event-time temporal joins at or behind the watermark, records of window "
@@ -261,8 +263,13 @@ class JoinMetrics:
                 self.input_lag.labels(side=side, partition=partition).set(lag)
             if lags and not any(lags.values()):
                 self.caught_up_time.labels(side=side).set(time.time())
-            end = source.get("endOffset")
-            if isinstance(end, Mapping):
+            end, start = source.get("endOffset"), source.get("startOffset")
+            if isinstance(end, Mapping) and isinstance(start, Mapping) \
+                    and start.get("topic_id") not in (None, end.get("topic_id")):
+                self._lost_unknown.add(side)  # the topic re-created: what it held unread is not known
+            if side in self._lost_unknown:
+                self.lost_records.labels(side=side).set(float("nan"))
+            elif isinstance(end, Mapping):
                 lost = end.get("lost", 0)
                 self.lost_records.labels(side=side).set(lost if isinstance(lost, int) else 0)
         event_time = progress.get("eventTime") or {}

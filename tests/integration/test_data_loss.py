@@ -10,6 +10,7 @@ what was lost where that is known, and joins what remains with the join state it
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -191,6 +192,6 @@ def test_a_topic_deleted_and_re_created_stops_the_service_or_is_read_from_its_be
     # FAIL_ON_DATA_LOSS=false: the new topic is read from its beginning, with the state of the
     # first run (order 1's delete retracts its joined row). How much was lost is not known.
     service = run_observed(h, FAIL_ON_DATA_LOSS="false")
-    assert lost_records(service) is None
+    assert math.isnan(lost_records(service)), "a re-created topic's loss counted as a number"
     assert h.retract_table() == Counter(
         {(2, "ink", 3, 7.0): 1, (3, "pen", 1, None): 1, **{(i, "book", i, 12.5): 1 for i in range(4, 9)}})

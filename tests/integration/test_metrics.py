@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import socket
 import sys
 import time
@@ -97,6 +98,22 @@ def test_records_lost_before_they_were_read_come_from_the_source_offsets():
     assert value(m, "changejoin_input_lost_records", side="left") == 4
     assert value(m, "changejoin_input_lag_records", side="left", partition="0") == 0  # "lost" is no partition
     assert value(m, "changejoin_input_lost_records", side="right") == 0  # none lost: 0, not absent
+
+
+
+def test_a_re_created_topic_makes_the_sides_loss_unknown_not_zero():
+    m = JoinMetrics()
+    m.observe_progress(progress(1, left=2, left_end={"0": 2, "topic_id": "a"}))
+    assert value(m, "changejoin_input_lost_records", side="left") == 0
+    recreated = progress(2, left_end={"0": 0, "topic_id": "b"})
+    recreated["sources"][0]["startOffset"] = {"0": 2, "topic_id": "a"}  # the batch that moves to the new log
+    m.observe_progress(recreated)
+    assert math.isnan(value(m, "changejoin_input_lost_records", side="left"))
+    later = progress(3, left=3, left_end={"0": 3, "topic_id": "b"})
+    later["sources"][0]["startOffset"] = {"0": 0, "topic_id": "b"}
+    m.observe_progress(later)
+    assert math.isnan(value(m, "changejoin_input_lost_records", side="left")), "the unknown loss was forgotten"
+    assert value(m, "changejoin_input_lost_records", side="right") == 0
 
 
 def test_a_side_is_caught_up_after_a_batch_that_left_nothing_unread(monkeypatch):
