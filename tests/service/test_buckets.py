@@ -224,7 +224,17 @@ class Query:
 
     def __init__(self, env: dict, buckets: int):
         settings = {name: value for name, value in {**VALID, **env}.items() if value is not None}
-        self.plan = build_plan(load_settings({**settings, "STATE_BUCKETS": str(buckets)}))
+        self._stages(build_plan(load_settings({**settings, "STATE_BUCKETS": str(buckets)})))
+
+    @classmethod
+    def of_plan(cls, plan) -> "Query":
+        """The stages of ``plan``, however its settings were made."""
+        query = cls.__new__(cls)
+        query._stages(plan)
+        return query
+
+    def _stages(self, plan) -> None:
+        self.plan = plan
         plan_json = self.plan.to_json()
         self.decoders = [InputDecoder(self.plan, side, "rowkind", None) for side in (0, 1)]
         self.normalize = {side: (NormalizeProcessor(plan_json, side), KeyedHandle())

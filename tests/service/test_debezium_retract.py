@@ -13,47 +13,20 @@ import pytest
 from bench.harness.changejoin import service_settings
 from bench.harness.data import changelogs, debezium, json_value, topics
 from bench.harness.peers import RETRACT_ENV
-from service.decode import InputDecoder
 from service.envelope import Target, unpack
 from service.planner import build_plan
-from service.processor import JoinProcessor, NormalizeProcessor, UpsertProcessor
 from service.source import KafkaRecord
-from spark_fakes import KeyedHandle
+from test_buckets import Query
 
 RETRACT = RETRACT_ENV  # the bench system changejoin-retract's
 
 
-class Stages:
+def stages(checkpoint: str, env: dict, buckets: int) -> Query:
     """One plan's stages (normalize per side where planned, the join, the upsert materializer),
-    with Spark's state faked per stage."""
-
-    def __init__(self, checkpoint: str, env: dict, buckets: int):
-        settings = service_settings("127.0.0.1:1", "debezium", 1, 1, checkpoint,
-                                    extra={**env, "STATE_BUCKETS": str(buckets)})
-        self.plan = build_plan(settings)
-        plan_json = self.plan.to_json()
-        self.decoders = [InputDecoder(self.plan, side, "rowkind", None) for side in (0, 1)]
-        self.normalize = {side: (NormalizeProcessor(plan_json, side), KeyedHandle())
-                          for side in (0, 1) if self.plan.sides[side].normalized}
-        self.join = (JoinProcessor(plan_json), KeyedHandle())
-        self.upsert = (UpsertProcessor(plan_json), KeyedHandle()) if self.plan.upsert_materializer else None
-        for processor, handle in [*self.normalize.values(), self.join, *([self.upsert] if self.upsert else [])]:
-            processor.init(handle)
-
-    def batch(self, records: list) -> list:
-        envelopes = []
-        for side in (0, 1):
-            rows = list(self.decoders[side].map_all([r for s, r in records if s == side]))
-            if side in self.normalize:
-                processor, handle = self.normalize[side]
-                rows = handle.run(processor, rows, lambda r: r[0])
-            envelopes += rows
-        processor, handle = self.join
-        out = handle.run(processor, envelopes, lambda r: r[0], 5_000, -1, None)
-        if self.upsert:
-            processor, handle = self.upsert
-            out = handle.run(processor, out, lambda r: r.okey, 5_000, -1)
-        return out
+    with Spark's state faked per stage, for the bench's settings plus ``env``."""
+    settings = service_settings("127.0.0.1:1", "debezium", 1, 1, checkpoint,
+                                extra={**env, "STATE_BUCKETS": str(buckets)})
+    return Query.of_plan(build_plan(settings))
 
 
 def batches(rows: int, per_batch: int) -> list[list]:
@@ -80,8 +53,8 @@ def table_after(rows, table: Counter) -> Counter:
 
 @pytest.mark.parametrize("buckets", [0, 8])
 def test_retract_mode_and_upserts_of_the_key_join_to_the_same_table(tmp_path, buckets):
-    upserts = Stages(str(tmp_path / "u"), {}, buckets)
-    retract = Stages(str(tmp_path / "r"), RETRACT, buckets)
+    upserts = stages(str(tmp_path / "u"), {}, buckets)
+    retract = stages(str(tmp_path / "r"), RETRACT, buckets)
     assert sorted(upserts.normalize) == [0, 1] and not retract.normalize  # what the mode saves
     assert [s.changelog_mode for s in retract.plan.sides] == ["retract", "retract"]
     tables = (Counter(), Counter())
@@ -93,7 +66,7 @@ def test_retract_mode_and_upserts_of_the_key_join_to_the_same_table(tmp_path, bu
 
 
 def test_a_key_only_before_image_is_a_dead_letter_in_retract_mode(tmp_path):
-    retract = Stages(str(tmp_path / "r"), RETRACT, 0)
+    retract = stages(str(tmp_path / "r"), RETRACT, 0)
     names = topics("debezium")
     row = {"order_id": 7, "product": "p1", "quantity": 2}
     key_only = {"order_id": 7, "product": None, "quantity": None}
