@@ -141,8 +141,10 @@ class SidePlan:
         return self.changelog_mode == "upsert" and not self.direct_upsert and not self.lookup_stream
 
 
-DEFAULT_STATE_BUCKETS = 1024
-"""Buckets of a new checkpoint unless ``STATE_BUCKETS`` says otherwise (bench/results/RESULTS.md)."""
+DEFAULT_STATE_BUCKETS = 256
+"""Buckets of a new checkpoint unless ``STATE_BUCKETS`` says otherwise: fewer buckets mean fewer
+state calls per micro-batch, more buckets smaller bucket values to rewrite; 256 read 1M rows per
+side faster than 1,024 and 128 (bench/results/RESULTS.md, 2026-11-26 evening)."""
 
 
 @dataclass(frozen=True)

@@ -495,6 +495,7 @@ import json as _json  # noqa: E402
 
 from service import checkpoint  # noqa: E402
 from service.checkpoint import CheckpointMismatch, reconcile  # noqa: E402
+from service.plan import DEFAULT_STATE_BUCKETS  # noqa: E402
 
 
 def bucket_plan(buckets: str | None):
@@ -505,9 +506,9 @@ def bucket_plan(buckets: str | None):
 def test_a_new_checkpoint_takes_the_default_count_and_records_it(tmp_path):
     plan, explicit = bucket_plan(None)
     where = str(tmp_path / "cp")
-    assert reconcile(plan, where, buckets_set=explicit).state_buckets == 1024
+    assert reconcile(plan, where, buckets_set=explicit).state_buckets == DEFAULT_STATE_BUCKETS > 0
     facts = _json.loads((tmp_path / "cp" / checkpoint.FILE_NAME).read_text())["facts"]
-    assert facts["state_buckets"] == 1024
+    assert facts["state_buckets"] == DEFAULT_STATE_BUCKETS
 
 
 def test_unset_the_count_is_the_checkpoints_set_to_another_it_is_refused(tmp_path):
