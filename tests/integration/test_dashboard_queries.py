@@ -107,10 +107,10 @@ def test_every_panel_query_and_alert_expression_returns_series(kafka_bootstrap, 
         assert len(checked) >= 5
 
         # Real values behind a few panels: both sides read, the late row counted, the JVM's heap.
-        read = {s["metric"]["side"]: float(s["value"][1]) for s in answers(prometheus, 
+        read = {s["metric"]["side"]: float(s["value"][1]) for s in answers(prometheus,
             f'changejoin_input_records_total{{job="{FULLNAME}"}}')}
         assert read == {"left": 5, "right": 3}
-        heap = {s["metric"]["area"]: float(s["value"][1]) for s in answers(prometheus, 
+        heap = {s["metric"]["area"]: float(s["value"][1]) for s in answers(prometheus,
             f'changejoin_jvm_memory_bytes{{job="{FULLNAME}"}}')}
         assert 0 < heap["used"] <= heap["committed"] <= heap["max"]
         watermark = float(answers(prometheus, f'changejoin_watermark_timestamp_seconds{{job="{FULLNAME}"}}')[0]["value"][1])

@@ -100,7 +100,6 @@ def test_records_lost_before_they_were_read_come_from_the_source_offsets():
     assert value(m, "changejoin_input_lost_records", side="right") == 0  # none lost: 0, not absent
 
 
-
 def test_a_re_created_topic_makes_the_sides_loss_unknown_not_zero():
     m = JoinMetrics()
     m.observe_progress(progress(1, left=2, left_end={"0": 2, "topic_id": "a"}))
