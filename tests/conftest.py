@@ -57,6 +57,8 @@ def spark() -> Iterator["pyspark.sql.SparkSession"]:  # noqa: F821
     """One local[2] SparkSession for the whole test session."""
     from pyspark.sql import SparkSession
 
+    from service.session import WORKER_SITE
+
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     session = (
@@ -71,7 +73,8 @@ def spark() -> Iterator["pyspark.sql.SparkSession"]:  # noqa: F821
             "spark.sql.streaming.stateStore.providerClass",
             "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
         )
-        .config("spark.executorEnv.PYTHONPATH", os.environ["PYTHONPATH"])
+        # As the service's workers (service/session.py): the installed PySpark, not Spark's zip of it.
+        .config("spark.executorEnv.PYTHONPATH", os.pathsep.join((os.environ["PYTHONPATH"], str(WORKER_SITE))))
         .config("spark.driver.extraJavaOptions", "-Dlog4j2.rootLogger.level=warn")
         .getOrCreate()
     )

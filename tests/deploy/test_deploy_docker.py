@@ -414,3 +414,18 @@ def test_the_image_copies_no_tooling(dockerfile):
         shipped = {top for top in copied if any(fnmatch.fnmatchcase(top, p) for p in include)}
         assert any(fnmatch.fnmatchcase("devkit", p) for p in include), "devkit is installed in a checkout"
     assert shipped == {"operators", "service"}
+
+
+def test_the_build_holds_the_files_the_service_opens_by_path(tmp_path):
+    """The image installs the project from its wheel, whose files are what setuptools builds: the
+    log4j configuration the JVMs read, and the workers' sitecustomize (service/workersite, a
+    directory on their path rather than a package, so package data) must be among them."""
+    import sys
+
+    build = subprocess.run(
+        [sys.executable, "-c", "import sys; from setuptools import setup; "
+         f"sys.argv = ['setup.py', '-q', 'build_py', '--build-lib', {str(tmp_path)!r}]; setup()"],
+        cwd=ROOT, capture_output=True, text=True)
+    assert build.returncode == 0, build.stderr
+    for name in ("service/log4j2.properties", "service/workersite/sitecustomize.py"):
+        assert (tmp_path / name).read_bytes() == (ROOT / name).read_bytes(), name

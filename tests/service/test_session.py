@@ -27,7 +27,7 @@ DEFAULTS = {
     "spark.app.name": "changejoin",
     "spark.driver.extraJavaOptions": LOG4J,
     "spark.executor.extraJavaOptions": LOG4J,
-    "spark.executorEnv.PYTHONPATH": str(ROOT),
+    "spark.executorEnv.PYTHONPATH": f"{ROOT}:{ROOT}/service/workersite",  # the latter since issue 21
     "spark.master": "local[*,4]",
     "spark.python.unix.domain.socket.enabled": "true",
     "spark.redaction.regex": "(?i)secret|password|passwd|passphrase|token|credential|jaas|access[.]?key"

@@ -4,6 +4,7 @@ modules each import only those above them. And the service stands apart from the
 service module imports devkit at module level."""
 import ast
 import re
+import sys
 from pathlib import Path
 
 SERVICE = Path(__file__).resolve().parents[2] / "service"
@@ -296,3 +297,13 @@ def test_every_test_module_has_a_name_of_its_own():
     for path in tests.rglob("test_*.py"):
         seen.setdefault(path.name, []).append(str(path.relative_to(tests)))
     assert {name: paths for name, paths in seen.items() if len(paths) > 1} == {}
+
+
+def test_the_workers_site_hook_is_alone_and_needs_only_the_standard_library():
+    """service/workersite is on the path of every Python process Spark starts, before PySpark is
+    imported (session.WORKER_SITE): it holds its sitecustomize alone, which imports neither the
+    service nor PySpark nor anything outside the standard library."""
+    site = SERVICE / "workersite"
+    assert sorted(p.name for p in site.iterdir() if p.name != "__pycache__") == ["sitecustomize.py"]
+    tops = {name.split(".")[0] for name, _ in imports(site / "sitecustomize.py")}
+    assert tops - {"__future__"} <= set(sys.stdlib_module_names), tops
