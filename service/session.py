@@ -61,7 +61,8 @@ _TRACEBACK = b"Traceback (most recent call last):"
 _DAEMON_FRAME = re.compile(rb'^  File ".*pyspark/daemon\.py", line \d+, in \w+\s*$')
 #: What PySpark's Python daemon prints when a worker's connection to the JVM is gone as it answers
 #: (Spark lost an executor, or cancelled a task): a traceback through daemon.py alone ending in a
-#: BrokenPipeError. Nobody can act on it; Spark reports the loss itself. It becomes this one line.
+#: BrokenPipeError (with each frame's source line when the daemon runs from the installed PySpark:
+#: ``workersite/sitecustomize.py``; without them from Spark's zip). Nobody can act on it; Spark reports the loss itself. It becomes this one line.
 DAEMON_BROKEN_PIPE = (b"WARN PySparkDaemon: a Python worker's connection to the JVM was closed (BrokenPipeError), "
                       b"as when Spark loses an executor or cancels a task\n")
 
@@ -89,8 +90,10 @@ def _relay_jvm_stderr(stream, out) -> None:
             traceback.append(line)
             if line.startswith(b"  ") and len(traceback) < 64:
                 continue  # a frame: the exception line comes last
-            frames = traceback[1:-1]
-            quiet = frames and all(_DAEMON_FRAME.match(f) for f in frames) and line.startswith(b"BrokenPipeError")
+            frames = traceback[1:-1]  # "  File ..." lines, each maybe followed by its source and carets
+            files = [f for f in frames if f.startswith(b"  File ")]
+            quiet = (files and all(_DAEMON_FRAME.match(f) for f in files) and line.startswith(b"BrokenPipeError")
+                     and all(f.startswith(b"    ") for f in frames if not f.startswith(b"  File ")))
             _write(out, ([] if _STOPPING.is_set() else [DAEMON_BROKEN_PIPE]) if quiet else traceback)
             traceback = []
             continue

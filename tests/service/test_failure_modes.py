@@ -121,6 +121,27 @@ def test_the_jvm_stderr_relay_makes_one_line_of_pysparks_daemon_losing_a_worker_
     )
 
 
+def test_the_daemons_broken_pipe_is_one_line_also_with_its_source_lines():
+    """PySpark's daemon run from the installed package (service/workersite), not Spark's zip:
+    Python prints each frame's source line and carets under it."""
+    daemon = (b"Traceback (most recent call last):\n"
+              b'  File "/v/site-packages/pyspark/daemon.py", line 264, in manager\n'
+              b"    code = worker(sock, authenticated)\n"
+              b"           ^^^^^^^^^^^^^^^^^^^^^^^^^^^\n"
+              b'  File "/v/site-packages/pyspark/daemon.py", line 95, in worker\n'
+              b"    outfile.flush()\n")
+    other = (b"Traceback (most recent call last):\n"
+             b'  File "/v/site-packages/pyspark/daemon.py", line 264, in manager\n'
+             b"    code = worker(sock, authenticated)\n"
+             b'  File "/x/service/processor.py", line 3, in f\n'
+             b"    raise BrokenPipeError\n")
+    out = io.BytesIO()
+    expect_stop(False)
+    _relay_jvm_stderr(io.BytesIO(daemon + b"BrokenPipeError: [Errno 32] Broken pipe\n"
+                                 + other + b"BrokenPipeError: [Errno 32] Broken pipe\n"), out)
+    assert out.getvalue() == DAEMON_BROKEN_PIPE + other + b"BrokenPipeError: [Errno 32] Broken pipe\n"
+
+
 def test_the_daemons_broken_pipe_is_not_relayed_while_the_service_stops():
     """Stopping the query and Spark closes the workers' connections: nothing to report then (the
     demo's output ended with the warning)."""
