@@ -2,14 +2,18 @@
 ``transformWithState`` takes on this machine when the stateful processor does next to nothing.
 
     python -m bench.floor_bench [--rate 2000 --rate 6000 --rate 18000] [--buckets 0 --buckets 2
-                                --buckets 256] [--seconds 50] [--rounds 1] [--record]
+                                --buckets 256] [--variables 1 --variables 4] [--seconds 50]
+                                [--rounds 1] [--record]
 
 Each run is a fresh Spark (local[2], the service's Spark properties: RocksDB state with changelog
 checkpointing, Unix domain sockets, the workers' path, 2 shuffle partitions, the service's default
 500 ms trigger) reading Spark's ``rate`` source at the given rows/s. ``--buckets N`` groups the
 rows by ``value % N`` into one ``transformWithState`` whose processor reads and writes one value
 state per grouping key and returns one row per key, as changejoin's join stage returns one packed
-row per bucket; ``--buckets 0`` has no stateful stage at all. The output goes to a ``foreachBatch``
+row per bucket; ``--buckets 0`` has no stateful stage at all. ``--variables N`` opens N state
+variables in the processor's ``init`` (the value state and N - 1 map states of binary keys and
+values, unused), as changejoin's join stage opens four (bucket, keys, left, right): PySpark calls
+``init`` for every task of every micro-batch, and the JVM builds each variable's encoders then. The output goes to a ``foreachBatch``
 whose ``mapInArrow`` counts it, as changejoin's sink stage runs. Printed per variant: the median
 micro-batch duration (``triggerExecution``) and its ``addBatch`` share over the micro-batches from
 the tenth on.
@@ -52,10 +56,12 @@ def child(args) -> None:
         spark = builder.getOrCreate()
         spark.sparkContext.setLogLevel("ERROR")
         value_schema = StructType([StructField("v", BinaryType(), True)])
+        key_schema = StructType([StructField("k", BinaryType(), True)])
 
         class Trivial(StatefulProcessor):
             def init(self, handle):
                 self.state = handle.getValueState("v", value_schema)
+                self.maps = [handle.getMapState(f"m{i}", key_schema, value_schema) for i in range(args.variables - 1)]
 
             def handleInputRows(self, key, rows, timerValues):
                 n = sum(1 for _ in rows)
@@ -97,9 +103,9 @@ def child(args) -> None:
     }))
 
 
-def run(args, rate: int, buckets: int) -> dict:
+def run(args, rate: int, buckets: int, variables: int) -> dict:
     cmd = [sys.executable, "-m", "bench.floor_bench", "--child", "--rate", str(rate), "--buckets", str(buckets),
-           "--seconds", str(args.seconds)]
+           "--variables", str(variables), "--seconds", str(args.seconds)]
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
     done = subprocess.run(cmd, capture_output=True, text=True, env=env)
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
@@ -108,16 +114,18 @@ def run(args, rate: int, buckets: int) -> dict:
     return json.loads(lines[-1])
 
 
-def label(buckets: int) -> str:
-    return "no stateful stage" if buckets == 0 else f"transformWithState, {buckets:,} keys"
+def label(buckets: int, variables: int) -> str:
+    if buckets == 0:
+        return "no stateful stage"
+    return f"transformWithState, {buckets:,} keys" + (f", {variables} state variables" if variables != 1 else "")
 
 
 def table(results: dict) -> str:
     lines = ["| variant | rate rows/s | runs | rows per micro-batch, median | micro-batch ms min / median "
              "| addBatch ms median |", "|---|---|---|---|---|---|"]
-    for (buckets, rate), runs in results.items():
+    for (buckets, variables, rate), runs in results.items():
         batch = sorted(r["batch_ms"] for r in runs)
-        lines.append(f"| {label(buckets)} | {rate:,} | {len(runs)} | {statistics.median(r['rows'] for r in runs):,.0f} "
+        lines.append(f"| {label(buckets, variables)} | {rate:,} | {len(runs)} | {statistics.median(r['rows'] for r in runs):,.0f} "
                      f"| {batch[0]:,.0f} / {statistics.median(batch):,.0f} "
                      f"| {statistics.median(r['add_batch_ms'] for r in runs):,.0f} |")
     return "\n".join(lines)
@@ -130,10 +138,10 @@ def plot(results: dict, png) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4.2))
-    for buckets in sorted({b for b, _ in results}):
+    for buckets, variables in sorted({(b, v) for b, v, _ in results}):
         points = sorted((rate, statistics.median(r["batch_ms"] for r in runs) / 1000)
-                        for (b, rate), runs in results.items() if b == buckets)
-        ax.plot([p[0] for p in points], [p[1] for p in points], "o-", label=label(buckets))
+                        for (b, v, rate), runs in results.items() if (b, v) == (buckets, variables))
+        ax.plot([p[0] for p in points], [p[1] for p in points], "o-", label=label(buckets, variables))
     ax.axhline(1.0, color="red", linestyle=":", linewidth=1, label="1 s: room for a 2 s p99")
     ax.set_xlabel("input rows/s")
     ax.set_ylabel("micro-batch duration, s (median)")
@@ -147,23 +155,26 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rate", type=int, action="append")
     parser.add_argument("--buckets", type=int, action="append")
+    parser.add_argument("--variables", type=int, action="append", help="state variables opened (default 1)")
     parser.add_argument("--seconds", type=float, default=50.0)
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--record", action="store_true", help="append to bench/results/RESULTS.md with a plot")
     parser.add_argument("--child", action="store_true")
     args = parser.parse_args()
     if args.child:
-        args.rate, args.buckets = args.rate[0], args.buckets[0]
+        args.rate, args.buckets, args.variables = args.rate[0], args.buckets[0], args.variables[0]
         child(args)
         return
     rates, bucket_counts = args.rate or [2000, 6000, 18000], args.buckets or [0, 2, 256]
-    results: dict = {(b, r): [] for b in bucket_counts for r in rates}
-    for _ in range(args.rounds):
+    variable_counts = args.variables or [1]
+    shapes = [(b, v) for b in bucket_counts for v in (variable_counts if b else [1])]
+    results: dict = {(b, v, r): [] for b, v in shapes for r in rates}
+    for rnd in range(args.rounds):
         for rate in rates:
-            for buckets in bucket_counts:
-                figures = run(args, rate, buckets)
-                print(json.dumps({"rate": rate, "buckets": buckets, **figures}), flush=True)
-                results[(buckets, rate)].append(figures)
+            for buckets, variables in (shapes if rnd % 2 == 0 else shapes[::-1]):  # alternate who goes first
+                figures = run(args, rate, buckets, variables)
+                print(json.dumps({"rate": rate, "buckets": buckets, "variables": variables, **figures}), flush=True)
+                results[(buckets, variables, rate)].append(figures)
     text = table(results)
     print(text)
     if args.record:
