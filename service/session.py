@@ -62,7 +62,8 @@ _DAEMON_FRAME = re.compile(rb'^  File ".*pyspark/daemon\.py", line \d+, in \w+\s
 #: What PySpark's Python daemon prints when a worker's connection to the JVM is gone as it answers
 #: (Spark lost an executor, or cancelled a task): a traceback through daemon.py alone ending in a
 #: BrokenPipeError (with each frame's source line when the daemon runs from the installed PySpark:
-#: ``workersite/sitecustomize.py``; without them from Spark's zip). Nobody can act on it; Spark reports the loss itself. It becomes this one line.
+#: ``workersite/sitecustomize.py``; without them from Spark's zip). Nobody can act on it; Spark
+#: reports the loss itself. It becomes this one line.
 DAEMON_BROKEN_PIPE = (b"WARN PySparkDaemon: a Python worker's connection to the JVM was closed (BrokenPipeError), "
                       b"as when Spark loses an executor or cancels a task\n")
 
