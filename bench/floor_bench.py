@@ -33,7 +33,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
 
 WARM_BATCHES = 10  # micro-batches left out: JIT, fresh Python workers
 
@@ -178,14 +177,11 @@ def main() -> None:
     text = table(results)
     print(text)
     if args.record:
-        from bench.harness.report import append_results, results_png
+        from bench.harness.report import record_round
 
-        now = datetime.now(timezone.utc)
-        png = results_png("floor", now)
-        plot(results, png)
         command = " ".join(["python -m bench.floor_bench", *sys.argv[1:]])
-        append_results(f"\n## {now:%Y-%m-%d %H:%M} UTC the micro-batch floor of transformWithState\n\n"
-                       f"`{command}`\n\n{text}\n\n![micro-batch duration against the input rate]({png.name})\n")
+        record_round("floor", "the micro-batch floor of transformWithState", f"`{command}`\n\n{text}",
+                     lambda png: plot(results, png), "micro-batch duration against the input rate")
 
 
 if __name__ == "__main__":

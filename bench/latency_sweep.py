@@ -13,9 +13,8 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-from datetime import datetime, timezone
 
-from bench.harness.report import append_results, results_png
+from bench.harness.report import record_round
 
 # | scenario | system | rate rows/s | achieved rows/s | outputs measured | p50 ms | p90 ms | p99 ms | max ms | p50 first / last 10 s ms | ...
 ROW = re.compile(r"^\| (\S+) \| (\S+) \| ([\d,]+) \| ([\d,]+) \| ([\d,]+) \| ([\d,]+) \| ([\d,]+) \| ([\d,]+) \| "
@@ -82,11 +81,8 @@ def main() -> None:
     text = table(series)
     print(text)
     if args.record:
-        now = datetime.now(timezone.utc)
-        png = results_png("latency-sweep", now)
-        plot(series, png)
-        append_results(f"\n## {now:%Y-%m-%d %H:%M} UTC {args.record}\n\n{text}\n\n"
-                       f"![p50 and p99 against the input rate]({png.name})\n")
+        record_round("latency-sweep", args.record, text, lambda png: plot(series, png),
+                     "p50 and p99 against the input rate")
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import os
 import statistics
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 
 from . import ROOT
@@ -25,6 +25,15 @@ def append_results(text: str) -> None:
     """Append ``text`` to bench/results/RESULTS.md."""
     with open(RESULTS, "a") as handle:
         handle.write(text)
+
+
+def record_round(kind: str, title: str, body: str, draw, caption: str) -> None:
+    """Append a round to RESULTS.md: a section headed with the time and ``title``, ``body``, and the
+    plot ``draw(png)`` makes at :func:`results_png` of ``kind``, linked with ``caption``."""
+    now = datetime.now(timezone.utc)
+    png = results_png(kind, now)
+    draw(png)
+    append_results(f"\n## {now:%Y-%m-%d %H:%M} UTC {title}\n\n{body}\n\n![{caption}]({png.name})\n")
 
 
 def percentile(sorted_values, q: float):
