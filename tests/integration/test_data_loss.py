@@ -23,7 +23,7 @@ from typing import Dict, List
 import pytest
 
 from kafka_fixture import create_topic, end_offsets
-from service_harness import JoinHarness, order, price
+from service_harness import SERVICE_PROCESS_ENV, JoinHarness, order, price
 
 pytestmark = pytest.mark.integration
 
@@ -40,7 +40,7 @@ def run_until_exit(env: Dict[str, str], workdir: Path, name: str):
     log_path = workdir / f"{name}.log"
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "service", "run"], cwd=REPO_ROOT, env={**os.environ, **env},
+            [sys.executable, "-m", "service", "run"], cwd=REPO_ROOT, env={**os.environ, **SERVICE_PROCESS_ENV, **env},
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         )
         try:

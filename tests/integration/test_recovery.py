@@ -40,6 +40,7 @@ from devkit.kafka_broker import KafkaBroker
 from service.planner import build_plan
 from service_harness import (
     ORDERS,
+    SERVICE_PROCESS_ENV,
     JoinHarness,
     avro,
     dead_letters,
@@ -241,7 +242,7 @@ class ServiceProcess:
             log.write(f"\n===== run {self.runs} =====\n".encode())
             log.flush()
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "service", "run"], cwd=REPO_ROOT, env={**os.environ, **self.env},
+                [sys.executable, "-m", "service", "run"], cwd=REPO_ROOT, env={**os.environ, **SERVICE_PROCESS_ENV, **self.env},
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
             )
 

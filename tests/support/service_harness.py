@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 from collections import Counter, namedtuple
 from pathlib import Path
 from typing import Dict, Iterable, List
@@ -20,6 +21,14 @@ from service.app import Service
 from service.config import load_settings
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
+
+#: What a ``python -m service run`` that a test starts gets besides its own settings: its Spark JVM
+#: compiles with C1 only (``CHANGEJOIN_TEST_SERVICE_JVM_OPTIONS``, empty for the JVM's default). A
+#: test's service lives for seconds to a minute, in which C2 compiling Spark's hot methods costs
+#: more CPU than it saves, and the suite is CPU-bound on two cores. The tests' own Spark session,
+#: which lives for the whole run, keeps the default.
+_SERVICE_JVM_OPTIONS = os.environ.get("CHANGEJOIN_TEST_SERVICE_JVM_OPTIONS", "-XX:TieredStopAtLevel=1")
+SERVICE_PROCESS_ENV = {"SPARK_CONF_spark_driver_defaultJavaOptions": _SERVICE_JVM_OPTIONS} if _SERVICE_JVM_OPTIONS else {}
 DATA = Path(__file__).resolve().parents[1] / "data"
 ORDERS = json.loads((SCHEMAS / "orders.avsc").read_text())
 PRICES = json.loads((SCHEMAS / "prices.avsc").read_text())
