@@ -513,14 +513,14 @@ def test_a_new_checkpoint_takes_the_default_count_and_records_it(tmp_path):
 
 def test_unset_the_count_is_the_checkpoints_set_to_another_it_is_refused(tmp_path):
     where = str(tmp_path / "cp")
-    reconcile(*bucket_plan("64")[:1], where, buckets_set=True)
+    reconcile(*bucket_plan("32")[:1], where, buckets_set=True)
     plan, explicit = bucket_plan(None)
-    assert reconcile(plan, where, buckets_set=explicit).state_buckets == 64
-    assert "STATE_BUCKETS=64" in checkpoint.describe(plan, where, explicit)
+    assert reconcile(plan, where, buckets_set=explicit).state_buckets == 32
+    assert "STATE_BUCKETS=32" in checkpoint.describe(plan, where, explicit)
     plan, explicit = bucket_plan("256")
     with pytest.raises(CheckpointMismatch) as refused:
         reconcile(plan, where, buckets_set=explicit)
-    assert "STATE_BUCKETS: the checkpoint keeps its state in 64 buckets (STATE_BUCKETS=64), not in 256" \
+    assert "STATE_BUCKETS: the checkpoint keeps its state in 32 buckets (STATE_BUCKETS=32), not in 256" \
         in str(refused.value)
     assert "INCOMPATIBLE" in checkpoint.describe(plan, where, explicit)
 
