@@ -145,7 +145,7 @@ DEFAULT_STATE_BUCKETS = 64
 """Buckets of a new checkpoint unless ``STATE_BUCKETS`` says otherwise: fewer buckets mean fewer
 state calls per micro-batch, more buckets smaller bucket values to rewrite. In micro-batches of a
 few thousand rows, the service's usual regime, each touched bucket costs three round trips to the
-JVM (~1.2 ms each on a busy two-core machine), and 64 ran 1.5x shorter micro-batches than 256 at
+JVM (~1.2 ms each on a busy two-core machine), and 64 ran 1.5-1.9x shorter micro-batches than 256 at
 2,000 rows/s; 256 read 1M rows per side 1.04x faster (bench/results/RESULTS.md, 2026-11-27)."""
 
 
