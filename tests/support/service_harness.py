@@ -29,6 +29,7 @@ SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
 #: which lives for the whole run, keeps the default.
 _SERVICE_JVM_OPTIONS = os.environ.get("CHANGEJOIN_TEST_SERVICE_JVM_OPTIONS", "-XX:TieredStopAtLevel=1")
 SERVICE_PROCESS_ENV = {"SPARK_CONF_spark_driver_defaultJavaOptions": _SERVICE_JVM_OPTIONS} if _SERVICE_JVM_OPTIONS else {}
+
 DATA = Path(__file__).resolve().parents[1] / "data"
 ORDERS = json.loads((SCHEMAS / "orders.avsc").read_text())
 PRICES = json.loads((SCHEMAS / "prices.avsc").read_text())
