@@ -14,7 +14,6 @@ import math
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -23,11 +22,10 @@ from typing import Dict, List
 import pytest
 
 from kafka_fixture import create_topic, end_offsets
-from service_harness import SERVICE_PROCESS_ENV, JoinHarness, order, price
+from service_harness import JoinHarness, order, price, start_service_process
 
 pytestmark = pytest.mark.integration
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 JOIN_SQL = (
     "SELECT o.order_id, o.product, o.quantity, p.price FROM orders AS o LEFT JOIN prices AS p ON o.product = p.product"
 )
@@ -39,10 +37,7 @@ def run_until_exit(env: Dict[str, str], workdir: Path, name: str):
     code, log lines). A service still running after EXIT_TIMEOUT_S is killed and the test fails."""
     log_path = workdir / f"{name}.log"
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "service", "run"], cwd=REPO_ROOT, env={**os.environ, **SERVICE_PROCESS_ENV, **env},
-            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        )
+        proc = start_service_process(env, log)
         try:
             code = proc.wait(timeout=EXIT_TIMEOUT_S)
         except subprocess.TimeoutExpired:

@@ -24,7 +24,6 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -40,7 +39,6 @@ from devkit.kafka_broker import KafkaBroker
 from service.planner import build_plan
 from service_harness import (
     ORDERS,
-    SERVICE_PROCESS_ENV,
     JoinHarness,
     avro,
     dead_letters,
@@ -49,13 +47,13 @@ from service_harness import (
     price,
     read_changelog,
     retract_table,
+    start_service_process,
     upsert_table,
 )
 from tcp_proxy import TcpProxy
 
 pytestmark = pytest.mark.integration
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 PARTITIONS = 2
 JOIN_SQL = (
     "SELECT o.order_id, o.product, o.quantity, p.price FROM orders AS o LEFT JOIN prices AS p ON o.product = p.product"
@@ -241,10 +239,7 @@ class ServiceProcess:
         with open(self.log_path, "ab") as log:
             log.write(f"\n===== run {self.runs} =====\n".encode())
             log.flush()
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "service", "run"], cwd=REPO_ROOT, env={**os.environ, **SERVICE_PROCESS_ENV, **self.env},
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-            )
+            self.proc = start_service_process(self.env, log)
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None

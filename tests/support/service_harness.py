@@ -10,6 +10,8 @@ from __future__ import annotations
 import io
 import json
 import os
+import subprocess
+import sys
 from collections import Counter, namedtuple
 from pathlib import Path
 from typing import Dict, Iterable, List
@@ -29,6 +31,16 @@ SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
 #: which lives for the whole run, keeps the default.
 _SERVICE_JVM_OPTIONS = os.environ.get("CHANGEJOIN_TEST_SERVICE_JVM_OPTIONS", "-XX:TieredStopAtLevel=1")
 SERVICE_PROCESS_ENV = {"SPARK_CONF_spark_driver_defaultJavaOptions": _SERVICE_JVM_OPTIONS} if _SERVICE_JVM_OPTIONS else {}
+
+
+def start_service_process(env: Dict[str, str], log) -> subprocess.Popen:
+    """``python -m service run`` with ``env`` (over this process's environment and
+    :data:`SERVICE_PROCESS_ENV`) in its own process group, its output to the open file ``log``."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "service", "run"], cwd=Path(__file__).resolve().parents[2],
+        env={**os.environ, **SERVICE_PROCESS_ENV, **env},
+        stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 ORDERS = json.loads((SCHEMAS / "orders.avsc").read_text())
