@@ -107,6 +107,9 @@ def test_every_panel_query_and_alert_expression_returns_series(kafka_bootstrap, 
         assert len(checked) >= 5
 
         # Real values behind a few panels: both sides read, the late row counted, the JVM's heap.
+        # Rows read come from the query progress, which Spark's listener delivers after the batch
+        # (the late row is counted in the batch itself): wait for the second batch's progress.
+        prometheus.wait_for_samples(f'sum(changejoin_input_records_total{{job="{FULLNAME}"}}) >= 8', timeout=30)
         read = {s["metric"]["side"]: float(s["value"][1]) for s in answers(prometheus,
             f'changejoin_input_records_total{{job="{FULLNAME}"}}')}
         assert read == {"left": 5, "right": 3}
