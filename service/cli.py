@@ -74,6 +74,8 @@ def cmd_check_config(args) -> int:
     print("delivery:")
     for line in _delivery(settings):
         print(f"  {line}")
+    print("build:")
+    print(f"  {build_description()}")
     print("output schema:")
     print(json.dumps(plan.output_schema, indent=2))
     warnings = unused_settings(settings, plan)
@@ -101,6 +103,28 @@ def _delivery(settings) -> list[str]:
             f"transactional ids {settings.transactional_id_prefix}-0 .. {settings.transactional_id_prefix}-{n - 1} "
             f"(KAFKA_TRANSACTION_TIMEOUT_MS={settings.kafka_transaction_timeout_ms})",
             f"progress markers in {settings.progress_topic_name} (compacted, at least {n} partitions)"]
+
+
+def compiled_modules() -> list[str]:
+    """The modules of ``operators`` and ``service`` that run as compiled extensions (a wheel holds
+    those setup.py compiles; Python imports an extension before the ``.py`` beside it)."""
+    import importlib.machinery
+    from pathlib import Path
+
+    import operators
+
+    suffixes = tuple(importlib.machinery.EXTENSION_SUFFIXES)
+    return sorted(f"{package.__name__}.{path.name.partition('.')[0]}"
+                  for package in (operators, sys.modules[__package__])
+                  for path in Path(package.__path__[0]).iterdir() if path.name.endswith(suffixes))
+
+
+def build_description() -> str:
+    compiled = compiled_modules()
+    if not compiled:
+        return ("pure Python: no module compiled (an editable install, a wheel built with "
+                "CHANGEJOIN_PURE_PYTHON=1 or without a C compiler)")
+    return f"{len(compiled)} modules compiled by Cython from their sources: {', '.join(compiled)}"
 
 
 def cmd_abort_transactions(args) -> int:

@@ -25,7 +25,10 @@ SUPPORT = TESTS_DIR / "support"  # what the tests share: brokers, fakes, the ser
 # The repository (for `service`, `operators`), the test helpers and the test folders (tests import
 # constants from one another, and Spark's Python workers load test mappers) must be importable here
 # and by Spark's Python workers, which inherit PYTHONPATH.
-_paths = [str(REPO_ROOT), str(SUPPORT), *(str(TESTS_DIR / folder) for folder in FOLDERS)]
+# CHANGEJOIN_TEST_BUILD: a build of the packages with their compiled extensions, imported first
+# (tests/support/compiled.py).
+_build = [os.environ["CHANGEJOIN_TEST_BUILD"]] if os.environ.get("CHANGEJOIN_TEST_BUILD") else []
+_paths = [*_build, str(REPO_ROOT), str(SUPPORT), *(str(TESTS_DIR / folder) for folder in FOLDERS)]
 for _p in reversed(_paths):
     if _p not in sys.path:
         sys.path.insert(0, _p)
@@ -43,6 +46,13 @@ from debezium_fixture import debezium_capture  # noqa: E402,F401  (Debezium capt
 from prometheus_fixture import prometheus_server  # noqa: E402,F401
 # A Spark standalone cluster on this machine (module scope): spark_cluster; see tests/support/spark_cluster.py.
 from spark_cluster import spark_cluster  # noqa: E402,F401
+
+
+def pytest_report_header(config) -> str:
+    """Which modules this run proves: fails the run if they are not what it claims."""
+    from compiled import check_imports
+
+    return "changejoin: " + check_imports()
 
 
 def pytest_collection_modifyitems(config, items) -> None:
