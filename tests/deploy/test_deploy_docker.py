@@ -157,6 +157,28 @@ def test_builder_makes_a_wheel_with_pinned_dependencies(dockerfile):
     assert env.get("PIP_NO_CACHE_DIR") == "1"
 
 
+def test_builder_compiles_the_modules_setup_py_lists(dockerfile):
+    """The wheel carries the extensions setup.py compiles (tests/service/test_compiled.py): the
+    builder copies setup.py, has a C compiler, and pins the build's Cython and setuptools for pip's
+    isolated build. (The runtime stage has no compiler: test_java_runtime_and_no_build_tools.)"""
+    _, stages = dockerfile
+    builder = stages[0]
+    assert "setup.py" in _copied_sources(builder)
+    runs = " ".join(i.args for i in builder.all("RUN"))
+    installs = " ".join(re.findall(r"apt-get install ([^&;|]*)", runs)).split()
+    assert {"gcc", "libc6-dev"} <= set(installs)
+    wheel = re.search(r"(\S+=\S+ )*python -m pip wheel", runs)
+    assert wheel and "PIP_CONSTRAINT=/build/build-requires.txt" in wheel.group(0)
+    pins = [i for i in builder.all("COPY") if "/build/build-requires.txt" in i.args]
+    assert len(pins) == 1 and pins[0].heredocs
+    pinned = {canonicalize_name(name): version for name, _, version in
+              (line.partition("==") for line in pins[0].heredocs[0].split())}
+    for requirement in map(Requirement, tomllib.loads((ROOT / "pyproject.toml").read_text())["build-system"]["requires"]):
+        name = canonicalize_name(requirement.name)
+        assert name in pinned, f"the build requires {requirement}, unpinned in the image"
+        assert requirement.specifier.contains(pinned[name]), f"{name}=={pinned[name]} is not {requirement}"
+
+
 def test_constraints_pin_every_dependency(dockerfile):
     """Every runtime dependency of pyproject.toml is pinned, at a version it accepts."""
     _, stages = dockerfile
