@@ -15,6 +15,7 @@ from compiled import compiled_modules as compiled_modules_of_setup
 SHIPPING = {"mapInArrow", "mapInPandas", "foreachBatch", "foreachPartition", "applyInPandas",
             "applyInArrow", "transformWithState", "transformWithStateInPandas"}
 
+
 def _module_of(path: Path) -> str:
     return ".".join(path.relative_to(REPO_ROOT).with_suffix("").parts)
 
