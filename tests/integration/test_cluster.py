@@ -43,7 +43,7 @@ from service.config import load_settings
 from devkit.broker_process import free_port
 from service.session import QUIET_JVM_LINES
 from service_harness import SCHEMAS, JoinHarness, drop_replays, read_changelog, retract_table
-from spark_cluster import SparkCluster, listening_ports
+from spark_cluster import SparkCluster, socket_ports
 from test_recovery import PARTITIONS, Changelogs, ServiceProcess, caught_up, drive, send, service_env
 
 pytestmark = pytest.mark.integration
@@ -55,8 +55,9 @@ LOST_EXECUTOR_ERROR = re.compile(r"Lost executor|TransportResponseHandler: Still
 
 # Spark's network layer on a connection to an executor the test killed ("ERROR TransportClient:
 # Failed to send RPC RPC 66... to /127.0.0.1:42650", ...): which message depends on what the driver
-# was doing at the kill, so these are matched by the port they name, one the killed executor
-# listened on (its RPC endpoint or its block manager, read from /proc before the kill).
+# was doing at the kill, so these are matched by the port they name, one of the killed executor's
+# sockets (its block manager's, or the connection its client-mode RPC endpoint opened to the
+# driver: read from /proc before the kill).
 NETWORK_ERROR = re.compile(r" ERROR Transport\w+: ")
 
 
@@ -143,7 +144,7 @@ def test_left_join_on_a_standalone_cluster_survives_a_killed_executor(
         for _ in range(2):
             send(h, log.chunk(order_ops=60, price_ops=15))
         killed = {}
-        ports_of_killed = {}  # executor id: the ports it listened on when it was killed
+        ports_of_killed = {}  # executor id: its sockets' local ports when it was killed
         misses = []  # kills that landed between two tasks of the executor: tried again
         aim = {"state": "aim"}
 
@@ -190,7 +191,7 @@ def test_left_join_on_a_standalone_cluster_survives_a_killed_executor(
             if not targets:
                 return None
             eid = targets[0]
-            ports_of_killed[eid] = listening_ports(live[eid])
+            ports_of_killed[eid] = socket_ports(live[eid])
             os.kill(live[eid], signal.SIGKILL)
             killed.update(executor=eid, pid=live[eid], batch=running, active_tasks=busy[eid],
                           committed_then=max(committed, default=-1))
@@ -212,7 +213,7 @@ def test_left_join_on_a_standalone_cluster_survives_a_killed_executor(
         assert killed["batch"] in svc.commits(), f"batch {killed['batch']}, interrupted by the kill, never committed"
         final_commit = svc.commits()[-1]
         killed_ports = {port for ports in ports_of_killed.values() for port in ports}
-        assert killed_ports, f"no listening port found for the killed executors {sorted(ports_of_killed)}"
+        assert killed_ports, f"no socket port found for the killed executors {sorted(ports_of_killed)}"
         driver_log = svc.log_path.read_text(errors="replace")
         stages = svc.api("stages?status=complete")
         assert svc.stop() == 0, f"graceful stop failed; log tail:\n{svc.log_tail()}"

@@ -59,9 +59,11 @@ def _pids() -> List[int]:
     return [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
 
 
-def listening_ports(pid: int) -> set:
-    """The TCP ports process ``pid`` listens on (IPv4 and IPv6), from /proc: an executor's RPC
-    endpoint and its block manager."""
+def socket_ports(pid: int) -> set:
+    """The local TCP ports of process ``pid``'s sockets (IPv4 and IPv6), from /proc: an executor's
+    listening ones (its block manager) and those of the connections it opened. Its RPC endpoint
+    is one of the latter: an executor's RPC env runs in client mode, so the driver reaches it
+    over the connection the executor opened, and names that connection's port in its errors."""
     sockets = set()
     try:
         for fd in os.listdir(f"/proc/{pid}/fd"):
@@ -76,7 +78,7 @@ def listening_ports(pid: int) -> set:
         with contextlib.suppress(OSError), open(f"/proc/{pid}/net/{table}") as f:
             for line in list(f)[1:]:
                 fields = line.split()  # sl local_address rem_address st ... inode
-                if fields[3] == "0A" and fields[9] in sockets:  # 0A: LISTEN
+                if fields[9] in sockets:
                     ports.add(int(fields[1].rsplit(":", 1)[1], 16))
     return ports
 
