@@ -22,25 +22,8 @@ from kafka_fixture import consume_all, produce
 from service.app import Service
 from service.config import load_settings
 
-SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
-
-#: What a ``python -m service run`` that a test starts gets besides its own settings: its Spark JVM
-#: compiles with C1 only (``CHANGEJOIN_TEST_SERVICE_JVM_OPTIONS``, empty for the JVM's default). A
-#: test's service lives for seconds to a minute, in which C2 compiling Spark's hot methods costs
-#: more CPU than it saves, and the suite is CPU-bound on two cores. The tests' own Spark session,
-#: which lives for the whole run, keeps the default.
-_SERVICE_JVM_OPTIONS = os.environ.get("CHANGEJOIN_TEST_SERVICE_JVM_OPTIONS", "-XX:TieredStopAtLevel=1")
-SERVICE_PROCESS_ENV = {"SPARK_CONF_spark_driver_defaultJavaOptions": _SERVICE_JVM_OPTIONS} if _SERVICE_JVM_OPTIONS else {}
-
-
-def start_service_process(env: Dict[str, str], log) -> subprocess.Popen:
-    """``python -m service run`` with ``env`` (over this process's environment and
-    :data:`SERVICE_PROCESS_ENV`) in its own process group, its output to the open file ``log``."""
-    return subprocess.Popen(
-        [sys.executable, "-m", "service", "run"], cwd=Path(__file__).resolve().parents[2],
-        env={**os.environ, **SERVICE_PROCESS_ENV, **env},
-        stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-    )
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SCHEMAS = REPO_ROOT / "schemas"
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 ORDERS = json.loads((SCHEMAS / "orders.avsc").read_text())
@@ -56,6 +39,25 @@ TEMPORAL = dict(
     LEFT_TABLE="orders", RIGHT_TABLE="rates", LEFT_PRIMARY_KEY="order_id", RIGHT_PRIMARY_KEY="currency",
     RIGHT_EVENT_TIME_COLUMN="rate_time",
 )
+
+
+#: What a ``python -m service run`` that a test starts gets besides its own settings: its Spark JVM
+#: compiles with C1 only (``CHANGEJOIN_TEST_SERVICE_JVM_OPTIONS``, empty for the JVM's default). A
+#: test's service lives for seconds to a minute, in which C2 compiling Spark's hot methods costs
+#: more CPU than it saves, and the suite is CPU-bound on two cores. The tests' own Spark session,
+#: which lives for the whole run, keeps the default.
+_SERVICE_JVM_OPTIONS = os.environ.get("CHANGEJOIN_TEST_SERVICE_JVM_OPTIONS", "-XX:TieredStopAtLevel=1")
+SERVICE_PROCESS_ENV = {"SPARK_CONF_spark_driver_defaultJavaOptions": _SERVICE_JVM_OPTIONS} if _SERVICE_JVM_OPTIONS else {}
+
+
+def start_service_process(env: Dict[str, str], log) -> subprocess.Popen:
+    """``python -m service run`` with ``env`` (over this process's environment and
+    :data:`SERVICE_PROCESS_ENV`) in its own process group, its output to the open file ``log``."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "service", "run"], cwd=REPO_ROOT,
+        env={**os.environ, **SERVICE_PROCESS_ENV, **env},
+        stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )
 
 
 def avro(schema: dict, row: dict) -> bytes:
