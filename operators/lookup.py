@@ -26,8 +26,8 @@ The host's grouping key is the stream row's identity (:class:`Identity`), and pe
   of the row, oldest first, ``([joined, ...], expiry)``; a retraction takes the oldest copy's;
 - ``NONE`` (an append-only input): nothing; each row is joined and forgotten.
 
-``expiry``: with a state TTL, the processing time at which the key is dropped (a timer per key,
-pushed forward on every write), else None. A retraction after that is unmatched.
+``expiry``: with a state TTL, the processing time from which the key is forgotten (a timer per key,
+pushed forward on every write, drops it), else None. A retraction after that is unmatched.
 """
 from __future__ import annotations
 
@@ -79,6 +79,9 @@ class LookupJoin:
         self._build = row_builder(spec.projection)
         self._padding = nulls(spec.right_width)
         self.ttl = spec.state_ttl_ms
+        # The TTL timer only drops state that process() no longer sees (it reads an expired key as
+        # forgotten, as Flink's TTL never returns an expired value).
+        self.cleanup_grain = max(1, self.ttl // 16) if self.ttl else None
 
     # -- joining ---------------------------------------------------------------------------------
     def joined(self, row: tuple, matches: tuple) -> tuple:
@@ -101,8 +104,9 @@ class LookupJoin:
             for _, kind, (row, matches) in records:
                 self._emit(out, kind, row, self.joined(row, matches))
             return
-        value = state.get()
-        before = value
+        before = value = state.get()
+        if value is not None and value[-1] is not None and value[-1] <= ctx.now:
+            value = None  # expired: forgotten, whether or not its timer has fired yet
         if identity_kind is Identity.KEY:
             current = None if value is None else (value[0], value[1])
             for _, kind, (row, matches) in records:

@@ -74,6 +74,7 @@ class MiniBatchJoin:
         self.join = join
         self.size = size
         self.spec = join.spec
+        self.cleanup_grain = join.cleanup_grain
         # The non-preserved side first, so rows matched within a bundle get no transient padding.
         self._order = (0, 1) if join.spec.join_type is JoinType.RIGHT else (1, 0)
 

@@ -41,7 +41,10 @@ class _KeyedJoin:
         self.views = (view_for(spec.left), view_for(spec.right))
         self.condition = spec.condition
         self.key_can_match = null_key_filter(spec.filter_nulls, spec.left.join_key, spec.right.join_key)
-        self._ttl = spec.left.state_ttl_ms is not None or spec.right.state_ttl_ms is not None
+        ttls = [t for t in (spec.left.state_ttl_ms, spec.right.state_ttl_ms) if t is not None]
+        self._ttl = bool(ttls)
+        # TTL timers only purge entries that are invisible already (layouts.SideView.visible).
+        self.cleanup_grain = max(1, min(ttls) // 16) if ttls else None
         self._upsert = tuple(i for i, s in enumerate((spec.left, spec.right)) if s.upsert)
 
     def matches(self, side: int, row: tuple, other: dict, now: int) -> list:

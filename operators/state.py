@@ -115,7 +115,14 @@ class Output:
 
 
 class KeyedOperator(Protocol):
-    """A join state machine for one key at a time (see the module docstring)."""
+    """A join state machine for one key at a time (see the module docstring).
+
+    ``cleanup_grain`` (optional; None when absent): the operator's timers only clean state
+    (state TTL): whatever a timer drops is invisible from its time on, whether dropped or not,
+    so a timer that fires up to this many milliseconds late, or one the operator has deleted
+    since (it finds nothing to clean), changes no output. A host may then keep timers coarsely."""
+
+    cleanup_grain: int | None
 
     def process(self, state: KeyState, records: Iterable[Record], ctx: Context, out: Output) -> None: ...
 

@@ -67,6 +67,7 @@ def facts(plan: JoinPlan) -> dict:
         "materializer": materializer,
         "interval_ms": None if plan.interval_ms is None else list(plan.interval_ms), "window": plan.window,
         "state_buckets": plan.state_buckets,
+        **({"bucket_keys": plan.bucket_keys} if plan.state_buckets else {}),
     }
 
 
@@ -233,7 +234,10 @@ def reconcile(plan: JoinPlan, location: str, store=None, buckets_set: bool = Fal
 
 
 def _checkpoint_buckets(plan: JoinPlan, stored: dict | None, store, buckets_set: bool, location: str) -> JoinPlan:
-    """The plan with the checkpoint's state buckets, where it has state and STATE_BUCKETS is unset."""
+    """The plan with the checkpoint's state buckets, where it has state and STATE_BUCKETS is unset,
+    and always with its bucket keys (those of a checkpoint that recorded none are the first layout's)."""
+    if stored is not None:
+        plan = dataclasses.replace(plan, bucket_keys=stored["facts"].get("bucket_keys", 1))
     if buckets_set or (stored is None and not store.has_state()):
         return plan
     was = 0 if stored is None else stored["facts"].get("state_buckets", 0)  # 0: written before buckets

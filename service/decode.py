@@ -74,6 +74,7 @@ class InputDecoder:
         self.primary_key_of = _getter(sp.primary_key or ())
         self.key_format_warned = False
         self.buckets = plan.state_buckets
+        self.bucket_keys = plan.bucket_keys
         self.debezium = None
         # A keyed versioned table timed by source.ts_ms: a delete carries its key-only row with its
         # time to the normalize stage, which dates the -D it derives by it (plan.dated_deletes).
@@ -111,10 +112,10 @@ class InputDecoder:
                 pack = packs[bucket] = []
             pack.append(entry)
             if len(pack) >= PACK_ROWS:
-                yield packed_envelope(bucket, pack)
+                yield packed_envelope(bucket, pack, self.bucket_keys)
                 del packs[bucket]
         for bucket in sorted(packs):
-            yield packed_envelope(bucket, packs[bucket])
+            yield packed_envelope(bucket, packs[bucket], self.bucket_keys)
 
     def _entries(self, record) -> tuple | list:
         """The record's rows as packed envelopes' entries, or its dead letter."""

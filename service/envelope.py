@@ -34,6 +34,7 @@ changes of a bucket of upsert keys to the upsert materializer stage.
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import pickle
 import zlib
 from enum import IntEnum
@@ -110,9 +111,63 @@ def bucket_of(group: bytes, buckets: int) -> int:
     return zlib.crc32(group) % buckets
 
 
-def bucket_group(bucket: int) -> bytes:
-    """Grouping key of a bucket of keys (``STATE_BUCKETS``)."""
+def bucket_group(bucket: int, keys: int = 2) -> bytes:
+    """Grouping key of a bucket of keys (``STATE_BUCKETS``). ``keys`` is the checkpoint's choice
+    (``JoinPlan.bucket_keys``): 2, a key whose hash is the bucket itself (:func:`balanced_group`),
+    so that Spark gives bucket ``b`` to task ``b mod P`` at every task count ``P``; 1, the first
+    layout's, placed wherever Spark's hash of it falls."""
+    if keys == 2:
+        return balanced_group(bucket)
     return b"\x03" + bucket.to_bytes(4, "big")
+
+
+# Spark places a row of a grouping key on task pmod(murmur3_x86_32(key bytes, seed 42), P)
+# (HashPartitioning; Murmur3_x86_32.hashUnsafeBytes, 4-byte words read little-endian). Every
+# step of that hash is a bijection of 32-bit words, so for a first word chosen from the bucket
+# the second word whose hash is exactly the bucket can be computed: an 8-byte key per bucket.
+_M32 = 0xFFFFFFFF
+_C1, _C2 = 0xCC9E2D51, 0x1B873593
+_SEED = 42
+
+
+def _rotl(x: int, r: int) -> int:
+    return ((x << r) | (x >> (32 - r))) & _M32
+
+
+def _mix_k1(k: int) -> int:
+    return (_rotl((k * _C1) & _M32, 15) * _C2) & _M32
+
+
+def _mix_h1(h: int, k: int) -> int:
+    return (_rotl(h ^ k, 13) * 5 + 0xE6546B64) & _M32
+
+
+def _unshift(h: int, s: int) -> int:
+    """x from h = x ^ (x >> s)."""
+    x = h
+    for _ in range(32 // s):
+        x = h ^ (x >> s)
+    return x
+
+
+@functools.lru_cache(maxsize=None)
+def balanced_group(bucket: int) -> bytes:
+    """The 8-byte grouping key of ``bucket`` (< 2**24) whose Spark hash is ``bucket``:
+    ``\\x04``, the bucket in 3 bytes, then the word that makes the hash come out so."""
+    first = b"\x04" + bucket.to_bytes(3, "big")
+    h1 = _mix_h1(_SEED, _mix_k1(int.from_bytes(first, "little")))
+    # the final mix undone: fmix(h2, 8) == bucket
+    h = _unshift(bucket, 16)
+    h = (h * pow(0xC2B2AE35, -1, 1 << 32)) & _M32
+    h = _unshift(h, 13)
+    h = (h * pow(0x85EBCA6B, -1, 1 << 32)) & _M32
+    h2 = _unshift(h, 16) ^ 8
+    # h2 == mix_h1(h1, mix_k1(second)): mix_h1 undone, then mix_k1
+    k = (((h2 - 0xE6546B64) & _M32) * pow(5, -1, 1 << 32)) & _M32
+    k = _rotl(k, 32 - 13) ^ h1
+    k = (k * pow(_C2, -1, 1 << 32)) & _M32
+    second = (_rotl(k, 32 - 15) * pow(_C1, -1, 1 << 32)) & _M32
+    return first + second.to_bytes(4, "little")
 
 
 # -- envelopes -------------------------------------------------------------------------------------
@@ -122,12 +177,12 @@ def dead_letter_envelope(letter: dict, record) -> tuple:
             record.timestamp_ms or 0, record.partition, record.offset)
 
 
-def packed_envelope(bucket: int, entries: list) -> tuple:
+def packed_envelope(bucket: int, entries: list, keys: int = 2) -> tuple:
     """One bucket's entries (envelope tuples with unpickled payloads and event times in epoch
-    milliseconds), in the order read, as one envelope."""
+    milliseconds), in the order read, as one envelope (``keys``: :func:`bucket_group`'s)."""
     first = entries[0]
     times = [e[EVENT_TIME] for e in entries if e[EVENT_TIME] is not None]
-    return (bucket_group(bucket), _PACKED, 0, dumps(entries), event_time(max(times)) if times else None,
+    return (bucket_group(bucket, keys), _PACKED, 0, dumps(entries), event_time(max(times)) if times else None,
             first[TS], first[PART], first[OFFSET])
 
 

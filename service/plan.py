@@ -141,12 +141,15 @@ class SidePlan:
         return self.changelog_mode == "upsert" and not self.direct_upsert and not self.lookup_stream
 
 
-DEFAULT_STATE_BUCKETS = 64
-"""Buckets of a new checkpoint unless ``STATE_BUCKETS`` says otherwise: fewer buckets mean fewer
-state calls per micro-batch, more buckets smaller bucket values to rewrite. In micro-batches of a
-few thousand rows, the service's usual regime, each touched bucket costs three round trips to the
-JVM (~1.2 ms each on a busy two-core machine), and 64 ran 1.5-1.9x shorter micro-batches than 256 at
-2,000 rows/s; 256 read 1M rows per side 1.04x faster (bench/results/RESULTS.md, 2026-11-27)."""
+DEFAULT_STATE_BUCKETS = 256
+"""Buckets of a new checkpoint unless ``STATE_BUCKETS`` says otherwise. The bucket is the unit
+Spark places on a task, so the count is the most tasks a checkpoint can ever run
+(``changejoin rescale``), as Flink's maximum parallelism; with balanced bucket keys
+(``JoinPlan.bucket_keys``) each of ``P`` tasks holds ``256/P`` buckets, exactly where ``P``
+divides 256. A touched bucket costs one round trip to the JVM per call (``sparkstate.py``)."""
+
+#: ``JoinPlan.bucket_keys`` of a new checkpoint (``envelope.bucket_group``).
+BALANCED_BUCKET_KEYS = 2
 
 
 @dataclass(frozen=True)
@@ -177,6 +180,9 @@ class JoinPlan:
     # Keys per grouping key of every stateful stage: 0 = one grouping key per key; N = the keys in
     # N buckets (sparkstate.py), fixed once a checkpoint exists (checkpoint.py).
     state_buckets: int = 0
+    # How a bucket's grouping key is made (envelope.bucket_group), fixed with the checkpoint:
+    # 2 = its Spark hash is the bucket number (balanced tasks), 1 = the first layout's.
+    bucket_keys: int = BALANCED_BUCKET_KEYS
     # A lookup join's table and how it is asked (PlanKind.LOOKUP; planner._lookup): "table" (the
     # database's catalog: service.database.TableInfo.to_dict()), "url" (no password), "left_key"
     # (stream column indexes), "key_columns" (table columns), "identity", and the options.

@@ -132,6 +132,7 @@ class JoinProcessor(StatefulProcessor):
         self.domain = {TimeMode.PROCESSING_TIME: PROC, TimeMode.EVENT_TIME: EVENT}.get(self.time_mode)
         self.state = join_state(handle, self.plan, self.domain)
         self.buckets = self.plan.state_buckets
+        self.bucket_keys = self.plan.bucket_keys
         # Rows the join may drop as late carry their original record (decode.py): (row, original).
         self.original_sides = self.plan.late_sides
         self.window_join = self.plan.kind is PlanKind.WINDOW
@@ -154,7 +155,7 @@ class JoinProcessor(StatefulProcessor):
             groups = list(by_key(rows))
             if not groups:
                 return
-            bucket = self.state.open()
+            bucket = self.state.open(key[0])
             context = self._context(timerValues)
             changes: list = []
             bucket.read_ahead([jk for jk, _ in groups])
@@ -222,19 +223,18 @@ class JoinProcessor(StatefulProcessor):
             yield from self._on_timer(self.state, key[0], domain, fired, context, changes)
             yield from self._emit(changes)
             return
-        # The bucket's one Spark timer is its keys' earliest: fire every key's timer that is due,
-        # in time order; one that a timer registers and is already due fires in the next round.
+        # The bucket's Spark timer stands for its keys' timers of one slot (sparkstate.py): fire
+        # them in time order; one that a timer registers and is already due fires in the next round.
         until = timerValues.getCurrentWatermarkInMs() if domain == EVENT else timerValues.getCurrentProcessingTimeInMs()
-        bucket = self.state.open()
-        bucket.timer_fired(fired)
+        bucket = self.state.open(key[0])
+        due = bucket.fire(fired, until)
         changes = []
         for _ in range(_TIMER_ROUNDS):
-            due = bucket.due(until)
             if not due:
                 break
             for ts, jk in due:
-                bucket.delete_timer(jk, ts)
                 yield from self._on_timer(bucket.key(jk), jk, domain, ts, context, changes)
+            due = bucket.take_due(until)
         else:
             raise RuntimeError(f"timers still due after {_TIMER_ROUNDS} rounds: an operator registers timers "
                                "that are due already")
@@ -281,7 +281,7 @@ class JoinProcessor(StatefulProcessor):
                 okey = self.output_key(row)
                 keyed.setdefault(bucket_of(okey, self.buckets), []).append((okey, kind, row))
             for bucket in sorted(keyed):
-                yield Row(target=_KEYED, kind=0, payload=dumps(keyed[bucket]), okey=bucket_group(bucket),
+                yield Row(target=_KEYED, kind=0, payload=dumps(keyed[bucket]), okey=bucket_group(bucket, self.bucket_keys),
                           seq=self.seq.take())
         else:
             for kind, row in changes:
@@ -372,8 +372,9 @@ class UpsertProcessor(StatefulProcessor):
             for kind, row in out.rows:
                 yield Row(target=_OUTPUT, kind=kind, payload=dumps(row), okey=key[0], seq=self.seq.take())
             return
-        bucket = self.state.open()
+        bucket = self.state.open(key[0])
         out = Output()
+        bucket.read_ahead(sorted(changes))
         for okey in sorted(changes):
             state = Pending(bucket.key(okey))
             self.operator.process(state, changes[okey], Context(), out)
@@ -408,13 +409,14 @@ class NormalizeProcessor(StatefulProcessor):
         self.operator = ChangelogNormalize()
         self.state = normalize_state(handle, plan, self.side, self.operator)
         self.buckets = plan.state_buckets
+        self.bucket_keys = plan.bucket_keys
         if self.side in plan.dated_deletes:  # chosen once: the other inputs' records take the plain path
             self.source_time = plan.sides[self.side].time_column
             self._normalize = self._normalize_dated
 
     def handleInputRows(self, key, rows, timerValues) -> Iterator[Row]:
         if self.buckets:
-            yield from self._buckets(rows)
+            yield from self._buckets(key[0], rows)
             return
         ordered = ordered_records(rows)
         state = Pending(self.state)
@@ -427,14 +429,18 @@ class NormalizeProcessor(StatefulProcessor):
                           event_time=r[EVENT_TIME], ts=r[TS], part=r[PART], offset=offset)
         state.flush()
 
-    def _buckets(self, rows) -> Iterator[Row]:
+    def _buckets(self, key: bytes, rows) -> Iterator[Row]:
         rows = list(rows)
         for r in rows:
             if r[TAG] in NOT_ROWS:  # passed on to the join stage
                 yield r
-        bucket = self.state.open()
+        groups = list(by_key(rows))
+        if not groups:
+            return
+        bucket = self.state.open(key)
         packs: dict[int, list] = {}
-        for message_key, entries in by_key(rows):
+        bucket.read_ahead([message_key for message_key, _ in groups])
+        for message_key, entries in groups:
             state = Pending(bucket.key(message_key))
             for e in ordered_records(entries):
                 for kind, row, offset in self._normalize(state, e[KIND], e[PAYLOAD], e[OFFSET]):
@@ -446,7 +452,7 @@ class NormalizeProcessor(StatefulProcessor):
         for b in sorted(packs):
             entries = packs[b]
             for i in range(0, len(entries), PACK_ROWS):
-                yield _EnvelopeRow(*packed_envelope(b, entries[i : i + PACK_ROWS]))
+                yield _EnvelopeRow(*packed_envelope(b, entries[i : i + PACK_ROWS], self.bucket_keys))
 
     def _normalize(self, state, kind: int, payload, offset: int) -> list[tuple[int, tuple, int]]:
         """The full changelog of one upsert record: (kind, row, offset) of each change. Each keeps

@@ -102,10 +102,6 @@ BUCKET_VALUE_BYTES = 64 * 1024
 """At most this many bytes of small keys' values in one bucket value: what a touched bucket
 rewrites, whatever it touched."""
 
-READ_AHEAD_SHARE = 1 / 8
-"""Large keys of a bucket a call must touch, as a share of them all, from which it reads them all
-in one iteration (:meth:`BucketState.read_ahead`)."""
-
 _UNREAD = object()
 
 
@@ -149,21 +145,88 @@ class KeyCodec:
         return value
 
 
+class ObjectCalls:
+    """State calls through PySpark's state objects, one round trip each: the state variables of
+    a handle that is not PySpark's (the tests' fakes), and the form :class:`WireCalls` batches."""
+
+    def __init__(self, handle, values: dict, maps: dict):
+        self._handle, self._values, self._maps = handle, values, maps
+
+    def read(self, requests: list) -> list:
+        out = []
+        for request in requests:
+            if request[0] == "v":
+                stored = self._values[request[1]].get()
+            else:
+                stored = self._maps[request[1]].getValue((request[2],))
+            out.append(None if stored is None else stored[0])
+        return out
+
+    def write(self, request: tuple) -> None:
+        kind = request[0]
+        if kind == "v":
+            state = self._values[request[1]]
+            state.clear() if request[2] is None else state.update((request[2],))
+        elif kind == "m":
+            state = self._maps[request[1]]
+            if request[3] is None:
+                state.removeKey((request[2],))
+            else:
+                state.updateValue((request[2],), (request[3],))
+        else:
+            (self._handle.registerTimer if request[2] else self._handle.deleteTimer)(request[1])
+
+    def flush(self) -> None:
+        pass
+
+
+class WireCalls:
+    """State calls of a PySpark task batched on its state socket (``statewire.py``): reads in one
+    round trip, writes without waiting."""
+
+    def __init__(self, wire):
+        self.read, self.write, self.flush = wire.read, wire.write, wire.flush
+
+
+def state_calls(handle, values: dict, maps: dict):
+    """How a stage's state calls reach Spark: batched on the task's state socket when ``handle`` is
+    PySpark's, else one by one through the state objects."""
+    api = getattr(handle, "stateful_processor_api_client", None)
+    if api is None:
+        return ObjectCalls(handle, values, maps)
+    from .statewire import StateWire
+
+    wire = getattr(api, "_changejoin_wire", None)
+    if wire is None:
+        wire = api._changejoin_wire = StateWire(api)
+        wire.install()
+    return WireCalls(wire)
+
+
 class Buckets:
     """A stage's state variables in the bucket layout (``STATE_BUCKETS`` > 0; module docstring):
-    :meth:`open` gives the state of the bucket Spark is calling for, for one call."""
+    :meth:`open` gives the state of the bucket Spark is calling for, for one call.
+
+    ``stage`` names the stage among the task's (a process remembers, per stage and bucket,
+    whether the bucket had large keys: a guess that only decides whether they are read in the
+    same round trip as the bucket value). ``cleanup_grain``: the operator's timers only clean state
+    (``KeyedOperator.cleanup_grain``): they are kept per slot of that many milliseconds."""
 
     def __init__(self, handle: StatefulProcessorHandle, timer_domain: str | None, codec: KeyCodec,
-                 maps: tuple[str, ...] = ()):
-        self._value = handle.getValueState(BUCKET, VALUE_SCHEMA)
-        self._keys = handle.getMapState(KEYS, MAP_KEY_SCHEMA, VALUE_SCHEMA)
+                 maps: tuple[str, ...] = (), stage: str = "", cleanup_grain: int | None = None):
+        value = handle.getValueState(BUCKET, VALUE_SCHEMA)
+        keys = handle.getMapState(KEYS, MAP_KEY_SCHEMA, VALUE_SCHEMA)
         self._maps = {name: handle.getMapState(name, MAP_KEY_SCHEMA, VALUE_SCHEMA) for name in maps}
-        self._handle = handle
+        self._calls = state_calls(handle, {BUCKET: value}, {KEYS: keys, **self._maps})
         self._domain = timer_domain
         self._codec = codec
+        self._stage = stage
+        self._grain = cleanup_grain
 
-    def open(self) -> "BucketState":
-        return BucketState(self._value, self._keys, self._maps, self._handle, self._domain, self._codec)
+    def open(self, key: bytes = b"") -> "BucketState":
+        """The state of bucket ``key`` (its grouping key) for one call."""
+        return BucketState(self._calls, self._maps, self._domain, self._codec, hint=(self._stage, key),
+                           cleanup_grain=self._grain)
 
 
 def join_state(handle: StatefulProcessorHandle, plan: JoinPlan, timer_domain: str | None) -> SparkKeyState | Buckets:
@@ -173,7 +236,8 @@ def join_state(handle: StatefulProcessorHandle, plan: JoinPlan, timer_domain: st
     upgrade = upgrader(plan.operator, lambda g: (plan.row_upgrade(g, 0), plan.row_upgrade(g, 1)))
     codec = KeyCodec(plan.state_generation, upgrade)
     if plan.state_buckets:
-        return Buckets(handle, timer_domain, codec, names)
+        return Buckets(handle, timer_domain, codec, names, stage="join",
+                       cleanup_grain=getattr(plan.operator, "cleanup_grain", None))
     maps = {name: handle.getMapState(name, MAP_KEY_SCHEMA, VALUE_SCHEMA) for name in names}
     return SparkKeyState(handle.getValueState(JOIN, VALUE_SCHEMA), handle, timer_domain, codec, maps)
 
@@ -185,7 +249,7 @@ def upsert_state(handle: StatefulProcessorHandle, plan: JoinPlan | None, operato
     if plan is not None:  # rows of an older output, in today's
         codec = KeyCodec(plan.output_generation, upgrader(operator, lambda g: (plan.output_upgrade(g), None)))
         if plan.state_buckets:
-            return Buckets(handle, None, codec)
+            return Buckets(handle, None, codec, stage="upsert")
     return SparkKeyState(handle.getValueState(ROWS, VALUE_SCHEMA), handle, None, codec)
 
 
@@ -193,7 +257,7 @@ def normalize_state(handle: StatefulProcessorHandle, plan: JoinPlan, side: int, 
     """The normalize stage's state of input ``side``: per message key, :data:`LAST`; or its buckets."""
     codec = KeyCodec(plan.state_generation, upgrader(operator, lambda g: (plan.row_upgrade(g, side), None)))
     if plan.state_buckets:
-        return Buckets(handle, None, codec)
+        return Buckets(handle, None, codec, stage=f"normalize-{side}")
     return SparkKeyState(handle.getValueState(LAST, VALUE_SCHEMA), handle, None, codec)
 
 
@@ -352,75 +416,134 @@ class PendingMap:
                 self._store.remove(key)
 
 
+_SIGNED = 1 << 63
+_CHUNK = b"\xfd"  # a bucket's timer chunk in KEYS: _CHUNK + slot + chunk number
+_COUNT = b"\xfe"  # an exact slot's chunk count in KEYS: _COUNT + slot
+_LARGE_HINT: dict[tuple, bool] = {}  # (stage, bucket) -> it had large keys when last seen here
+
+
+def _slot_bytes(slot: int) -> bytes:
+    return (slot + _SIGNED).to_bytes(8, "big")
+
+
+def chunk_key(slot: int, n: int) -> bytes:
+    """The KEYS entry of chunk ``n`` of a bucket's timers at ``slot``. Grouping keys start with
+    ``(`` (join and output keys) or ``\\x01`` (message keys), so timers never meet a key."""
+    return _CHUNK + _slot_bytes(slot) + n.to_bytes(4, "big")
+
+
+def count_key(slot: int) -> bytes:
+    """The KEYS entry holding how many chunks the exact slot ``slot`` has."""
+    return _COUNT + _slot_bytes(slot)
+
+
 class BucketState:
-    """One bucket's state during one call (see the module docstring): read at most once, written
-    at most once by :meth:`flush`, with a :class:`BucketKey` view per join key for the operators.
+    """One bucket's state during one call (see the module docstring): the bucket value read once
+    and written at most once, the touched keys' entries read in one round trip, every write sent
+    at :meth:`flush`, with a :class:`BucketKey` view per key for the operators.
 
-    ``value_state`` is the bucket's ValueState, ``keys`` its MapState of large keys, ``maps`` the
-    MapStates the operator declares (name -> MapState), ``handle`` registers the bucket's Spark
-    timer in ``domain`` (the processor's time mode; timers of another domain are never
-    registered, as in the per-key layout)."""
+    ``calls`` reaches Spark's state (:class:`WireCalls`, :class:`ObjectCalls`), ``maps`` are the
+    MapStates the operator declares (name -> MapState, for iterating a split side), ``domain`` is
+    the processor's time mode (timers of another domain are never registered, as in the per-key
+    layout). ``hint``: (stage, bucket), under which the process remembers whether the bucket had
+    large keys. ``cleanup_grain``: see :class:`Buckets`."""
 
-    def __init__(self, value_state, keys, maps: dict, handle, domain: str | None, codec: KeyCodec,
-                 small_value_bytes: int | None = None, bucket_value_bytes: int | None = None):
-        self._value_state = value_state
-        self._keys = keys
+    def __init__(self, calls, maps: dict, domain: str | None, codec: KeyCodec, hint: tuple = ("", b""),
+                 cleanup_grain: int | None = None, small_value_bytes: int | None = None,
+                 bucket_value_bytes: int | None = None):
+        self._calls = calls
         self._maps = maps
-        self._handle = handle
         self.domain = domain
         self._codec = codec
+        self._hint = hint
+        self._grain = cleanup_grain
         self._small_max = SMALL_VALUE_BYTES if small_value_bytes is None else small_value_bytes
         self._budget = BUCKET_VALUE_BYTES if bucket_value_bytes is None else bucket_value_bytes
         self._loaded = False
         self._small: dict[bytes, bytes] = {}
-        self._large: dict[bytes, None] = {}
-        self._timers: dict[bytes, tuple] = {}
-        self._spark_timer: int | None = None
-        # join key group -> value bytes as read or put (None: no value). Values are decoded anew
-        # on every read: an operator changes what it read in place, and a call that fails must
-        # leave the key as it was.
+        self._large = 0  # keys whose value is an entry of KEYS
+        self._slots: dict[int, int] = {}  # cleanup slot -> its chunks (cleanup_grain)
+        self._stored_large: set[bytes] = set()  # keys known to have a KEYS entry
+        # key -> its value bytes as stored (None: no value), once read; and as read or put. Values
+        # are decoded anew on every read: an operator changes what it read in place, and a call
+        # that fails must leave the key as it was.
+        self._read: dict[bytes, bytes | None] = {}
         self._bytes: dict[bytes, bytes | None] = {}
         self._dirty: dict[bytes, None] = {}  # keys whose value was put
+        self._timer_ops: list[tuple[bytes, int, bool]] = []  # (key, ts, registered), in call order
+        self._legacy: tuple | None = None  # (timers, spark timer) of a bucket value in the first layout
         self._changed = False  # the bucket value must be written
 
     # -- reading -----------------------------------------------------------------------------
-    def _load(self) -> None:
-        if self._loaded:
-            return
+    def _load(self, stored: bytes | None) -> None:
         self._loaded = True
-        stored = self._value_state.get()
-        if stored is not None:
-            self._small, self._large, self._timers, self._spark_timer = loads(stored[0])
+        if stored is None:
+            return
+        value = loads(stored)
+        if type(value[0]) is str:
+            _, self._small, self._large, self._slots = value
+            return
+        # The first bucket layout: (small, large, timers, spark_timer), with the index of its large
+        # keys and every key's timers in the value. The call writes it in this one.
+        self._small, large, timers, spark_timer = value
+        self._large = len(large)
+        self._stored_large.update(large)
+        self._legacy = (timers, spark_timer)
+        self._changed = True
+
+    def read_ahead(self, keys: list[bytes], extra: list | None = None) -> list:
+        """Read the stored values of ``keys`` (about to be read or written): the bucket value, and
+        the KEYS entries of those not in it, in one round trip where this process saw large keys
+        in the bucket before, else in a second one only when it has large keys. ``extra``: more
+        read requests for the first round trip; their answers are returned."""
+        extra = extra or []
+        keys = [jk for jk in keys if jk not in self._read]
+        if self._loaded:
+            answers = self._calls.read(extra) if extra else []
+            self._fetch(keys)
+            return answers
+        guess = keys if _LARGE_HINT.get(self._hint) else []
+        answers = self._calls.read([("v", BUCKET), *(("m", KEYS, jk) for jk in guess), *extra])
+        self._load(answers[0])
+        for jk, data in zip(guess, answers[1:]):
+            if data is not None:
+                self._stored_large.add(jk)
+                self._read[jk] = data
+            else:
+                self._read[jk] = self._small.get(jk)
+        _LARGE_HINT[self._hint] = self._large > 0
+        self._fetch(keys)
+        return answers[1 + len(guess):]
+
+    def _fetch(self, keys: list[bytes]) -> None:
+        """The stored values of ``keys`` not read yet: from the bucket value, or from KEYS in one
+        round trip (a key not among the small ones may be large only where the bucket has any)."""
+        missing = []
+        for jk in keys:
+            if jk in self._read:
+                continue
+            data = self._small.get(jk)
+            if data is not None or not self._large:
+                self._read[jk] = data
+            else:
+                missing.append(jk)
+        if missing:
+            for jk, data in zip(missing, self._calls.read([("m", KEYS, jk) for jk in missing])):
+                if data is not None:
+                    self._stored_large.add(jk)
+                self._read[jk] = data
 
     def value(self, jk: bytes):
-        """The value of join key ``jk``: from the bucket value, or its own map entry."""
+        """The value of key ``jk``: from the bucket value, or its own KEYS entry."""
         data = self._bytes.get(jk, _UNREAD)
         if data is _UNREAD:
-            self._load()
-            data = self._small.get(jk)
-            if data is None and jk in self._large:
-                stored = self._keys.getValue((jk,))
-                data = None if stored is None else stored[0]
-            self._bytes[jk] = data
+            if jk not in self._read:
+                self.read_ahead([jk])
+            data = self._read[jk]
         return None if data is None else self._codec.decode(data)
 
     def key(self, jk: bytes) -> "BucketKey":
         return BucketKey(self, jk)
-
-    def read_ahead(self, keys: list[bytes]) -> None:
-        """The values of ``keys`` (about to be read) in as few calls as pays: where they include
-        large keys, the bucket's map of large keys is read in one iteration (Spark replies with up
-        to 10,000 entries at a time) instead of one call per key, when they are at least
-        :data:`READ_AHEAD_SHARE` of its entries (each entry read and not needed costs a few
-        microseconds, each call ~100)."""
-        if len(keys) < 2:
-            return
-        self._load()
-        large = [jk for jk in keys if jk in self._large and jk not in self._bytes]
-        if len(large) < 2 or len(large) < len(self._large) * READ_AHEAD_SHARE:
-            return
-        for (jk,), (data,) in self._keys.iterator():
-            self._bytes.setdefault(jk, data)
 
     # -- writing -----------------------------------------------------------------------------
     def put(self, jk: bytes, value) -> None:
@@ -428,91 +551,162 @@ class BucketState:
         self._dirty[jk] = None
 
     def register_timer(self, jk: bytes, ts: int) -> None:
-        self._load()
-        timers = self._timers.get(jk, ())
-        if ts not in timers:
-            self._timers[jk] = tuple(sorted((*timers, ts)))
-            self._changed = True
+        self._timer_ops.append((jk, ts, True))
 
     def delete_timer(self, jk: bytes, ts: int) -> None:
-        self._load()
-        timers = self._timers.get(jk, ())
-        if ts in timers:
-            rest = tuple(t for t in timers if t != ts)
-            if rest:
-                self._timers[jk] = rest
-            else:
-                del self._timers[jk]
-            self._changed = True
-
-    def due(self, until: int) -> list[tuple[int, bytes]]:
-        """The keys' timers at or before ``until``, as ``(ts, join key group)`` in time order,
-        ties in key order."""
-        self._load()
-        return sorted((ts, jk) for jk, timers in self._timers.items() for ts in timers if ts <= until)
-
-    def timer_fired(self, ts: int) -> None:
-        """Spark fired the bucket's timer ``ts`` and deletes it after the call."""
-        self._load()
-        if self._spark_timer == ts:
-            self._spark_timer = None
-            self._changed = True
+        if self._grain is None:  # a cleanup timer fires anyway, and finds nothing to clean
+            self._timer_ops.append((jk, ts, False))
 
     def flush(self) -> None:
-        """Write what the call changed: the values put, the bucket value, the bucket's timer."""
+        """Send what the call changed: the values put, the timers, the bucket value. Nothing waits
+        for Spark's answers (they are read by the next read)."""
+        if not self._loaded:
+            if not (self._dirty or self._timer_ops):
+                return
+            self.read_ahead([])
         if self._dirty:
-            self._load()
+            self._fetch(list(self._dirty))  # whether a key put without being read is a large one
             self._flush_values()
-        if self._changed or self._dirty:
-            self._flush_timer()
+        if self._legacy is not None:
+            timers, spark_timer = self._legacy
+            self._legacy = None
+            if spark_timer is not None:
+                self._calls.write(("t", spark_timer, False))
+            self._timer_ops[:0] = [(jk, ts, True) for jk in sorted(timers) for ts in timers[jk]]
+        if self._timer_ops:
+            self._flush_timers()
         if self._changed:
-            if self._small or self._large or self._timers:
-                self._value_state.update((dumps((self._small, self._large, self._timers, self._spark_timer)),))
+            if self._small or self._large or self._slots:
+                self._calls.write(("v", BUCKET, dumps(("b2", self._small, self._large, self._slots))))
             else:
-                self._value_state.clear()
-        self._dirty = {}
-        self._changed = False
+                self._calls.write(("v", BUCKET, None))
+            self._changed = False
+        self._calls.flush()
 
     def _flush_values(self) -> None:
-        small, large, keys = self._small, self._large, self._keys
+        small, write = self._small, self._calls.write
         for jk in sorted(self._dirty):
             data = self._bytes[jk]
-            if data is None:
-                if jk in large:
-                    keys.removeKey((jk,))
-                    del large[jk]
+            if jk in self._stored_large:  # a large key stays one until cleared
+                write(("m", KEYS, jk, data))
+                if data is None:
+                    self._stored_large.discard(jk)
+                    self._large -= 1
                     self._changed = True
-                elif small.pop(jk, None) is not None:
+            elif data is None:
+                if small.pop(jk, None) is not None:
                     self._changed = True
-                continue
-            if jk in large:
-                keys.updateValue((jk,), (data,))
             elif len(data) <= self._small_max:
                 small[jk] = data
                 self._changed = True
             else:
                 small.pop(jk, None)
-                large[jk] = None
-                keys.updateValue((jk,), (data,))
-                self._changed = True
-        total = sum(map(len, small.values()))
+                self._spill(jk, data)
+        self._dirty = {}
+        total = sum(len(jk) + len(data) for jk, data in small.items())
         if total > self._budget:
-            for size, jk in sorted(((len(data), jk) for jk, data in small.items()), key=lambda e: (-e[0], e[1])):
-                keys.updateValue((jk,), (small.pop(jk),))
-                large[jk] = None
+            for size, jk in sorted(((len(jk) + len(data), jk) for jk, data in small.items()),
+                                   key=lambda e: (-e[0], e[1])):
+                self._spill(jk, small.pop(jk))
                 total -= size
                 if total <= self._budget:
                     break
 
-    def _flush_timer(self) -> None:
-        earliest = min((timers[0] for timers in self._timers.values()), default=None)
-        if earliest != self._spark_timer:
-            if self._spark_timer is not None:
-                self._handle.deleteTimer(self._spark_timer)
-            if earliest is not None:
-                self._handle.registerTimer(earliest)
-            self._spark_timer = earliest
-            self._changed = True
+    def _spill(self, jk: bytes, data: bytes) -> None:
+        """Key ``jk`` becomes a large key: its value an entry of KEYS."""
+        self._calls.write(("m", KEYS, jk, data))
+        self._stored_large.add(jk)
+        self._large += 1
+        self._changed = True
+        _LARGE_HINT[self._hint] = True
+
+    # -- timers ------------------------------------------------------------------------------
+    def _slot(self, ts: int) -> int:
+        grain = self._grain
+        return ts if grain is None else -(-ts // grain) * grain
+
+    def _flush_timers(self) -> None:
+        """Each slot's timer changes of this call become one new chunk of it, and a slot with its
+        first chunk gets its Spark timer. A cleanup slot's chunk count is in the bucket value;
+        an exact one's (its slot is its time) is an entry of KEYS, read first."""
+        ops, self._timer_ops = self._timer_ops, []
+        by_slot: dict[int, dict[bytes, tuple]] = {}
+        for jk, ts, registered in ops:
+            by_slot.setdefault(self._slot(ts), {})[(jk, ts)] = registered
+        write = self._calls.write
+        if self._grain is not None:
+            counts = [self._slots.get(slot, 0) for slot in sorted(by_slot)]
+        else:
+            counts = [0 if data is None else int.from_bytes(data, "big")
+                      for data in self._calls.read([("m", KEYS, count_key(slot)) for slot in sorted(by_slot)])]
+        for (slot, changes), n in zip(sorted(by_slot.items()), counts):
+            if n == 0 and not any(changes.values()):
+                continue  # only deletions where nothing was registered
+            write(("m", KEYS, chunk_key(slot, n), dumps(sorted((jk, ts, r) for (jk, ts), r in changes.items()))))
+            if self._grain is not None:
+                self._slots[slot] = n + 1
+                self._changed = True
+            else:
+                write(("m", KEYS, count_key(slot), (n + 1).to_bytes(4, "big")))
+            if n == 0:
+                write(("t", slot, True))
+
+    def fire(self, fired: int, until: int) -> list[tuple[int, bytes]]:
+        """Spark fired the bucket's timer ``fired`` (and deletes it after the call): the keys'
+        timers it stands for, as ``(ts, key)`` in time order (ties in key order), their chunks
+        removed, their keys' values read. A bucket value of the first layout fires every key timer
+        due by ``until`` (its one Spark timer was its keys' earliest)."""
+        exact = self._grain is None
+        answers = self.read_ahead([], [("m", KEYS, count_key(fired))] if exact else None)
+        if self._legacy is not None:
+            timers, spark_timer = self._legacy
+            due = sorted((ts, jk) for jk, times in timers.items() for ts in times if ts <= until)
+            later = {jk: tuple(ts for ts in times if ts > until) for jk, times in timers.items()}
+            self._legacy = ({jk: times for jk, times in later.items() if times},
+                            None if spark_timer == fired else spark_timer)
+            self.read_ahead([jk for _, jk in due])
+            return due
+        if exact:
+            n = 0 if answers[0] is None else int.from_bytes(answers[0], "big")
+        else:
+            n = self._slots.pop(fired, 0)
+            self._changed = self._changed or n > 0
+        if not n:
+            return []
+        write = self._calls.write
+        chunks = self._calls.read([("m", KEYS, chunk_key(fired, i)) for i in range(n)])
+        for i in range(n):
+            write(("m", KEYS, chunk_key(fired, i), None))
+        if exact:
+            write(("m", KEYS, count_key(fired), None))
+        live: dict[tuple[bytes, int], bool] = {}
+        for chunk in chunks:
+            for jk, ts, registered in loads(chunk):
+                live[(jk, ts)] = registered
+        if exact:
+            due = sorted((ts, jk) for (jk, ts), registered in live.items() if registered)
+        else:  # one firing per key, at its latest time in the slot: it has moved the others since
+            latest: dict[bytes, int] = {}
+            for jk, ts in live:
+                latest[jk] = max(ts, latest.get(jk, ts))
+            due = sorted((ts, jk) for jk, ts in latest.items())
+        self.read_ahead([jk for _, jk in due])
+        return due
+
+    def take_due(self, until: int) -> list[tuple[int, bytes]]:
+        """Timers this call registered that are due by ``until`` already: taken out of what
+        :meth:`flush` registers, to be fired in the same call (as Flink's timer service does)."""
+        if not self._timer_ops:
+            return []
+        final: dict[tuple[bytes, int], bool] = {}
+        for jk, ts, registered in self._timer_ops:
+            final[(jk, ts)] = registered
+        due = sorted((ts, jk) for (jk, ts), registered in final.items() if registered and ts <= until)
+        if due:
+            taken = {(jk, ts) for ts, jk in due}
+            self._timer_ops = [op for op in self._timer_ops if (op[0], op[1]) not in taken]
+            self.read_ahead([jk for _, jk in due])
+        return due
 
 
 class BucketKey:
@@ -534,7 +728,7 @@ class BucketKey:
 
     def map(self, name: str) -> "BucketKeyMap | None":
         state = self._bucket._maps.get(name)
-        return None if state is None else BucketKeyMap(state, self._jk)
+        return None if state is None else BucketKeyMap(self._bucket._calls, name, state, self._jk)
 
     def register_timer(self, domain: str, ts: int) -> None:
         if domain == self._bucket.domain:
@@ -546,26 +740,27 @@ class BucketKey:
 
 
 class BucketKeyMap:
-    """The operators' ``KeyMap`` of one join key over its bucket's MapState: entries stored under
-    ``map_key((join key group, key))``, values as their pickle."""
+    """The operators' ``KeyMap`` of one join key over its bucket's MapState ``name``: entries
+    stored under ``map_key((join key group, key))``, values as their pickle."""
 
-    __slots__ = ("_state", "_jk")
+    __slots__ = ("_calls", "_name", "_state", "_jk")
 
-    def __init__(self, map_state, jk: bytes):
-        self._state, self._jk = map_state, jk
+    def __init__(self, calls, name: str, map_state, jk: bytes):
+        self._calls, self._name, self._state, self._jk = calls, name, map_state, jk
 
     def get(self, key):
-        value = self._state.getValue((map_key((self._jk, key)),))
-        return None if value is None else loads(value[0])
+        (value,) = self._calls.read([("m", self._name, map_key((self._jk, key)))])
+        return None if value is None else loads(value)
 
     def put(self, key, value) -> None:
-        self._state.updateValue((map_key((self._jk, key)),), (dumps(value),))
+        self._calls.write(("m", self._name, map_key((self._jk, key)), dumps(value)))
 
     def remove(self, key) -> None:
-        self._state.removeKey((map_key((self._jk, key)),))
+        self._calls.write(("m", self._name, map_key((self._jk, key)), None))
 
     def items(self):
         """This key's entries; the bucket's map is read whole (only hot keys have entries)."""
+        self._calls.flush()
         jk = self._jk
         for stored_key, value in self._state.iterator():
             owner, key = loads(stored_key[0])

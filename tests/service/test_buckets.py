@@ -3,56 +3,66 @@ from __future__ import annotations
 
 import pytest
 
-from service.sparkstate import BucketState, KeyCodec
+from service import sparkstate
+from service.sparkstate import BucketState, KeyCodec, ObjectCalls
 from spark_fakes import FakeHandle, FakeMapState, FakeValueState
 
 
-class Counting:
-    """Counts the calls made to a fake state (each is one round trip to the JVM in Spark)."""
+class RoundTrips(ObjectCalls):
+    """Spark's state of one bucket, faked, reached as the processors reach it: reads in batches
+    (each batch one round trip to the JVM), writes sent without waiting."""
 
-    def __init__(self, inner, calls: list):
-        self._inner, self._calls = inner, calls
+    def __init__(self, handle: FakeHandle, values: dict, maps: dict):
+        super().__init__(handle, values, maps)
+        self.trips, self.written = 0, []
 
-    def __getattr__(self, name):
-        attr = getattr(self._inner, name)
-        if not callable(attr):
-            return attr
+    def read(self, requests):
+        self.trips += 1
+        return super().read(requests)
 
-        def call(*args):
-            self._calls.append(name)
-            return attr(*args)
-
-        return call
+    def write(self, request):
+        self.written.append(request)
+        super().write(request)
 
 
 class Bucket:
     """One bucket's fake Spark state, opened anew for each call as a processor does."""
 
-    def __init__(self, small: int = 4096, budget: int = 64 * 1024, codec: KeyCodec | None = None):
+    def __init__(self, small: int = 4096, budget: int = 64 * 1024, codec: KeyCodec | None = None,
+                 grain: int | None = None, domain: str | None = "proc"):
         self.value, self.keys, self.left = FakeValueState(), FakeMapState(), FakeMapState()
         self.handle = FakeHandle()
-        self.small, self.budget, self.codec = small, budget, codec or KeyCodec()
-        self.calls: list[str] = []
+        self.small, self.budget, self.codec, self.grain, self.domain = small, budget, codec or KeyCodec(), grain, domain
+        self.calls = RoundTrips(self.handle, {sparkstate.BUCKET: self.value},
+                                {sparkstate.KEYS: self.keys, "left": self.left})
+        self.hint = ("test", object())  # a bucket this process has not seen
 
-    def open(self, domain: str | None = "proc") -> BucketState:
-        self.calls.clear()
-        c = self.calls
-        return BucketState(Counting(self.value, c), Counting(self.keys, c), {"left": Counting(self.left, c)},
-                           Counting(self.handle, c), domain, self.codec, self.small, self.budget)
+    def open(self) -> BucketState:
+        self.calls.trips, self.calls.written = 0, []
+        return BucketState(self.calls, {"left": self.left}, self.domain, self.codec, self.hint, self.grain,
+                           self.small, self.budget)
+
+    def timer_entries(self) -> dict:
+        return {k: v for (k,), v in self.keys.entries.items() if k[:1] in (b"\xfd", b"\xfe")}
+
+    def key_entries(self) -> list:
+        return sorted(k for (k,) in self.keys.entries if k[:1] not in (b"\xfd", b"\xfe"))
 
 
-def test_values_of_many_keys_cost_one_read_and_one_write_of_the_bucket():
+def test_values_of_many_keys_cost_one_round_trip_and_one_write_of_the_bucket():
     b = Bucket()
     state = b.open()
+    state.read_ahead([b"k%d" % i for i in range(50)])
     for i in range(50):
         state.key(b"k%d" % i).put(("row", i))
     state.flush()
-    assert b.calls == ["get", "update"]
+    assert b.calls.trips == 1 and [w[:2] for w in b.calls.written] == [("v", sparkstate.BUCKET)]
     state = b.open()
+    state.read_ahead([b"k%d" % i for i in range(50)] + [b"absent"])
     assert [state.key(b"k%d" % i).get() for i in range(50)] == [("row", i) for i in range(50)]
     assert state.key(b"absent").get() is None
     state.flush()
-    assert b.calls == ["get"]  # nothing changed, nothing written
+    assert b.calls.trips == 1 and b.calls.written == []  # nothing changed, nothing written
 
 
 def test_a_large_value_is_a_map_entry_of_its_own_and_stays_one_until_cleared():
@@ -61,11 +71,12 @@ def test_a_large_value_is_a_map_entry_of_its_own_and_stays_one_until_cleared():
     state.key(b"big").put("x" * 200)
     state.key(b"small").put("y")
     state.flush()
-    assert sorted(k for (k,) in b.keys.entries) == [b"big"]
+    assert b.key_entries() == [b"big"]
     state = b.open()
+    state.read_ahead([b"big"])
     state.key(b"big").put("x")  # shrunk: still a map entry, so the bucket value is not rewritten
     state.flush()
-    assert b.calls == ["get", "updateValue"]
+    assert [w[:3] for w in b.calls.written] == [("m", sparkstate.KEYS, b"big")]
     state = b.open()
     assert state.key(b"big").get() == "x" and state.key(b"small").get() == "y"
     state.key(b"big").clear()
@@ -77,19 +88,35 @@ def test_a_large_value_is_a_map_entry_of_its_own_and_stays_one_until_cleared():
     assert b.value.value is None, "an empty bucket holds no value"
 
 
-def test_large_keys_a_call_touches_are_read_in_one_iteration_when_they_are_many():
+def test_a_key_put_without_being_read_is_found_among_the_large_ones():
+    b = Bucket(small=10)
+    state = b.open()
+    state.key(b"a").put("x" * 50)
+    state.flush()
+    state = b.open()
+    state.key(b"a").put("y" * 50)  # a blind write: the bucket must learn that "a" is a large key
+    state.flush()
+    assert b.key_entries() == [b"a"] and b.open().key(b"a").get() == "y" * 50
+    state = b.open()
+    state.key(b"a").clear()
+    state.flush()
+    assert b.keys.entries == {} and b.value.value is None
+
+
+def test_the_large_keys_a_call_touches_are_read_in_one_round_trip():
     b = Bucket(small=10)
     state = b.open()
     for i in range(16):
         state.key(b"k%02d" % i).put("x" * 50)
     state.flush()
     state = b.open()
-    state.read_ahead([b"k%02d" % i for i in range(4)])  # 4 of 16: one iteration instead of 4 calls
+    state.read_ahead([b"k%02d" % i for i in range(4)])  # the bucket seen with large keys: one trip
     assert [state.key(b"k%02d" % i).get() for i in range(4)] == ["x" * 50] * 4
-    assert b.calls == ["get", "iterator"]
+    assert b.calls.trips == 1
+    b.hint = ("test", object())  # a process that has not seen the bucket: the value first, then its keys
     state = b.open()
-    state.read_ahead([b"k00"])  # one key: one call
-    assert state.key(b"k00").get() == "x" * 50 and b.calls == ["get", "getValue"]
+    state.read_ahead([b"k00", b"k01", b"new"])
+    assert state.key(b"k01").get() == "x" * 50 and state.key(b"new").get() is None and b.calls.trips == 2
 
 
 def test_beyond_the_bucket_budget_the_largest_small_values_leave_first():
@@ -98,42 +125,118 @@ def test_beyond_the_bucket_budget_the_largest_small_values_leave_first():
     for name, size in ((b"a", 300), (b"b", 500), (b"c", 400), (b"d", 100)):
         state.key(name).put("x" * size)
     state.flush()
-    assert sorted(k for (k,) in b.keys.entries) == [b"b"]
+    assert b.key_entries() == [b"b"]
     state = b.open()
     assert [len(state.key(k).get()) for k in (b"a", b"b", b"c", b"d")] == [300, 500, 400, 100]
 
 
-def test_one_spark_timer_per_bucket_at_its_keys_earliest():
-    b = Bucket()
+def test_a_bucket_value_stays_within_its_budget_however_many_keys_and_timers_it_holds():
+    """The bucket value holds the small keys (at most the budget), a count of the large ones and
+    the chunk count of each cleanup slot: nothing per key beyond the budget. One touched key of a
+    bucket of 20,000 writes its own entry, its timer's chunk and at most the bounded bucket value,
+    nothing of the other keys' entries or timers."""
+    b = Bucket(grain=1_000)
+    for batch in range(20):
+        state = b.open()
+        keys = [b"key%06d" % (batch * 1_000 + i) for i in range(1_000)]
+        state.read_ahead(keys)
+        for i, jk in enumerate(keys):
+            state.key(jk).put(("row", jk, "x" * 150))
+            state.key(jk).register_timer("proc", 3_600_000 + batch * 1_000 + i)
+        state.flush()
+    assert len(b.key_entries()) > 19_000
+    assert len(b.value.value[0]) < sparkstate.BUCKET_VALUE_BYTES * 1.1
     state = b.open()
-    state.key(b"a").register_timer("proc", 300)
-    state.key(b"b").register_timer("proc", 200)
-    state.key(b"b").register_timer("proc", 500)
-    state.key(b"c").register_timer("event", 100)  # another domain than the processor's: ignored
+    state.read_ahead([b"key000042"])
+    state.key(b"key000042").put(("row", "changed"))
+    state.key(b"key000042").delete_timer("proc", 3_600_042)
+    state.key(b"key000042").register_timer("proc", 9_000_000)
     state.flush()
-    assert b.handle.timers == {200}
-    state = b.open()
-    assert state.due(300) == [(200, b"b"), (300, b"a")]
-    state.key(b"b").delete_timer("proc", 200)
-    state.flush()
-    assert b.handle.timers == {300}
-    assert b.calls == ["get", "deleteTimer", "registerTimer", "update"]
+    assert b.calls.trips <= 2
+    written = {w[2] if w[0] == "m" else w[:2] for w in b.calls.written}
+    assert written <= {b"key000042", sparkstate.chunk_key(9_000_000, 0), ("v", sparkstate.BUCKET), ("t", 9_000_000)}
+    assert sum(len(part) for w in b.calls.written for part in w[2:] if isinstance(part, bytes)) \
+        < sparkstate.BUCKET_VALUE_BYTES * 1.1 + 2_000
 
 
-def test_a_fired_bucket_timer_is_not_deleted_again_and_the_next_one_is_registered():
-    b = Bucket()
+def test_exact_timers_fire_per_key_as_registered_and_deleted():
+    b = Bucket(grain=None, domain="event")
     state = b.open()
-    state.key(b"a").register_timer("proc", 100)
-    state.key(b"a").register_timer("proc", 900)
+    state.key(b"a").register_timer("event", 300)
+    state.key(b"b").register_timer("event", 200)
+    state.key(b"b").register_timer("event", 500)
+    state.key(b"c").register_timer("proc", 100)  # another domain than the processor's: ignored
+    state.flush()
+    assert b.handle.timers == {200, 300, 500}  # one Spark timer per time, for all the bucket's keys
+    state = b.open()
+    state.key(b"b").delete_timer("event", 500)
+    state.key(b"d").register_timer("event", 300)
     state.flush()
     state = b.open()
-    state.timer_fired(100)
-    b.handle.timers.discard(100)  # Spark deletes a timer it fired after the call
-    for ts, jk in state.due(100):
-        state.delete_timer(jk, ts)
+    assert state.fire(300, until=300) == [(300, b"a"), (300, b"d")]
     state.flush()
-    assert b.handle.timers == {900}
-    assert "deleteTimer" not in b.calls
+    b.handle.timers.discard(300)  # Spark deletes a timer it fired after the call
+    state = b.open()
+    assert state.fire(500, until=600) == []  # deleted: fires nothing
+    state.flush()
+    state = b.open()
+    assert state.fire(200, until=600) == [(200, b"b")]
+    state.flush()
+    assert b.timer_entries() == {}, "fired chunks are removed"
+
+
+def test_a_timer_registered_while_firing_and_due_already_fires_in_the_same_call():
+    b = Bucket(grain=None, domain="event")
+    state = b.open()
+    state.key(b"a").register_timer("event", 100)
+    state.flush()
+    state = b.open()
+    assert state.fire(100, until=250) == [(100, b"a")]
+    state.key(b"a").register_timer("event", 200)
+    state.key(b"a").register_timer("event", 900)
+    assert state.take_due(250) == [(200, b"a")]
+    state.flush()
+    assert b.handle.timers == {100, 900}
+
+
+def test_cleanup_timers_are_kept_per_slot_and_fire_once_per_key_at_its_latest():
+    b = Bucket(grain=1_000)
+    state = b.open()
+    for i, jk in enumerate((b"a", b"b", b"c")):
+        state.key(jk).register_timer("proc", 10_100 + i)
+    state.flush()
+    state = b.open()
+    state.key(b"a").delete_timer("proc", 10_100)  # not kept: the cleanup finds nothing at 10_100 anyway
+    state.key(b"a").register_timer("proc", 10_900)
+    state.key(b"b").register_timer("proc", 12_500)
+    state.flush()
+    assert b.handle.timers == {11_000, 13_000}  # one Spark timer per slot of the bucket
+    state = b.open()
+    fired = state.fire(11_000, until=11_000)
+    assert fired == [(10_101, b"b"), (10_102, b"c"), (10_900, b"a")]
+    state.flush()
+    assert set(b.value.value and sparkstate.loads(b.value.value[0])[3]) == {13_000}
+
+
+def test_a_bucket_of_the_first_layout_is_read_and_written_in_this_one():
+    """A checkpoint written before this layout: the bucket value held the index of its large keys
+    and every key's timers, and the bucket had one Spark timer at their earliest. It keeps its
+    values and timers, and is rewritten in this layout when a call touches it."""
+    b = Bucket(small=100, grain=None)
+    old_small = {b"s": KeyCodec().encode("small value")}
+    b.keys.entries[(b"big",)] = (KeyCodec().encode("x" * 500),)
+    b.value.value = (sparkstate.dumps((old_small, {b"big": None}, {b"s": (50, 400), b"big": (70,)}, 50)),)
+    b.handle.timers = {50}
+    state = b.open()
+    assert state.fire(50, until=60) == [(50, b"s")]  # the old Spark timer: every key timer due by then
+    assert state.key(b"s").get() == "small value" and state.key(b"big").get() == "x" * 500
+    state.flush()
+    b.handle.timers.discard(50)
+    value = sparkstate.loads(b.value.value[0])
+    assert value[0] == "b2" and value[2] == 1, "rewritten with the count of large keys, not their index"
+    assert b.handle.timers == {70, 400}
+    state = b.open()
+    assert state.fire(70, until=70) == [(70, b"big")]
 
 
 def test_a_value_read_twice_is_decoded_twice_so_changes_in_place_are_not_kept():
@@ -176,9 +279,10 @@ def test_values_of_an_older_generation_are_upgraded_as_they_are_read():
         KeyCodec(1).decode(b.codec.encode(("x",)))  # an older codec meets a newer value: no upgrade known
 
 
-def test_the_same_changes_write_the_same_bytes():
+@pytest.mark.parametrize("grain", [None, 100])
+def test_the_same_changes_write_the_same_bytes(grain):
     def run():
-        b = Bucket(small=50, budget=120)
+        b = Bucket(small=50, budget=120, grain=grain)
         state = b.open()
         for i in (5, 3, 9, 1, 7):
             state.key(b"k%d" % i).put("v" * (i * 10))
@@ -202,7 +306,6 @@ from collections import Counter  # noqa: E402
 
 import fastavro  # noqa: E402
 
-from service import sparkstate  # noqa: E402
 from service.config import load_settings  # noqa: E402
 from service.decode import InputDecoder  # noqa: E402
 from service.envelope import Target, unpack  # noqa: E402
@@ -399,12 +502,14 @@ def test_a_hot_keys_split_side_in_a_shared_bucket_writes_the_same_changes():
     assert any(name == "left" for name, _ in bucketed.join[1].maps), "the hot key's side was not split"
 
 
-def test_state_ttl_timers_fire_per_key_from_one_timer_per_bucket():
+def test_state_ttl_timers_fire_per_key_from_a_few_timers_per_bucket():
+    """TTL timers only clean state: a bucket keeps them per slot of a sixteenth of the TTL, one
+    Spark timer per slot, however many keys it holds."""
     env = {**LEFT_PK, "STATE_TTL": "1s"}
     per_key, bucketed = same_output(env, changelogs(4, batches=6, per_batch=150, keys=30),
                                     now=lambda i: 10_000 + i * 700)
     per_bucket = Counter(key for _, key in bucketed.join[1].timers)
-    assert per_bucket and max(per_bucket.values()) == 1
+    assert per_bucket and max(per_bucket.values()) <= 1_000 // (1_000 // 16) + 1
     assert len(bucketed.join[1].timers) < len(per_key.join[1].timers)
 
 
