@@ -191,7 +191,7 @@ class WireCalls:
 def state_calls(handle, values: dict, maps: dict):
     """How a stage's state calls reach Spark: batched on the task's state socket when ``handle`` is
     PySpark's, else one by one through the state objects."""
-    api = getattr(handle, "stateful_processor_api_client", None)
+    api = getattr(handle, "_statefulProcessorApiClient", None)
     if api is None:
         return ObjectCalls(handle, values, maps)
     from .statewire import StateWire

@@ -21,11 +21,12 @@ schema, every request beginning with the client's ``_send_proto_message``, and e
 socket being one of its ``_receive*`` methods or ``_read_arrow_state``. ``tests/service/test_statewire.py`` runs it against a state server of
 its own, and the integration tier against Spark's.
 
-Deadlock: the server answers while it reads, so answers never wait for requests; requests can
-wait for answers only when both directions' socket buffers are full. Reads are therefore sent in
-windows of at most :data:`READ_WINDOW_BYTES` of requests, whose answers are read before the next
-window goes; a write's answer is a few bytes, and at most :data:`OWED_MAX` of them are left
-unread.
+Deadlock: the server answers each request with a write of its own, flushed, and stops reading
+requests while an answer cannot be written; a Unix socket holds only ~270 small writes unread
+(each takes ~770 bytes of the ~208 KiB send buffer), whatever their size. So at most
+:data:`MAX_OWED` answers are left unread, and at most :data:`MAX_SENT_BYTES` of requests are
+sent before their answers are read: the requests always fit the socket, so the client always
+gets to reading whatever the server answers (a large value included).
 """
 from __future__ import annotations
 
@@ -38,11 +39,11 @@ Read = tuple
 #: ``("m", name, key, data | None)`` a map entry put (None: removed), ``("t", ts, register)`` a timer.
 Write = tuple
 
-READ_WINDOW_BYTES = 48 * 1024
-"""Request bytes sent before their answers are read: well inside a socket's buffer."""
+MAX_OWED = 192
+"""Answers left unread at most: each is a socket write of its own on the server's side."""
 
-OWED_MAX = 4096
-"""Answers to writes (a few bytes each) left unread before they are read."""
+MAX_SENT_BYTES = 64 * 1024
+"""Request bytes sent before their answers are read: well inside a socket's buffer."""
 
 _HEADER = struct.Struct("!ii")  # version 0, length
 _INT = struct.Struct("!i")
@@ -55,7 +56,7 @@ class StateError(RuntimeError):
 class StateWire:
     """One task's state calls over PySpark's state socket (see the module docstring).
 
-    ``api`` is the task's ``StatefulProcessorApiClient`` (``handle.stateful_processor_api_client``)."""
+    ``api`` is the task's ``StatefulProcessorApiClient`` (``handle._statefulProcessorApiClient``)."""
 
     def __init__(self, api):
         from pyspark.sql.streaming.proto import StateMessage_pb2 as messages
@@ -66,8 +67,8 @@ class StateWire:
         self._loads = api.pickleSer.loads
         self._m = messages
         self._owed: list[str] = []  # what each unread answer is for, oldest first
-        self._queued: list[bytes] = []  # written requests not yet sent
-        self._queued_names: list[str] = []
+        self._owed_bytes = 0  # bytes of the requests whose answers are unread
+        self._queued: list[tuple[bytes, str]] = []  # written requests not yet sent, and what each does
         self._installed = False
 
     # -- PySpark's own calls ---------------------------------------------------------------------
@@ -110,35 +111,42 @@ class StateWire:
     # -- requests -------------------------------------------------------------------------------
     def _queue(self, request, what: str) -> None:
         data = request.SerializeToString()
-        self._queued.append(_HEADER.pack(0, len(data)) + data)
-        self._queued_names.append(what)
+        self._queued.append((_HEADER.pack(0, len(data)) + data, what))
 
     def _send(self) -> None:
-        if not self._queued:
-            return
-        self._file.write(b"".join(self._queued))
-        self._file.flush()
-        self._owed += self._queued_names
-        self._queued, self._queued_names = [], []
-        if len(self._owed) > OWED_MAX:
-            self.settle()
+        """Send the queued requests (writes), reading owed answers first where the limits need."""
+        queued, self._queued = self._queued, []
+        while queued:
+            room, size, i = MAX_OWED - len(self._owed), self._owed_bytes, 0
+            while i < len(queued) and i < room and (size + len(queued[i][0]) <= MAX_SENT_BYTES or i == 0 == size):
+                size += len(queued[i][0])
+                i += 1
+            if i == 0:
+                self.settle()
+                continue
+            self._write(queued[:i])
+            queued = queued[i:]
 
-    def _answer(self) -> Any:
-        """The next answer's ``StateResponse``."""
+    def _write(self, requests: list[tuple[bytes, str]]) -> None:
+        self._file.write(b"".join(data for data, _ in requests))
+        self._file.flush()
+        self._owed += [what for _, what in requests]
+        self._owed_bytes += sum(len(data) for data, _ in requests)
+
+    def _answer(self, what: str) -> Any:
+        """The next answer's ``StateResponse``, checked."""
         (length,) = _INT.unpack(self._file.read(4))
         response = self._m.StateResponse()
         response.ParseFromString(self._file.read(length))
+        if response.statusCode != 0:
+            raise StateError(f"Spark's state server refused to {what}: {response.errorMessage}")
         return response
 
     def settle(self) -> None:
-        """Read the answers of everything sent; raise :class:`StateError` for a refused call."""
-        if self._queued:
-            self._send()
-        owed, self._owed = self._owed, []
+        """Read the answers owed; raise :class:`StateError` for a refused call."""
+        owed, self._owed, self._owed_bytes = self._owed, [], 0
         for what in owed:
-            response = self._answer()
-            if response.statusCode != 0:
-                raise StateError(f"Spark's state server refused to {what}: {response.errorMessage}")
+            self._answer(what)
 
     def _request(self, request: tuple):
         """The ``StateRequest`` of a read or write tuple, and what it does (for errors)."""
@@ -185,35 +193,35 @@ class StateWire:
         self._send()
 
     def read(self, requests: list[Read]) -> list:
-        """The values of ``requests`` (bytes, or None where there is none), queued writes first:
-        one round trip per :data:`READ_WINDOW_BYTES` of requests."""
-        results: list = []
-        window: list[str] = []
+        """The values of ``requests`` (bytes, or None where there is none), after the queued
+        writes: one round trip for up to :data:`MAX_OWED` requests."""
+        self._send()
+        values: list = []
+        window: list[tuple[bytes, str]] = []
         size = 0
         for request in requests:
             message, what = self._request(request)
-            self._queue(message, what)
-            window.append(what)
-            size += len(self._queued[-1])
-            if size >= READ_WINDOW_BYTES:
-                results += self._read_window(len(window))
+            data = message.SerializeToString()
+            window.append((_HEADER.pack(0, len(data)) + data, what))
+            size += len(window[-1][0])
+            if len(window) >= MAX_OWED or size >= MAX_SENT_BYTES:
+                values += self._read_window(window)
                 window, size = [], 0
         if window:
-            results += self._read_window(len(window))
-        return results
+            values += self._read_window(window)
+        return values
 
-    def _read_window(self, count: int) -> list:
-        self._send()
-        owed, self._owed = self._owed[:-count], self._owed[-count:]
-        for what in owed:  # answers of earlier writes come first
-            response = self._answer()
-            if response.statusCode != 0:
-                raise StateError(f"Spark's state server refused to {what}: {response.errorMessage}")
+    def _read_window(self, window: list[tuple[bytes, str]]) -> list:
+        size = sum(len(data) for data, _ in window)
+        if len(self._owed) + len(window) > MAX_OWED or self._owed_bytes + size > MAX_SENT_BYTES:
+            self.settle()
+        self._write(window)
+        owed, self._owed, self._owed_bytes = self._owed, [], 0
+        for what in owed[:-len(window)]:  # the answers of earlier writes come first
+            self._answer(what)
+        loads = self._loads
         values = []
-        for what in self._owed:
-            response = self._answer()
-            if response.statusCode != 0:
-                raise StateError(f"Spark's state server refused to {what}: {response.errorMessage}")
-            values.append(self._loads(response.value)[0] if response.value else None)
-        self._owed = []
+        for what in owed[-len(window):]:
+            value = self._answer(what).value
+            values.append(loads(value)[0] if value else None)
         return values

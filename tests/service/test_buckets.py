@@ -314,6 +314,7 @@ from service.processor import JoinProcessor, NormalizeProcessor, UpsertProcessor
 from service.source import KafkaRecord  # noqa: E402
 from service_harness import ORDERS, PRICES, avro  # noqa: E402
 from spark_fakes import KeyedHandle  # noqa: E402
+from state_server import WireHandle  # noqa: E402
 from test_config import VALID  # noqa: E402
 from test_plan import TIMED  # noqa: E402
 from test_window_late_rows import SHIPMENTS, TIMED_ORDERS  # noqa: E402
@@ -325,14 +326,19 @@ LEFT_PK = {"JOIN_SQL": "SELECT o.order_id, o.product, o.quantity, p.price FROM o
 class Query:
     """The query's stages for one plan, in one layout, with Spark's state faked per stage."""
 
-    def __init__(self, env: dict, buckets: int):
+    def __init__(self, env: dict, buckets: int, wire: bool = False):
+        """``wire``: the stages reach their state through PySpark's own handle and state client, on
+        a fake of Spark's state server (state_server.py), as they do in Spark; else through fake
+        state objects (spark_fakes.KeyedHandle)."""
         settings = {name: value for name, value in {**VALID, **env}.items() if value is not None}
+        self._handle = WireHandle if wire else KeyedHandle
         self._stages(build_plan(load_settings({**settings, "STATE_BUCKETS": str(buckets)})))
 
     @classmethod
     def of_plan(cls, plan) -> "Query":
         """The stages of ``plan``, however its settings were made."""
         query = cls.__new__(cls)
+        query._handle = KeyedHandle
         query._stages(plan)
         return query
 
@@ -340,10 +346,10 @@ class Query:
         self.plan = plan
         plan_json = self.plan.to_json()
         self.decoders = [InputDecoder(self.plan, side, "rowkind", None) for side in (0, 1)]
-        self.normalize = {side: (NormalizeProcessor(plan_json, side), KeyedHandle())
+        self.normalize = {side: (NormalizeProcessor(plan_json, side), self._handle())
                           for side in (0, 1) if self.plan.sides[side].normalized}
-        self.join = (JoinProcessor(plan_json), KeyedHandle())
-        self.upsert = (UpsertProcessor(plan_json), KeyedHandle()) if self.plan.upsert_materializer else None
+        self.join = (JoinProcessor(plan_json), self._handle())
+        self.upsert = (UpsertProcessor(plan_json), self._handle()) if self.plan.upsert_materializer else None
         for processor, handle in [*self.normalize.values(), self.join, *([self.upsert] if self.upsert else [])]:
             processor.init(handle)
 
@@ -456,8 +462,9 @@ def upsert_table(key: tuple[int, ...]):
     return after
 
 
-def same_output(env: dict, batches: list, buckets: int = 8, compare=None, **times) -> tuple[Query, Query]:
-    per_key, bucketed = Query(env, 0), Query(env, buckets)
+def same_output(env: dict, batches: list, buckets: int = 8, compare=None, wire: bool = False,
+                **times) -> tuple[Query, Query]:
+    per_key, bucketed = Query(env, 0), Query(env, buckets, wire)
     seen = {id(per_key): compare() if compare else written, id(bucketed): compare() if compare else written}
     for i, batch in enumerate(batches):
         clock = {name: value(i) for name, value in times.items()}
@@ -466,14 +473,16 @@ def same_output(env: dict, batches: list, buckets: int = 8, compare=None, **time
     return per_key, bucketed
 
 
-def test_a_left_join_with_primary_keys_writes_the_same_changes_in_buckets():
-    per_key, bucketed = same_output(LEFT_PK, changelogs(1, batches=6, per_batch=300, keys=40))
+@pytest.mark.parametrize("wire", [False, True], ids=["objects", "wire"])
+def test_a_left_join_with_primary_keys_writes_the_same_changes_in_buckets(wire):
+    per_key, bucketed = same_output(LEFT_PK, changelogs(1, batches=6, per_batch=300, keys=40), wire=wire)
     # what crosses into Spark: far fewer state calls per batch, fewer state rows
     assert bucketed.join[1].calls * 3 < per_key.join[1].calls
     assert bucketed.join[1].rows() < per_key.join[1].rows()
 
 
-def test_large_keys_and_full_bucket_values_write_the_same_changes(monkeypatch):
+@pytest.mark.parametrize("wire", [False, True], ids=["objects", "wire"])
+def test_large_keys_and_full_bucket_values_write_the_same_changes(monkeypatch, wire):
     monkeypatch.setattr(sparkstate, "SMALL_VALUE_BYTES", 300)
     monkeypatch.setattr(sparkstate, "BUCKET_VALUE_BYTES", 1500)
     env = {"LEFT_PRIMARY_KEY": None, "RIGHT_PRIMARY_KEY": None,  # multisets: values grow with every row
@@ -484,12 +493,13 @@ def test_large_keys_and_full_bucket_values_write_the_same_changes(monkeypatch):
                                               "quantity": rng.randrange(1, 9)}), [("rowkind", b"+I")]))
                  for i in range(100)] + batch
                for b, batch in enumerate(changelogs(2, batches=5, per_batch=100, keys=12))]
-    _, bucketed = same_output(env, batches, buckets=3)
+    _, bucketed = same_output(env, batches, buckets=3, wire=wire)
     _, handle = bucketed.join
     assert any(name == sparkstate.KEYS for name, _ in handle.maps), "no key left its bucket's value"
 
 
-def test_a_hot_keys_split_side_in_a_shared_bucket_writes_the_same_changes():
+@pytest.mark.parametrize("wire", [False, True], ids=["objects", "wire"])
+def test_a_hot_keys_split_side_in_a_shared_bucket_writes_the_same_changes(wire):
     hot = [[(0, KafkaRecord("orders", 0, b * 600 + i, 1000, str(i).encode(),
                             avro(ORDERS, {"order_id": b * 600 + i, "product": "hot", "quantity": 1}),
                             [("rowkind", b"+I")])) for i in range(600)]
@@ -498,16 +508,17 @@ def test_a_hot_keys_split_side_in_a_shared_bucket_writes_the_same_changes():
                               [("rowkind", b"+I" if b == 0 else b"+U")]))]
            for b in range(3)]
     mixed = changelogs(3, batches=3, per_batch=200, keys=6)
-    _, bucketed = same_output(LEFT_PK, [h + m for h, m in zip(hot, mixed)], buckets=2)
+    _, bucketed = same_output(LEFT_PK, [h + m for h, m in zip(hot, mixed)], buckets=2, wire=wire)
     assert any(name == "left" for name, _ in bucketed.join[1].maps), "the hot key's side was not split"
 
 
-def test_state_ttl_timers_fire_per_key_from_a_few_timers_per_bucket():
+@pytest.mark.parametrize("wire", [False, True], ids=["objects", "wire"])
+def test_state_ttl_timers_fire_per_key_from_a_few_timers_per_bucket(wire):
     """TTL timers only clean state: a bucket keeps them per slot of a sixteenth of the TTL, one
     Spark timer per slot, however many keys it holds."""
     env = {**LEFT_PK, "STATE_TTL": "1s"}
     per_key, bucketed = same_output(env, changelogs(4, batches=6, per_batch=150, keys=30),
-                                    now=lambda i: 10_000 + i * 700)
+                                    now=lambda i: 10_000 + i * 700, wire=wire)
     per_bucket = Counter(key for _, key in bucketed.join[1].timers)
     assert per_bucket and max(per_bucket.values()) <= 1_000 // (1_000 // 16) + 1
     assert len(bucketed.join[1].timers) < len(per_key.join[1].timers)
@@ -544,11 +555,12 @@ def test_orders_moving_between_products_within_a_batch_end_as_the_join_of_the_fi
         assert written_table == final_left_join(batches[:i + 1]), f"batch {i}"
 
 
-def test_an_upsert_input_and_an_upsert_materializer_write_the_same_changes_in_buckets():
+@pytest.mark.parametrize("wire", [False, True], ids=["objects", "wire"])
+def test_an_upsert_input_and_an_upsert_materializer_write_the_same_changes_in_buckets(wire):
     env = {**LEFT_PK, "LEFT_CHANGELOG_MODE": "upsert", "RIGHT_CHANGELOG_MODE": "upsert",
            "OUTPUT_MODE": "upsert", "OUTPUT_KEY": "order_id"}
     same_output(env, changelogs(5, batches=5, per_batch=300, keys=25, upsert=True),
-                compare=lambda: upsert_table((0,)))
+                compare=lambda: upsert_table((0,)), wire=wire)
 
 
 def windowed(seed: int) -> list[list]:
@@ -569,21 +581,23 @@ def windowed(seed: int) -> list[list]:
     return batches
 
 
-def test_window_join_timers_and_late_rows_are_the_same_in_buckets():
+@pytest.mark.parametrize("wire", [False, True], ids=["objects", "wire"])
+def test_window_join_timers_and_late_rows_are_the_same_in_buckets(wire):
     sql = ("SELECT o.order_id, o.window_start, s.ship_id FROM TABLE(TUMBLE(TABLE orders, DESCRIPTOR(order_time), "
            "INTERVAL '10' SECOND)) o LEFT JOIN TABLE(TUMBLE(TABLE shipments, DESCRIPTOR(ship_time), "
            "INTERVAL '10' SECOND)) s ON o.order_id = s.order_id AND o.window_start = s.window_start "
            "AND o.window_end = s.window_end")
-    same_output({**TIMED, "JOIN_SQL": sql}, windowed(6), buckets=4, watermark=lambda i: 5_000 + i * 10_000)
+    same_output({**TIMED, "JOIN_SQL": sql}, windowed(6), buckets=4, watermark=lambda i: 5_000 + i * 10_000, wire=wire)
 
 
-def test_an_event_time_temporal_join_is_the_same_in_buckets():
+@pytest.mark.parametrize("wire", [False, True], ids=["objects", "wire"])
+def test_an_event_time_temporal_join_is_the_same_in_buckets(wire):
     sql = ("SELECT o.order_id, s.carrier FROM orders o LEFT JOIN shipments FOR SYSTEM_TIME AS OF o.order_time AS s "
            "ON o.order_id = s.order_id")
     env = {**TIMED, "RIGHT_CHANGELOG_MODE": "retract", "RIGHT_PRIMARY_KEY": "order_id", "JOIN_SQL": sql}
     batches = [[(s, KafkaRecord(r.topic, r.partition, r.offset, r.timestamp_ms, r.key, r.value, [("rowkind", b"+I")]))
                 for s, r in batch] for batch in windowed(7)]
-    same_output(env, batches, buckets=4, watermark=lambda i: 5_000 + i * 10_000)
+    same_output(env, batches, buckets=4, watermark=lambda i: 5_000 + i * 10_000, wire=wire)
 
 
 def test_a_replayed_batch_writes_the_same_rows_with_the_same_sequence_numbers():
