@@ -160,8 +160,7 @@ class Service:
             counts = self._pending.pop(batch_id, None) or BatchCounts(batch_id)
             for stale in [b for b in self._pending if b < batch_id]:
                 del self._pending[stale]
-        sources = progress.get("sources") or []
-        inputs = {side: (s.get("numInputRows") or 0) for side, s in zip(("left", "right"), sources)}
+        inputs = counts.input  # records, as the reading tasks counted them (a row of Spark's packs many)
         duration_ms = (progress.get("durationMs") or {}).get("triggerExecution")
         replayed = sorted(counts.skipped)
         log.info(

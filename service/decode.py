@@ -36,6 +36,7 @@ from .envelope import (
     join_key_group,
     message_key_group,
     packed_envelope,
+    tally_envelope,
 )
 from .keys import KeyDecoder
 from .plan import JoinPlan
@@ -95,27 +96,39 @@ class InputDecoder:
     def map_all(self, records: Iterable) -> Iterator[tuple]:
         """The envelopes of a reading task's records. With buckets, the rows of each bucket go
         packed (``envelope.packed_envelope``), at most :data:`~service.envelope.PACK_ROWS` a pack,
-        the last packs in bucket order once the records are read; dead letters go as they come."""
+        the last packs in bucket order once the records are read; dead letters go as they come.
+        Last, the task's tally of the records it read (``envelope.tally_envelope``)."""
+        read = [0, 0]  # records, their partition
+
+        def counted(records):
+            for record in records:
+                read[0] += 1
+                read[1] = record.partition
+                yield record
+
+        records = counted(records)
         if not self.buckets:
             for record in records:
                 for entry in self._entries(record):
                     yield _envelope(entry)
-            return
-        buckets, packs = self.buckets, {}
-        for entry in (e for record in records for e in self._entries(record)):
-            if entry[TAG] > _RIGHT:
-                yield entry
-                continue
-            bucket = bucket_of(entry[JK], buckets)
-            pack = packs.get(bucket)
-            if pack is None:
-                pack = packs[bucket] = []
-            pack.append(entry)
-            if len(pack) >= PACK_ROWS:
-                yield packed_envelope(bucket, pack, self.bucket_keys)
-                del packs[bucket]
-        for bucket in sorted(packs):
-            yield packed_envelope(bucket, packs[bucket], self.bucket_keys)
+        else:
+            buckets, keys, packs = self.buckets, self.bucket_keys, {}
+            for entry in (e for record in records for e in self._entries(record)):
+                if entry[TAG] > _RIGHT:
+                    yield entry
+                    continue
+                bucket = bucket_of(entry[JK], buckets)
+                pack = packs.get(bucket)
+                if pack is None:
+                    pack = packs[bucket] = []
+                pack.append(entry)
+                if len(pack) >= PACK_ROWS:
+                    yield packed_envelope(bucket, pack, keys)
+                    del packs[bucket]
+            for bucket in sorted(packs):
+                yield packed_envelope(bucket, packs[bucket], keys)
+        if read[0]:
+            yield tally_envelope(self.side, read[0], read[1])
 
     def _entries(self, record) -> tuple | list:
         """The record's rows as packed envelopes' entries, or its dead letter."""

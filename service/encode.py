@@ -31,7 +31,8 @@ BATCH_HEADER = "changejoin.batch"
 SEQ_HEADER = "changejoin.seq"
 _KIND_SHORT = tuple(RowKind(k).short for k in range(4))  # by RowKind value
 _UPDATE_BEFORE, _DELETE = int(RowKind.UPDATE_BEFORE), int(RowKind.DELETE)
-_DEAD_LETTER, _PACKED = int(Target.DEAD_LETTER), int(Target.PACKED)
+_DEAD_LETTER, _PACKED, _TALLY = int(Target.DEAD_LETTER), int(Target.PACKED), int(Target.TALLY)
+_SIDES = ("left", "right")
 
 
 class OutputEncoder:
@@ -79,8 +80,9 @@ class OutputEncoder:
         PACKED row stands for its changes, in order. Every change and dead letter takes the
         next ``changejoin.seq`` index of the task, also a change that writes nothing (``-U`` in
         upsert mode), so a replay numbers its records the same way. ``counts`` gets, per
-        ``("output", RowKind)`` or ``("dead_letter", reason)``, how many records were written, and
-        per ``("skipped", reason)`` how many input records carried no row change."""
+        ``("output", RowKind)`` or ``("dead_letter", reason)``, how many records were written, per
+        ``("skipped", reason)`` how many input records carried no row change, and per
+        ``("input", side)`` how many records of the input the reading tasks read."""
         batch = (BATCH_HEADER, str(batch_id).encode())
         seq_format = b"%d:%%d" % task  # changejoin.seq: b"<task>:<index>"
         topic = self.topic
@@ -91,6 +93,10 @@ class OutputEncoder:
         plain = not self.upsert and self.keys is None and self._framing_fits
         kind_headers, limit, partition, write = self._kind_headers, self.max_bytes, task % self.partitions, None
         for target, kind, payload in rows:
+            if target == _TALLY:  # records a reading task read: counted, not written
+                label = ("input", _SIDES[kind])
+                counts[label] = counts.get(label, 0) + loads(payload)
+                continue
             if target == _DEAD_LETTER:
                 letter = loads(payload)
                 if letter.get("skipped"):  # an input record with no row change: counted, not written

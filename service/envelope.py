@@ -56,16 +56,18 @@ class Tag(IntEnum):
     DEAD_LETTER = 2
     HEARTBEAT = 3
     PACKED = 4  # entries of one bucket (see the module docstring)
+    TALLY = 5  # how many records a reading task read (see tally_envelope)
 
 
 #: Tags of envelopes that carry no input row: the join and normalize stages pass them by.
-NOT_ROWS = (Tag.DEAD_LETTER, Tag.HEARTBEAT)
+NOT_ROWS = (Tag.DEAD_LETTER, Tag.HEARTBEAT, Tag.TALLY)
 
 #: At most this many entries per packed envelope, which bounds a row's size.
 PACK_ROWS = 1000
 
 HEARTBEAT_GROUP = b"\x02heartbeat"
-_DEAD_LETTER, _HEARTBEAT, _PACKED = int(Tag.DEAD_LETTER), int(Tag.HEARTBEAT), int(Tag.PACKED)  # plain ints in Spark rows
+_DEAD_LETTER, _HEARTBEAT, _PACKED, _TALLY = (int(Tag.DEAD_LETTER), int(Tag.HEARTBEAT), int(Tag.PACKED),
+                                              int(Tag.TALLY))  # plain ints in Spark rows
 
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
 
@@ -191,6 +193,14 @@ def unpacked(payload: bytes) -> list:
     return loads(payload)
 
 
+def tally_envelope(side: int, records: int, partition: int) -> tuple:
+    """How many Kafka records of input ``side`` a reading task read (its last envelope): it
+    travels with the rows to the producing task, which reports it with the batch's counts. A
+    packed envelope stands for hundreds of records, so Spark's own count of input rows does not
+    count records."""
+    return (dead_letter_group(partition), _TALLY, side, dumps(records), None, 0, partition, -1)
+
+
 def heartbeat_envelope(event_time_ms: int) -> tuple:
     """An idle heartbeat: only an event time (see ``decode.InputDecoder.heartbeat``)."""
     return (HEARTBEAT_GROUP, _HEARTBEAT, 0, dumps(None), event_time(event_time_ms), event_time_ms, -1, -1)
@@ -208,6 +218,7 @@ class Target(IntEnum):
     PACKED = 2  # consecutive changes of one call, in order (see pack); kind is unused
     KEYED = 3  # changes of one bucket of upsert keys, for the upsert materializer (STATE_BUCKETS):
     #            payload = the pickled list of (upsert key group, kind, row), in order; okey = the bucket
+    TALLY = 4  # records a reading task read: kind = the input side, payload = the pickled count
 
 
 #: At most this many changes per PACKED row, which bounds a row's size when a key emits a lot.

@@ -102,8 +102,8 @@ class JoinMetrics:
         r = self.registry
 
         self.input_records = Counter(
-            PREFIX + "input_records", "Records read from the input topics (left, right), from the query progress.",
-            ["side"], registry=r)
+            PREFIX + "input_records", "Records read from the input topics (left, right), as the reading tasks "
+            "counted them.", ["side"], registry=r)
         self.output_records = Counter(
             PREFIX + "output_records", "Records written to the output topic, by RowKind (+I, -U, +U, -D).",
             ["kind"], registry=r)
@@ -257,7 +257,6 @@ class JoinMetrics:
             log.warning("the query progress lists %d sources, expected %d (%s)", len(sources), len(self.sides),
                         ", ".join(self.sides))
         for side, source in zip(self.sides, sources):
-            self.input_records.labels(side=side).inc(source.get("numInputRows") or 0)
             lags = input_lag(source)
             for partition, lag in lags.items():
                 self.input_lag.labels(side=side, partition=partition).set(lag)
@@ -280,7 +279,6 @@ class JoinMetrics:
         duration_ms = (progress.get("durationMs") or {}).get("triggerExecution")
         if duration_ms is not None:
             self.batch_duration.observe(duration_ms / 1000.0)
-        self.batch_input.observe(progress.get("numInputRows") or 0)
         if progress.get("batchId") is not None:
             self.last_batch_id.set(progress["batchId"])
         for name, operator in _operators(progress.get("stateOperators") or []):
@@ -299,7 +297,12 @@ class JoinMetrics:
             self.jvm_memory.labels(area=area).set(n)
 
     def observe_batch(self, counts) -> None:
-        """One micro-batch's ``pipeline.BatchCounts`` (what the producing tasks wrote)."""
+        """One micro-batch's ``pipeline.BatchCounts`` (what the producing tasks wrote, and what the
+        reading tasks read: Spark's ``numInputRows`` counts rows, and a row packs a bucket's records)."""
+        for side in self.sides:
+            if counts.input.get(side):
+                self.input_records.labels(side=side).inc(counts.input[side])
+        self.batch_input.observe(sum(counts.input.values()))
         for kind, n in counts.output.items():
             if n:
                 self.output_records.labels(kind=kind).inc(n)

@@ -50,6 +50,7 @@ class BatchCounts:
     # A lookup join: what the reading tasks asked the database (lookup.lookup_partition's counts).
     lookup: dict = field(default_factory=dict)
     ignored: dict[str, int] = field(default_factory=dict)  # input records with no row change, by reason
+    input: dict[str, int] = field(default_factory=dict)  # records the reading tasks read, by side
 
     def add(self, target: str, label: str, n: int) -> None:
         """One row a producing task reported (:func:`produce_partition`)."""
@@ -66,6 +67,8 @@ class BatchCounts:
             self.retries += 1
         elif target == "skipped":
             self.ignored[label] = self.ignored.get(label, 0) + n
+        elif target == "input":
+            self.input[label] = self.input.get(label, 0) + n
 
 
 def produce_partition(config: dict, batch_id: int) -> Callable:

@@ -61,9 +61,9 @@ from .sparkstate import Pending, join_state, normalize_state, upsert_state
 
 log = logging.getLogger(__name__)
 
-_OUTPUT, _DEAD_LETTER, _PACKED, _KEYED = (int(t) for t in (Target.OUTPUT, Target.DEAD_LETTER, Target.PACKED,
-                                                             Target.KEYED))
-_DEAD_LETTER_TAG, _PACKED_TAG = int(Tag.DEAD_LETTER), int(Tag.PACKED)
+_OUTPUT, _DEAD_LETTER, _PACKED, _KEYED, _TALLY = (int(t) for t in (Target.OUTPUT, Target.DEAD_LETTER,
+                                                                     Target.PACKED, Target.KEYED, Target.TALLY))
+_DEAD_LETTER_TAG, _PACKED_TAG, _TALLY_TAG = int(Tag.DEAD_LETTER), int(Tag.PACKED), int(Tag.TALLY)
 _EnvelopeRow = Row(*ENVELOPE_FIELDS)  # a named envelope row from a tuple: _EnvelopeRow(*envelope)
 _TIMER_ROUNDS = 1000  # a bucket's timers fired in one call, round after round: a bound against a runaway operator
 
@@ -147,9 +147,11 @@ class JoinProcessor(StatefulProcessor):
 
     def handleInputRows(self, key, rows, timerValues) -> Iterator[Row]:
         rows = list(rows)
-        for r in rows:  # dead letters only pass through: their key holds no state
+        for r in rows:  # dead letters and tallies only pass through: their key holds no state
             if r[TAG] == _DEAD_LETTER_TAG:
                 yield Row(target=_DEAD_LETTER, kind=0, payload=r[PAYLOAD], okey=key[0], seq=self.seq.take())
+            elif r[TAG] == _TALLY_TAG:
+                yield Row(target=_TALLY, kind=r[KIND], payload=r[PAYLOAD], okey=key[0], seq=self.seq.take())
         # Idle heartbeats (decode.py) only move the watermark: no state, no output.
         if self.buckets:
             groups = list(by_key(rows))
@@ -357,8 +359,8 @@ class UpsertProcessor(StatefulProcessor):
         ordered = sorted(rows, key=lambda r: r.seq)  # each join task's own order; tasks in turn
         changes: dict[bytes, list] = {}
         for r in ordered:
-            if r.target == _DEAD_LETTER:
-                yield Row(target=_DEAD_LETTER, kind=r.kind, payload=r.payload, okey=r.okey, seq=self.seq.take())
+            if r.target in (_DEAD_LETTER, _TALLY):
+                yield Row(target=r.target, kind=r.kind, payload=r.payload, okey=r.okey, seq=self.seq.take())
             elif r.target == _KEYED:
                 for okey, kind, row in loads(r.payload):
                     changes.setdefault(okey, []).append((0, kind, row))

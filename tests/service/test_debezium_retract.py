@@ -44,6 +44,8 @@ def table_after(rows, table: Counter) -> Counter:
     """The output table (a multiset of rows) once ``rows`` are applied; dead letters fail."""
     for r in rows:
         assert r.target != Target.DEAD_LETTER, pickle.loads(r.payload)
+        if r.target == Target.TALLY:
+            continue
         changes = unpack(r.payload) if r.target == Target.PACKED else [(r.kind, pickle.loads(r.payload))]
         for kind, row in changes:
             table[row] += 1 if kind in (0, 2) else -1
