@@ -226,4 +226,19 @@ def spark_session(settings: Settings):
     _launch_jvm(conf)
     spark = SparkSession.builder.config(conf=conf).getOrCreate()
     spark.sparkContext.setLogLevel("WARN" if settings.log_level != "DEBUG" else "INFO")
+    check_spark_version(spark.version)
     return spark
+
+
+#: The Spark releases whose behaviour the service relies on: the state server's protocol, on which
+#: state calls are batched (``statewire.py``), and timers firing at ``ts <= watermark``
+#: (``TimerStateImpl``), which the bucket layer's own timers follow (``sparkstate.py``).
+SPARK_VERSIONS = ("4.3.",)
+
+
+def check_spark_version(version: str) -> None:
+    """Refuse a Spark the service was not made for (a cluster's own distribution, say)."""
+    if not version.startswith(SPARK_VERSIONS):
+        raise RuntimeError(f"SPARK_MASTER: the cluster runs Spark {version}; changejoin runs on Spark "
+                           f"{' or '.join(v + 'x' for v in SPARK_VERSIONS)} (the state protocol and timer semantics "
+                           "it relies on): run it on a cluster of that release")

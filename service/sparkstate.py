@@ -74,6 +74,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from pyspark import __version__ as _PYSPARK
 from pyspark.sql.streaming.stateful_processor import StatefulProcessorHandle
 from pyspark.sql.types import BinaryType, StructField, StructType
 
@@ -192,7 +193,7 @@ def state_calls(handle, values: dict, maps: dict):
     """How a stage's state calls reach Spark: batched on the task's state socket when ``handle`` is
     PySpark's, else one by one through the state objects."""
     api = getattr(handle, "_statefulProcessorApiClient", None)
-    if api is None:
+    if api is None or not _PYSPARK.startswith("4.3."):  # the protocol statewire.py speaks
         return ObjectCalls(handle, values, maps)
     from .statewire import StateWire
 

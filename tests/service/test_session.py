@@ -212,3 +212,13 @@ def test_check_config_prints_the_spark_properties_with_secrets_hidden():
     assert shown == [f"  {k}={'*****' if k.endswith('secret.key') else v}" for k, v in sorted(
         {**DEFAULTS, "spark.hadoop.fs.s3a.secret.key": ""}.items())]
     assert "s3-secret-7" not in proc.stdout
+
+
+def test_a_spark_of_another_release_is_refused_naming_the_release():
+    from service.session import check_spark_version
+
+    check_spark_version("4.3.0")
+    check_spark_version("4.3.1")
+    for other in ("4.2.0", "4.4.0", "3.5.1"):
+        with pytest.raises(RuntimeError, match=f"the cluster runs Spark {other}; changejoin runs on Spark 4.3.x"):
+            check_spark_version(other)
