@@ -116,6 +116,8 @@ def test_spark_starts_with_the_launch_properties_and_the_query_with_the_rest(env
     monkeypatch.setattr(session, "_launch_jvm", lambda conf: started.setdefault("jvm", dict(conf.getAll())))
 
     class Spark:
+        version = "4.3.0"
+
         class sparkContext:
             @staticmethod
             def setLogLevel(level):
