@@ -44,7 +44,7 @@ def packed_rows(scenario: str, records: int, per_key: int, rng: random.Random) -
             product = f"p{rng.randrange(10_000)}"
             changes = [((0, 3, 1, 2)[i % 4], (start + i, product, rng.randrange(100),
                                               None if i % 7 == 0 else rng.random() * 100)) for i in range(n)]
-        rows.append((PACKED, 0, pack(changes)))
+        rows.append((PACKED, 0, pack(changes), b""))
     return rows
 
 

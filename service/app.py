@@ -100,7 +100,8 @@ class Service:
         self._query_known = threading.Event()
         self._terminated = threading.Event()  # the listener heard of the query's end
         self._pending: dict[int, BatchCounts] = {}  # counts waiting for their batch's progress
-        self._lock = threading.Lock()
+        self._checkpoint_lock = None  # held while the service runs (checkpoint.CheckpointLock)
+        self._pending_lock = threading.Lock()
 
     @property
     def spark(self):
@@ -114,7 +115,7 @@ class Service:
     def _on_batch(self, counts: BatchCounts) -> None:
         self.batches.append(counts)
         self.metrics.observe_batch(counts)
-        with self._lock:
+        with self._pending_lock:
             self._pending[counts.batch_id] = counts
         for listener in self._listeners:
             listener(counts)
@@ -156,7 +157,7 @@ class Service:
 
     def _log_batch(self, progress: dict) -> None:
         batch_id = progress.get("batchId")
-        with self._lock:
+        with self._pending_lock:
             counts = self._pending.pop(batch_id, None) or BatchCounts(batch_id)
             for stale in [b for b in self._pending if b < batch_id]:
                 del self._pending[stale]
@@ -223,12 +224,16 @@ class Service:
                 raise RuntimeError(f"cannot serve metrics on METRICS_PORT={self.settings.metrics_port}: {err}") from err
         try:
             # Before anything runs: state made for another join must not be touched.
+            if self._checkpoint_lock is None:
+                self._checkpoint_lock = checkpoint.CheckpointLock(self.settings.checkpoint_location).acquire(
+                    "changejoin run")
             store = checkpoint.CheckpointFile(self.settings.checkpoint_location, lambda: self.spark)
             self.plan = checkpoint.reconcile(self.plan, self.settings.checkpoint_location, store,
                                              buckets_set=self.settings.state_buckets is not None)
-            task_partitions = None
-            if self.settings.exactly_once:
-                task_partitions = store.task_partitions(self.settings.shuffle_partitions)
+            partitions = checkpoint.task_partitions(store, self.settings.shuffle_partitions,
+                                                    self.settings.shuffle_partitions_set, self.plan.state_buckets)
+            checkpoint.record_task_partitions(store, partitions)
+            task_partitions = partitions if self.settings.exactly_once else None
             output_partitions = self.ensure_topics(task_partitions)
             delivery = self._delivery(store, task_partitions) if task_partitions else None
             self._query_known.clear()
@@ -244,8 +249,14 @@ class Service:
                 self._query_known.set()
         except BaseException:
             self._stop_observability()
+            self._release_checkpoint()
             raise
         return self.query
+
+    def _release_checkpoint(self) -> None:
+        if self._checkpoint_lock is not None:
+            self._checkpoint_lock.release()
+            self._checkpoint_lock = None
 
     @contextmanager
     def _idle_events_within_ready_window(self):
@@ -320,6 +331,7 @@ class Service:
                 self._terminated.wait(timeout=10)
         finally:
             self._stop_observability()
+            self._release_checkpoint()
 
     def run_forever(self) -> int:
         """Run until SIGTERM/SIGINT (graceful stop after the current micro-batch) or a failure."""

@@ -228,7 +228,8 @@ def reconcile(plan: JoinPlan, location: str, store=None, buckets_set: bool = Fal
     # The checkpoint's identity (exactly-once delivery's progress markers name it): kept for its life.
     identity = (stored or {}).get("id") or uuid.uuid4().hex
     store.write({"format": FORMAT, "facts": current, "generations": generations, "output_generations": outputs,
-                 "id": identity})
+                 "id": identity, **({"task_partitions": stored["task_partitions"]}
+                                   if stored and "task_partitions" in stored else {})})
     return dataclasses.replace(plan, state_generations=tuple(tuple(tuple(c) for c in g) for g in generations),
                                output_generations=tuple(tuple(tuple(source) for source in g) for g in outputs))
 
@@ -357,6 +358,23 @@ class CheckpointFile:
         finally:
             stream.close()
 
+    def last_batches(self) -> tuple[int | None, int | None]:
+        """The newest micro-batch Spark planned (``offsets/N``) and the newest it committed
+        (``commits/N``); None where there is none."""
+        return self._newest("offsets"), self._newest("commits")
+
+    def _newest(self, folder: str) -> int | None:
+        if self._local:
+            directory = os.path.join(self._dir, folder)
+            names = [n for n in os.listdir(directory) if n.isdigit()] if os.path.isdir(directory) else []
+        else:
+            jvm = self._spark._jvm
+            path = jvm.org.apache.hadoop.fs.Path(self.location.rstrip("/") + "/" + folder)
+            fs = path.getFileSystem(self._spark._jsc.hadoopConfiguration())
+            names = [st.getPath().getName() for st in fs.listStatus(path)] if fs.exists(path) else []
+            names = [n for n in names if n.isdigit()]
+        return max(map(int, names)) if names else None
+
     def has_state(self) -> bool:
         """Spark has committed at least one micro-batch here."""
         if self._local:
@@ -382,3 +400,82 @@ class CheckpointFile:
             stream.write(text.encode())
         finally:
             stream.close()
+
+
+def task_partitions(store: "CheckpointFile", configured: int, explicit: bool, buckets: int) -> int:
+    """The query's task partitions: the checkpoint's (fixed at its first micro-batch), else
+    ``SHUFFLE_PARTITIONS``. Refused: ``SHUFFLE_PARTITIONS`` set to another count than an existing
+    checkpoint's (``changejoin rescale`` changes it), and more tasks than buckets (the rest would
+    hold nothing)."""
+    have = store.shuffle_partitions()
+    if have is not None and explicit and configured != have:
+        raise CheckpointMismatch(
+            f"SHUFFLE_PARTITIONS={configured}: CHECKPOINT_LOCATION={store.location} runs {have} task partitions; "
+            f"to change them, stop the service and run `changejoin rescale --partitions {configured}`, or leave "
+            "SHUFFLE_PARTITIONS unset")
+    partitions = have or configured
+    if buckets and partitions > buckets:
+        raise CheckpointMismatch(f"SHUFFLE_PARTITIONS={partitions}: more tasks than the state's {buckets} buckets "
+                                 f"(STATE_BUCKETS), {partitions - buckets} of them would hold nothing: at most {buckets}")
+    return partitions
+
+
+def record_task_partitions(store: "CheckpointFile", partitions: int) -> None:
+    """Note the checkpoint's task count in ``changejoin-state.json`` (Spark's offset log holds the
+    count it runs on; this copy is for people and tools reading the file)."""
+    stored = store.read()
+    if stored is not None and stored.get("task_partitions") != partitions:
+        store.write({**stored, "task_partitions": partitions})
+
+
+class CheckpointInUse(PlanError):
+    """Another process holds the checkpoint (a service running on it, or a rescale)."""
+
+
+class CheckpointLock:
+    """Held by a process that writes the checkpoint (``changejoin run``, ``changejoin rescale``)
+    for as long as it runs: an exclusive ``flock`` on ``<CHECKPOINT_LOCATION>/changejoin.lock``,
+    which the system releases when the process ends, ``kill -9`` included. A checkpoint on another
+    file system (``s3a://``...) cannot be locked: nothing is checked there."""
+
+    NAME = "changejoin.lock"
+
+    def __init__(self, location: str):
+        self.location = location
+        self._dir = local_directory(location)
+        self._file = None
+
+    def acquire(self, what: str) -> "CheckpointLock":
+        """Take the lock, or raise :class:`CheckpointInUse` naming who holds it; ``what`` is written
+        in the file for the next one to read."""
+        if self._dir is None:
+            return self
+        import fcntl
+
+        os.makedirs(self._dir, exist_ok=True)
+        handle = open(os.path.join(self._dir, self.NAME), "a+")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            handle.close()
+            raise CheckpointInUse(f"CHECKPOINT_LOCATION={self.location} is in use by {holder}: stop it first "
+                                  "(one process at a time writes a checkpoint)") from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"{what} (pid {os.getpid()} on {_host()})")
+        handle.flush()
+        self._file = handle
+        return self
+
+    def release(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+def _host() -> str:
+    import socket
+
+    return socket.gethostname()

@@ -1,4 +1,4 @@
-"""``changejoin`` (and ``python -m service``): run | demo | check-config | schema | abort-transactions."""
+"""``changejoin`` (and ``python -m service``): run | demo | check-config | schema | abort-transactions | rescale."""
 from __future__ import annotations
 
 import argparse
@@ -144,6 +144,25 @@ def cmd_abort_transactions(args) -> int:
     return 0
 
 
+def cmd_rescale(args) -> int:
+    """Change a stopped service's checkpoint to ``--partitions`` task partitions (``rescale.py``)."""
+    settings = load_settings()
+    _configure_logging(settings.log_level, settings.log_format, settings.secret_values())
+    from .plan import PlanError
+    from .planner import build_plan
+    from .rescale import rescale
+
+    if args.partitions < 1:
+        print(f"changejoin rescale: --partitions {args.partitions}: at least 1", file=sys.stderr)
+        return 2
+    try:
+        print(rescale(settings, build_plan(settings), args.partitions))
+    except PlanError as err:  # in use, not committed, too many partitions: one line, what to do
+        print(f"changejoin rescale: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def cmd_schema(args) -> int:
     _, plan = _settings_and_plan()
     print(json.dumps(plan.output_schema, indent=2))
@@ -167,6 +186,15 @@ def main(argv: list[str] | None = None) -> int:
     demo.set_defaults(fn=cmd_demo)
     sub.add_parser("check-config", help="validate the environment and print the plan").set_defaults(fn=cmd_check_config)
     sub.add_parser("schema", help="print the output Avro schema").set_defaults(fn=cmd_schema)
+    rescale = sub.add_parser(
+        "rescale", help="change a stopped service's checkpoint to another number of task partitions",
+        description="Rewrite the state of CHECKPOINT_LOCATION for N task partitions (Spark's offline repartition), "
+                    "with the service stopped and the environment of `changejoin run`; afterwards run the service "
+                    "with SHUFFLE_PARTITIONS unset or N. Exit codes: 0 done, 2 refused (the reason on stderr), "
+                    "1 failed.")
+    rescale.add_argument("--partitions", type=int, required=True, metavar="N",
+                         help="the new number of task partitions (at most STATE_BUCKETS)")
+    rescale.set_defaults(fn=cmd_rescale)
     sub.add_parser("abort-transactions", help="DELIVERY=exactly-once: abort the transactions a stopped service "
                    "left open").set_defaults(fn=cmd_abort_transactions)
     args = parser.parse_args(argv)

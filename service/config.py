@@ -543,6 +543,11 @@ class Settings(BaseModel):
     def right_ttl_ms(self) -> int | None:
         return self.right_state_ttl_ms or self.state_ttl_ms
 
+    @property
+    def shuffle_partitions_set(self) -> bool:
+        """Whether ``SHUFFLE_PARTITIONS`` (or ``SPARK_CONF_spark_sql_shuffle_partitions``) was set."""
+        return "shuffle_partitions" in self.model_fields_set or "spark.sql.shuffle.partitions" in self.spark_conf
+
     def kafka_properties(self) -> dict[str, str]:
         """librdkafka properties: bootstrap servers plus every ``KAFKA_CLIENT_*`` variable."""
         return {"bootstrap.servers": self.kafka_bootstrap_servers, **self.kafka_client}

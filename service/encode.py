@@ -76,8 +76,9 @@ class OutputEncoder:
     def records(self, rows: Iterable[tuple], batch_id: int, task: int, counts: dict) -> Iterator[tuple]:
         """Kafka records for one task's share of a micro-batch, in order.
 
-        ``rows`` are the join's (target, kind, payload) rows (``envelope.OUTPUT_SCHEMA``); a
-        PACKED row stands for its changes, in order. Every change and dead letter takes the
+        ``rows`` are the join's (target, kind, payload, okey) rows (``envelope.OUTPUT_SCHEMA``); a
+        PACKED row stands for its changes, in order, and its ``okey`` is their route
+        (``envelope.output_route``): without a message key they go to partition ``route % P``. Every change and dead letter takes the
         next ``changejoin.seq`` index of the task, also a change that writes nothing (``-U`` in
         upsert mode), so a replay numbers its records the same way. ``counts`` gets, per
         ``("output", RowKind)`` or ``("dead_letter", reason)``, how many records were written, per
@@ -91,8 +92,9 @@ class OutputEncoder:
         # Retract mode without a message key is the common case and one output change is this
         # loop's whole work: it writes the record itself and leaves the rest to output().
         plain = not self.upsert and self.keys is None and self._framing_fits
-        kind_headers, limit, partition, write = self._kind_headers, self.max_bytes, task % self.partitions, None
-        for target, kind, payload in rows:
+        kind_headers, limit, write = self._kind_headers, self.max_bytes, None
+        partitions = self.partitions
+        for target, kind, payload, route in rows:
             if target == _TALLY:  # records a reading task read: counted, not written
                 label = ("input", _SIDES[kind])
                 counts[label] = counts.get(label, 0) + loads(payload)
@@ -109,6 +111,7 @@ class OutputEncoder:
                 yield record
                 continue
             changes = unpack(payload) if target == _PACKED else ((kind, loads(payload)),)
+            partition = int.from_bytes(route, "big") % partitions if route else task % partitions
             if plain:
                 if write is None:  # at the first change: a registry is asked for the schema id only then
                     write = self.values.writer()
@@ -120,14 +123,14 @@ class OutputEncoder:
                         by_kind[kind] += 1
                         yield (topic, None, value, [kind_headers[kind], batch, seq], partition)
                         continue
-                    record = self.output(kind, row, batch, seq, task)  # too large: a dead letter
+                    record = self.output(kind, row, batch, seq, partition)  # too large: a dead letter
                     _count_dead_letter(counts, record)
                     yield record
                 continue
             if self.upsert:
                 changes = self._upsert_kinds(list(changes))
             for kind, row in changes:
-                record = self.output(kind, row, batch, (SEQ_HEADER, seq_format % index), task)
+                record = self.output(kind, row, batch, (SEQ_HEADER, seq_format % index), partition)
                 index += 1
                 if record is None:
                     continue
@@ -161,13 +164,13 @@ class OutputEncoder:
     def _key_values(self, row: tuple) -> tuple:
         return tuple(row[i] for i in self.key_columns)
 
-    def output(self, kind: int, row: tuple, batch: tuple, seq: tuple, task: int = 0) -> tuple | None:
+    def output(self, kind: int, row: tuple, batch: tuple, seq: tuple, partition: int = 0) -> tuple | None:
         """The Kafka record for one output change, (topic, key, value, headers, partition), or None
         for a change that is not written (``-U`` in upsert mode). ``batch`` and ``seq`` are the
         ``changejoin.batch`` and ``changejoin.seq`` headers.
 
-        Without a message key the partition is chosen from the producing task: all output of a
-        join key comes from one task, so it lands, in order, in one partition."""
+        Without a message key it goes to ``partition``, the route of its join key
+        (:meth:`records`): all changes of a row land, in order, in one partition."""
         if self.upsert:
             if kind == _UPDATE_BEFORE:
                 return None
@@ -186,7 +189,7 @@ class OutputEncoder:
                       f"the producer's message.max.bytes={self.message_max_bytes}")
             letter_headers = headers + deadletters.reason_headers(Reason.TOO_LARGE, detail, self.topic)
             return (self.dlq_topic, *deadletters.fit(key, None, letter_headers, self.message_max_bytes))
-        return (self.topic, key, value, headers, None if key is not None else task % self.partitions)
+        return (self.topic, key, value, headers, None if key is not None else partition)
 
     def dead_letter(self, letter: dict, batch: bytes, seq: bytes) -> tuple:
         """The dead-letter record: the original key, value and headers plus why and where from."""

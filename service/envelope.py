@@ -221,6 +221,14 @@ class Target(IntEnum):
     TALLY = 4  # records a reading task read: kind = the input side, payload = the pickled count
 
 
+def output_route(group: bytes) -> bytes:
+    """The ``okey`` of a PACKED row: four bytes fixed by the grouping key (a bucket, or a key) whose
+    changes it holds. An output without a message key writes them to partition ``route % P``
+    (``encode.py``): all changes of a row go to one partition, in order, whichever task computes
+    them, also after ``changejoin rescale`` moves the bucket to another task."""
+    return zlib.crc32(group).to_bytes(4, "big")
+
+
 #: At most this many changes per PACKED row, which bounds a row's size when a key emits a lot.
 PACK_LIMIT = 1000
 

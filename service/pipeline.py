@@ -91,7 +91,7 @@ def produce_partition(config: dict, batch_id: int) -> Callable:
         def rows(arrows):
             for arrow in arrows:
                 columns = arrow.to_pydict()
-                yield from zip(columns["target"], columns["kind"], columns["payload"])
+                yield from zip(columns["target"], columns["kind"], columns["payload"], columns["okey"])
 
         if config.get("delivery"):
             _produce_transaction(config, batch_id, partition, attempt, batches, rows, encoder, counts, report)
@@ -253,7 +253,7 @@ class JoinPipeline:
     def _write_batch(self, batch_df, batch_id: int) -> None:
         started = time.time()
         counts = BatchCounts(batch_id)
-        rows = (batch_df.select("target", "kind", "payload")
+        rows = (batch_df.select("target", "kind", "payload", "okey")
                 .mapInArrow(produce_partition(self._sink_config, batch_id), COUNTS_SCHEMA).collect())
         for row in rows:
             counts.add(row.target, row.label, row.n)

@@ -51,6 +51,7 @@ from .envelope import (
     join_key_group,
     loads,
     output_key_group,
+    output_route,
     pack,
     packed_envelope,
     unpacked,
@@ -164,17 +165,17 @@ class JoinProcessor(StatefulProcessor):
             for jk, entries in groups:
                 yield from self._process(bucket.key(jk), jk, ordered_records(entries), context, changes)
                 if len(changes) >= PACK_LIMIT:
-                    yield from self._emit(changes)
+                    yield from self._emit(changes, key[0])
                     changes = []
             bucket.flush()
-            yield from self._emit(changes)
+            yield from self._emit(changes, key[0])
             return
         entries = [(r[JK], r[TAG], r[KIND], loads(r[PAYLOAD]), None, r[TS], r[PART], r[OFFSET])
                    for r in ordered_records(rows) if r[TAG] not in NOT_ROWS]
         if entries:
             changes = []
             yield from self._process(self.state, key[0], entries, self._context(timerValues), changes)
-            yield from self._emit(changes)
+            yield from self._emit(changes, key[0])
 
     def _process(self, key_state, jk: bytes, entries: list, context: Context, changes: list) -> Iterator[Row]:
         """Run the operator on one key's ``entries`` (envelope tuples, payloads unpickled, in order):
@@ -223,7 +224,7 @@ class JoinProcessor(StatefulProcessor):
         if not self.buckets:
             changes: list = []
             yield from self._on_timer(self.state, key[0], domain, fired, context, changes)
-            yield from self._emit(changes)
+            yield from self._emit(changes, key[0])
             return
         # The bucket's Spark timer stands for its keys' timers of one slot (sparkstate.py): fire
         # them in time order; one that a timer registers and is already due fires in the next round.
@@ -241,7 +242,7 @@ class JoinProcessor(StatefulProcessor):
             raise RuntimeError(f"timers still due after {_TIMER_ROUNDS} rounds: an operator registers timers "
                                "that are due already")
         bucket.flush()
-        yield from self._emit(changes)
+        yield from self._emit(changes, key[0])
 
     def _on_timer(self, key_state, jk: bytes, domain: str, ts: int, context: Context, changes: list) -> Iterator[Row]:
         out = Output()
@@ -272,11 +273,14 @@ class JoinProcessor(StatefulProcessor):
         offset = envelope[OFFSET] // 4 if side_plan.normalized else envelope[OFFSET]
         return (side_plan.topic, envelope[PART], offset)
 
-    def _emit(self, changes: list) -> Iterator[Row]:
+    def _emit(self, changes: list, group: bytes) -> Iterator[Row]:
+        """The changes of one call for the grouping key ``group``: packed, their ``okey`` its route
+        (``envelope.route``), by which an output without a message key picks their partition."""
         if self.pack:
+            route = output_route(group)
             for i in range(0, len(changes), PACK_LIMIT):
                 chunk = changes[i : i + PACK_LIMIT]
-                yield Row(target=_PACKED, kind=0, payload=pack(chunk), okey=b"", seq=self.seq.take(len(chunk)))
+                yield Row(target=_PACKED, kind=0, payload=pack(chunk), okey=route, seq=self.seq.take(len(chunk)))
         elif self.buckets:
             keyed: dict[int, list] = {}
             for kind, row in changes:

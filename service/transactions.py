@@ -128,8 +128,7 @@ class ProgressReader:
 
         key = marker_key(self.checkpoint_id, partition)
         with self._lock:
-            low, high = self._consumer.get_watermark_offsets(
-                TopicPartition(self.topic, partition), timeout=timeout_s, cached=False)
+            low, high = self._watermarks(partition, timeout_s)
             back = _READ_BACK
             while high > low:
                 start = max(low, high - back)
@@ -138,6 +137,22 @@ class ProgressReader:
                     return found
                 back *= 8
             return None
+
+    def _watermarks(self, partition: int, timeout_s: float) -> tuple[int, int]:
+        """The partition's low and high watermarks. A partition added since this reader (kept by
+        its worker process) last fetched the topic's metadata, as ``changejoin rescale`` adds them,
+        is unknown to it until it fetches them again."""
+        from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+        try:
+            return self._consumer.get_watermark_offsets(TopicPartition(self.topic, partition), timeout=timeout_s,
+                                                        cached=False)
+        except KafkaException as err:
+            if err.args[0].code() != KafkaError._UNKNOWN_PARTITION:
+                raise
+        self._consumer.list_topics(self.topic, timeout=timeout_s)
+        return self._consumer.get_watermark_offsets(TopicPartition(self.topic, partition), timeout=timeout_s,
+                                                    cached=False)
 
     def _scan(self, partition: int, start: int, key: bytes, timeout_s: float) -> Optional[dict]:
         from confluent_kafka import KafkaError, TopicPartition

@@ -106,7 +106,7 @@ def test_a_call_with_many_changes_packs_them_into_several_rows_in_order(monkeypa
 
 def kafka_records(encoder, rows, batch_id=7, task=2):
     counts = {}
-    records = list(encoder.records([(r.target, r.kind, r.payload) for r in rows], batch_id, task, counts))
+    records = list(encoder.records([(r.target, r.kind, r.payload, r.okey) for r in rows], batch_id, task, counts))
     return records, counts
 
 
@@ -142,7 +142,7 @@ def test_upsert_output_skips_update_befores_but_they_keep_their_seq_index():
     changes = [(RowKind.INSERT, (1, "book", 2, None)), (RowKind.UPDATE_BEFORE, (1, "book", 2, None)),
                (RowKind.UPDATE_AFTER, (1, "book", 3, None)), (RowKind.DELETE, (1, "book", 3, None))]
     counts = {}
-    records = list(encoder.records([(Target.PACKED, 0, pack_changes(changes))], 1, 0, counts))
+    records = list(encoder.records([(Target.PACKED, 0, pack_changes(changes), b"")], 1, 0, counts))
     assert [dict(r[3])["changejoin.seq"] for r in records] == [b"0:0", b"0:2", b"0:3"]
     assert [r[2] is None for r in records] == [False, False, True]  # the delete is a tombstone
     assert len({r[1] for r in records}) == 1 and records[0][1] is not None  # all under the key
@@ -160,7 +160,7 @@ def test_upsert_output_writes_a_tombstone_for_a_row_that_leaves_its_key():
                  (RowKind.UPDATE_BEFORE, (2, "book", 1, 10.0)), (RowKind.UPDATE_AFTER, (2, "book", 5, 10.0))]
     pen_call = [(RowKind.UPDATE_AFTER, (1, "pen", 2, 1.5))]
     counts = {}
-    records = list(encoder.records([(Target.PACKED, 0, pack_changes(book_call)), (Target.PACKED, 0, pack_changes(pen_call))],
+    records = list(encoder.records([(Target.PACKED, 0, pack_changes(book_call), b""), (Target.PACKED, 0, pack_changes(pen_call), b"")],
                                    1, 0, counts))
     keys = encoder.keys
     assert [(r[1], r[2] is None) for r in records] == [
@@ -190,7 +190,7 @@ def test_a_too_large_change_in_a_packed_row_goes_to_the_dead_letter_topic_alone(
     changes = [(RowKind.INSERT, (1, "book", 2, None)), (RowKind.INSERT, (2, "x" * 100, 2, None)),
                (RowKind.DELETE, (1, "book", 2, None))]
     counts = {}
-    records = list(encoder.records([(Target.PACKED, 0, pack_changes(changes))], 1, 0, counts))
+    records = list(encoder.records([(Target.PACKED, 0, pack_changes(changes), b"")], 1, 0, counts))
     assert [r[0] for r in records] == ["out", "out.dlq", "out"]
     letter = dict(records[1][3])
     assert letter["reason"] == b"too_large" and letter["changejoin.seq"] == b"0:1"
@@ -233,7 +233,7 @@ def test_a_key_whose_join_fails_goes_to_the_dead_letter_topic_and_keeps_its_stat
 
     encoder = encoder_for(plan_for())
     counts = {}
-    records = list(encoder.records([(r.target, r.kind, r.payload) for r in rows], 3, 0, counts))
+    records = list(encoder.records([(r.target, r.kind, r.payload, r.okey) for r in rows], 3, 0, counts))
     headers = dict(records[0][3])
     assert records[0][0] == "out.dlq" and headers["reason"] == b"join_error"
     assert (headers["source.topic"], headers["source.partition"], headers["source.offset"]) == (b"orders", b"0", b"40")
@@ -248,7 +248,7 @@ def test_a_dead_letter_of_a_record_near_the_producer_limit_is_written_without_it
     big = KafkaRecord("orders", 0, 5, 1000, b"key", b"\x00" + b"x" * 999_950, [("rowkind", b"+I")])
     (envelope,) = InputDecoder(plan_for(), 0, "rowkind", None).map(big)
     counts = {}
-    (letter,) = encoder_for(plan_for()).records([(Target.DEAD_LETTER, 0, envelope[3])], 1, 0, counts)
+    (letter,) = encoder_for(plan_for()).records([(Target.DEAD_LETTER, 0, envelope[3], b"")], 1, 0, counts)
     topic, key, value, headers = letter
     assert (topic, key, value) == ("out.dlq", b"key", None)
     assert dict(headers)["dropped"] == b"value (999951 bytes)" and dict(headers)["reason"] == b"undecodable"
@@ -258,5 +258,21 @@ def test_a_dead_letter_of_a_record_near_the_producer_limit_is_written_without_it
 def test_an_output_record_over_the_producer_limit_with_its_headers_is_too_large():
     encoder = OutputEncoder(plan_for(), "out", "out.dlq", "retract", "rowkind", 2_000_000, None)
     counts = {}
-    records = list(encoder.records([(Target.PACKED, 0, pack_changes([(0, (1, "b" * 999_900, 2, 1.0))]))], 1, 0, counts))
+    records = list(encoder.records([(Target.PACKED, 0, pack_changes([(0, (1, "b" * 999_900, 2, 1.0))]), b"")], 1, 0, counts))
     assert records[0][0] == "out.dlq" and b"message.max.bytes=1000000" in dict(records[0][3])["reason.detail"]
+
+
+def test_changes_without_a_message_key_go_to_their_grouping_keys_partition_whichever_task_writes_them():
+    """A row's changes must stay in one partition, in order, also when `changejoin rescale` moves
+    its bucket to another task: the partition follows the grouping key, not the task."""
+    from service.envelope import output_route
+
+    encoder = OutputEncoder(plan_for(), "out", "out.dlq", "retract", "rowkind", 1_000_000, None, output_partitions=3)
+    partitions = {}
+    for group in (b"bucket-a", b"bucket-b", b"bucket-c", b"bucket-d"):
+        row = (1, group.decode(), 2, 1.0)
+        for task in (0, 1, 4):
+            (record,) = encoder.records([(Target.PACKED, 0, pack_changes([(0, row)]), output_route(group))], 1, task, {})
+            partitions.setdefault(group, set()).add(record[4])
+    assert all(len(p) == 1 for p in partitions.values()), partitions
+    assert len({p for ps in partitions.values() for p in ps}) > 1, "every grouping key in one partition"

@@ -1,0 +1,119 @@
+"""``changejoin rescale --partitions N``: change an existing checkpoint's task count.
+
+A checkpoint's task count (Spark's shuffle partitions, ``SHUFFLE_PARTITIONS``) is fixed at its first
+micro-batch: every stateful stage keeps its state in that many partitions. Spark (4.2 on) rewrites
+a stopped query's state into another count offline
+(``StreamingCheckpointManager.repartition``): every operator's value, map and list state, TTL and
+timers, moved by Spark's own hash of each grouping key, and a micro-batch that reads nothing
+recorded with the new count. The service's state is in buckets whose grouping keys Spark places on
+task ``b mod P`` (``envelope.bucket_group``), so the new count spreads the buckets as evenly as
+the old one did; it can be at most the bucket count.
+
+Around Spark's rewrite this does what the service's own files and exactly-once delivery need:
+refuses while a service runs on the checkpoint (its lock) or when its last micro-batch was not
+committed (a replay must read what its first attempt read, under the count it was planned with);
+aborts what the old transactional ids left open; grows the progress topic to a partition per task;
+records the count in ``changejoin-state.json``; and removes the pinned lookups, which only a replay
+of an uncommitted micro-batch reads.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import time
+
+from . import checkpoint
+from .config import Settings, local_directory
+from .plan import PlanError
+
+log = logging.getLogger(__name__)
+
+
+class RescaleError(PlanError):
+    """The checkpoint cannot be rescaled as asked; the message says why and what to do."""
+
+
+def rescale(settings: Settings, plan, partitions: int, spark_session=None) -> str:
+    """Rescale the checkpoint ``settings`` names to ``partitions`` tasks; returns what was done, one
+    line. ``plan``: the join's plan as the planner builds it (its buckets are the checkpoint's)."""
+    location = settings.checkpoint_location
+    store = checkpoint.CheckpointFile(location, spark_session)
+    stored = store.read()
+    if stored is None or not store.has_state():
+        raise RescaleError(f"CHECKPOINT_LOCATION={location} holds no committed micro-batch: a new checkpoint takes "
+                           f"SHUFFLE_PARTITIONS={partitions} at its first micro-batch, nothing to rescale")
+    buckets = stored["facts"].get("state_buckets", 0)
+    if buckets and partitions > buckets:
+        raise RescaleError(f"--partitions {partitions}: the checkpoint keeps its state in {buckets} buckets "
+                           f"(STATE_BUCKETS), at most one task each: at most --partitions {buckets}")
+    lock = checkpoint.CheckpointLock(location).acquire("changejoin rescale")
+    try:
+        was = store.shuffle_partitions()
+        if was == partitions:
+            return f"CHECKPOINT_LOCATION={location} has {partitions} task partitions already: nothing to do"
+        planned, committed = store.last_batches()
+        if planned != committed:
+            raise RescaleError(
+                f"CHECKPOINT_LOCATION={location}: micro-batch {planned} was started and not committed (the service "
+                f"stopped in it): run `changejoin run` until it logs 'batch {planned} committed', stop it with "
+                "SIGTERM (it stops after the micro-batch in flight), then rescale")
+        started = time.monotonic()
+        if settings.exactly_once:
+            _prepare_delivery(settings, store, was or settings.shuffle_partitions, partitions)
+        spark = spark_session() if spark_session else _spark(settings)
+        spark._jsparkSession.streamingCheckpointManager().repartition(location, partitions, True)
+        checkpoint.record_task_partitions(store, partitions)
+        _remove_pins(location)
+        return (f"CHECKPOINT_LOCATION={location}: {was} -> {partitions} task partitions, state rewritten by Spark "
+                f"in {time.monotonic() - started:.1f} s; start the service with SHUFFLE_PARTITIONS unset or "
+                f"{partitions}")
+    finally:
+        lock.release()
+
+
+def _spark(settings: Settings):
+    from .session import spark_session
+
+    return spark_session(settings)
+
+
+def _prepare_delivery(settings: Settings, store, was: int, partitions: int) -> None:
+    """Exactly-once: what the old task partitions' transactional ids left open is aborted, and the
+    progress topic has a partition per new task (``transactions.py``)."""
+    from confluent_kafka.admin import AdminClient, NewPartitions
+
+    from .shipping import worker_secrets
+    from .sink import admin_props, topic_partitions
+    from .transactions import abort_open_transactions, delivery_config
+
+    abort_open_transactions({"delivery": delivery_config(settings, store.identity()), **worker_secrets(settings)},
+                            was)
+    kafka = settings.kafka_properties()
+    bootstrap = kafka.pop("bootstrap.servers")
+    topic = settings.progress_topic_name
+    have = topic_partitions(bootstrap, kafka, topic) or 0
+    if have >= partitions:
+        return
+    try:
+        admin = AdminClient({"bootstrap.servers": bootstrap, **admin_props(kafka)})
+        admin.create_partitions([NewPartitions(topic, partitions)])[topic].result(timeout=60)
+    except Exception as err:  # noqa: BLE001 - e.g. no ALTER on the topic: say what to run instead
+        raise RescaleError(
+            f"PROGRESS_TOPIC={topic!r} has {have} partitions and {partitions} task partitions need one each; adding "
+            f"them failed ({err}): run `kafka-topics.sh --bootstrap-server {bootstrap} --alter --topic {topic} "
+            f"--partitions {partitions}`, then rescale again") from err
+    log.info("PROGRESS_TOPIC=%s: %d -> %d partitions", topic, have, partitions)
+
+
+def _remove_pins(location: str) -> None:
+    """Pinned lookups (``lookup.py``) are read only by the replay of an uncommitted micro-batch, and
+    the last one was committed."""
+    from .lookup import pin_directory
+
+    directory = local_directory(location)
+    if directory is None:
+        return
+    pins = pin_directory(os.path.abspath(directory))
+    if os.path.isdir(pins):
+        shutil.rmtree(pins)
