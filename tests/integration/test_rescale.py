@@ -109,4 +109,5 @@ def test_a_left_join_rescaled_2_to_5_to_3_and_killed_reads_like_an_unrescaled_ru
     assert task_partitions(h) == 3
 
     changes, replays = drop_replays(h.changelog())
+    assert replays == [], "a read_committed consumer saw a record twice"
     assert retract_table(changes) == reference.retract_table() == log.retract_table()
