@@ -178,6 +178,10 @@ def _table_changes(was: dict, now: dict, side_plan) -> list[str]:
                                 "stored rows were read without, so they have no value for it")
         elif not compatible(was["columns"][column], avro_type):
             before = old_types.get(column, json.dumps(was["columns"][column]))
+            if _split(was["columns"][column])[1] == _split(avro_type)[1]:  # only its NULLs
+                problems.append(f"{where}: column {column!r} was made NOT NULL, but the join's stored rows may "
+                                "hold NULL in it")
+                continue
             problems.append(f"{where}: column {column!r} changed type from {before} to {shown} (Avro "
                             f"{json.dumps(was['columns'][column])} -> {json.dumps(avro_type)}), which the join's "
                             "stored rows are not values of")

@@ -379,7 +379,8 @@ class Settings(BaseModel):
         if local_directory(self.checkpoint_location) is None:
             problems.append(f"CHECKPOINT_LOCATION: a lookup join pins what each micro-batch looked up under the "
                             f"checkpoint, so that a replay joins the same rows: it must be a local directory (on a "
-                            f"cluster, a volume every executor mounts), not {redact_text(self.checkpoint_location)!r}")
+                            f"cluster, one volume the driver and every executor mount at the same path, with hard "
+                            f"links), not {redact_text(self.checkpoint_location)!r}")
         if not (self.right_table or self.right_lookup_table):
             problems.append("RIGHT_TABLE: required with RIGHT_LOOKUP_URL (the name JOIN_SQL gives the table; "
                             "RIGHT_LOOKUP_TABLE, the table in the database, defaults to it)")

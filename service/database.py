@@ -1,4 +1,4 @@
-"""The lookup join's database: a PostgreSQL table read in batches, one snapshot per micro-batch.
+"""The lookup join's database: a PostgreSQL table read in batches, one snapshot per lookup task.
 
 Flink's JDBC lookup source sends one ``SELECT ... WHERE k = ?`` per left row. Here a Spark task
 collects the distinct keys of its rows and asks for them in chunks of ``batch_size``
@@ -32,6 +32,15 @@ loopback, and every extra round trip costs a network RTT in production).
   installed in another schema) is compared with text's case-sensitive ``=``.
 * **NULL keys never match** (SQL equality): a key with a None component gets no rows and is not
   sent.
+* **Only the columns the join reads** (``columns``): the statement names them, so a column it does
+  not read may be dropped, added or retyped at any time. Each result's column types are checked
+  against the catalog's (``TableColumn.type_oid``/``typmod``): a read column retyped to a type of
+  the same Avro values is taken, another stops the lookup with one line saying what to do.
+* **Rows the join cannot take** are their key's, not the key's fault (``LookupResult.bad_rows``,
+  naming the table, the column and the value): a date or time psycopg cannot load (``'infinity'``,
+  BC, years past 9999, ``24:00``: loaded as ``Unloadable`` instead of failing the statement), a
+  value the column's Avro type cannot hold (a ``numeric`` NaN), a NULL in a column that was NOT
+  NULL when the join was planned. Such keys are never cached.
 
 Values of returned rows are what the service's Avro encoder takes for each column's Avro type
 (``TableColumn.avro_type``), as fastavro decodes them in ``service/avro.py``:
@@ -73,7 +82,10 @@ first use with ``connect_timeout``, TCP keepalives, ``statement_timeout`` from `
 ``TimeZone=UTC`` (added to any ``options`` the URL has) and application name ``changejoin-lookup``
 (unless the URL names one); the password is passed apart from the URL (a password in the URL works
 too). psycopg prepares a statement server-side after five executions; behind a pooler in
-transaction mode that does not understand protocol-level prepares, set the pooler up for it.
+transaction mode that does not understand protocol-level prepares, set the pooler up for it. Once
+a read column changed type, PostgreSQL refuses a prepared statement ("cached plan must not change
+result type"): the connection is replaced and the lookup redone, once. Any other error of a query
+replaces the connection too.
 
 **Retries.** Lost or refused connections (``OperationalError``: also the server's shutdown and "too
 many connections"), statement timeouts (``QueryCanceled``) and replica conflicts
@@ -81,8 +93,8 @@ many connections"), statement timeouts (``QueryCanceled``) and replica conflicts
 10 s, times a jitter in [0.8, 1.2], reconnect and redo the whole snapshot. After ``max_retries`` the
 call raises ``DatabaseError`` (Spark then retries the task). With the defaults (8 retries from
 0.5 s) the waits are 0.5, 1, 2, 4, 8, 10, 10, 10 s: at least 0.8 x 45.5 = **36.4 s** in all before
-the last attempt, so an outage of 30 s is ridden out. Other errors (a dropped table, a missing
-privilege) are not retried.
+the last attempt, so an outage of 30 s is ridden out. Other errors (a dropped table or column, a
+missing privilege) are not retried (``kind`` ``table`` for a table or column that is gone).
 
 **Cache** (``CacheSettings``, off unless given): Flink's partial cache, per client. An LRU of at
 most ``max_rows`` keys (each with all its rows; an evicted key counts in ``cache_evictions``),
@@ -139,7 +151,8 @@ _SHOW_CHARS = 60  # a value in a reason is its repr, cut to this many characters
 class DatabaseError(Exception):
     """The database could not be reached or refused a request: one line, naming the database by its
     redacted URL, never containing the password. ``kind``: ``connection``, ``timeout``,
-    ``conflict``, ``query``, ``table``."""
+    ``conflict``, ``query``, ``table`` (no such table, or a column the join reads is gone or
+    changed type)."""
 
     def __init__(self, message: str, kind: str = "query"):
         message = " ".join(str(message).split())

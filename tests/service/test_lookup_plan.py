@@ -215,3 +215,12 @@ def test_a_lookup_key_of_two_kinds_of_number_is_refused_naming_the_cast(tmp_path
     same = {"quantity_d": ("product", "double precision", "float8", "double", False),
             "amount": ("product", "numeric(9,2)", "numeric", {**DECIMAL_10_2, "precision": 9}, False)}[stream_column]
     assert build_plan(load_settings(env), table=table(same, NAME)).kind is PlanKind.LOOKUP
+
+
+def test_a_read_column_made_not_null_is_refused_saying_so(tmp_path):
+    from service.checkpoint import CheckpointMismatch
+
+    reconcile(tmp_path, table(PRODUCT, NAME))
+    with pytest.raises(CheckpointMismatch, match="the lookup table products: column 'name' was made NOT NULL, but the "
+                                                 "join's stored rows may hold NULL in it"):
+        reconcile(tmp_path, table(PRODUCT, ("name", "text", "text", "string", False)))
