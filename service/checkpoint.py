@@ -47,6 +47,7 @@ def facts(plan: JoinPlan) -> dict:
     """What the join's state depends on (JSON)."""
     sides = []
     for s in plan.sides:
+        lookup_table = plan.lookup["table"] if s.side == 1 and plan.lookup else None
         sides.append({
             "topic": s.topic,
             "changelog_mode": s.changelog_mode,
@@ -56,6 +57,10 @@ def facts(plan: JoinPlan) -> dict:
             "time_column": None if s.time_column is None else s.columns[s.time_column],
             "columns": {name: avro_type for name, avro_type in zip(s.columns, s.avro_types)},
         })
+        if lookup_table is not None:  # the columns the join reads (only those: planner._read_columns)
+            pg_types = {c["name"]: c["pg_type"] for c in lookup_table["columns"]}
+            sides[-1]["table"] = lookup_table["table"]
+            sides[-1]["pg_types"] = {name: pg_types[name] for name in s.columns}
     materializer = None
     if plan.upsert_materializer:
         materializer = {"output_key": [plan.output_names[i] for i in plan.output_key],
@@ -93,7 +98,7 @@ def differences(old: dict, new: dict, plan: JoinPlan) -> list[str]:
             problems.append(f"{name}_TOPIC: {was['topic']!r} -> {now['topic']!r} (the offsets are those of the old topic)")
         if was["changelog_mode"] != now["changelog_mode"]:
             problems.append(f"{name}_CHANGELOG_MODE: {was['changelog_mode']} -> {now['changelog_mode']}")
-        if was["primary_key"] != now["primary_key"]:
+        if was["primary_key"] != now["primary_key"] and now["changelog_mode"] != "lookup":  # a table's: no state
             problems.append(f"{name}_PRIMARY_KEY: {_names(was['primary_key'])} -> {_names(now['primary_key'])}")
         if was["join_key"] != now["join_key"]:
             problems.append(f"JOIN_SQL: the {label} join key changed from {_names(was['join_key'])} to "
@@ -103,7 +108,10 @@ def differences(old: dict, new: dict, plan: JoinPlan) -> list[str]:
                             f"{was['time_column']!r} to {now['time_column']!r}")
         if was["normalized"] != now["normalized"] and not problems:
             problems.append(f"the {label} input is now {'normalized' if now['normalized'] else 'joined directly'}")
-        problems += _schema_changes(name, was["columns"], now["columns"], side_plan)
+        if now["changelog_mode"] == "lookup":
+            problems += _table_changes(was, now, side_plan)
+        else:
+            problems += _schema_changes(name, was["columns"], now["columns"], side_plan)
     problems += _materializer_changes(old["materializer"], new["materializer"], old["sides"], plan)
     return problems
 
@@ -148,15 +156,42 @@ def _schema_changes(name: str, was: dict, now: dict, side_plan) -> list[str]:
             if column not in defaults:
                 problems.append(f"{where}: column {column!r} was added without a default, so stored rows have no "
                                 "value for it")
-        elif not _compatible(was[column], avro_type):
+        elif not compatible(was[column], avro_type):
             problems.append(f"{where}: column {column!r} changed type from {json.dumps(was[column])} to "
                             f"{json.dumps(avro_type)}")
     return problems
 
 
-def _compatible(old, new) -> bool:
-    """Stored values of type ``old`` are values of type ``new``: the same type, a primitive widened
-    (int -> long...), or made nullable."""
+def _table_changes(was: dict, now: dict, side_plan) -> list[str]:
+    """Why the rows a lookup join stored cannot serve the columns it reads now: a column it reads
+    now and did not before that is NOT NULL (stored rows have no value for it; a nullable one is
+    NULL in them), or a column whose type changed to one its stored values are not values of. The
+    table's other columns are not facts (``facts``): they may change at will."""
+    where = f"the lookup table {now.get('table', side_plan.table)}"
+    old_types, new_types = was.get("pg_types", {}), now.get("pg_types", {})
+    nullable = dict(zip(side_plan.columns, side_plan.nullable))
+    problems = []
+    for column, avro_type in now["columns"].items():
+        shown = new_types.get(column, json.dumps(avro_type))
+        if column not in was["columns"]:
+            if not nullable.get(column, True):
+                problems.append(f"{where}: JOIN_SQL now reads column {column!r} ({shown} NOT NULL), which the join's "
+                                "stored rows were read without, so they have no value for it")
+        elif not compatible(was["columns"][column], avro_type):
+            before = old_types.get(column, json.dumps(was["columns"][column]))
+            if _split(was["columns"][column])[1] == _split(avro_type)[1]:  # only its NULLs
+                problems.append(f"{where}: column {column!r} was made NOT NULL, but the join's stored rows may "
+                                "hold NULL in it")
+                continue
+            problems.append(f"{where}: column {column!r} changed type from {before} to {shown} (Avro "
+                            f"{json.dumps(was['columns'][column])} -> {json.dumps(avro_type)}), which the join's "
+                            "stored rows are not values of")
+    return problems
+
+
+def compatible(old, new) -> bool:
+    """Stored values of Avro type ``old`` are values of type ``new``: the same type, a primitive
+    widened (int -> long...), or made nullable."""
     if old == new:
         return True
     (old_nullable, old_base), (new_nullable, new_base) = _split(old), _split(new)

@@ -13,7 +13,7 @@ import os
 import re
 from fractions import Fraction
 from typing import Iterable, Literal, Mapping
-from urllib.parse import urlparse
+from urllib.parse import unquote, urlparse
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -72,14 +72,23 @@ def is_secret_name(name: str) -> bool:
 
 
 def redact_text(text: str, secrets: Iterable[str] = ()) -> str:
-    """``text`` without URL user info and without any of ``secrets`` (also JSON-escaped)."""
+    """``text`` without URL user info and without any of ``secrets`` (also JSON-escaped), each
+    where it stands as a value of its own: not where it is part of a longer word (a password
+    ``post`` leaves ``postgresql`` alone, and ``s3cret`` leaves ``s3cret2``)."""
     text = URL_USER_INFO.sub(lambda m: m.group(1) + REDACTED + "@", text)
     for secret in sorted({s for s in secrets if s}, key=len, reverse=True):
-        text = text.replace(secret, REDACTED)
         escaped = json.dumps(secret, ensure_ascii=False)[1:-1]
-        if escaped != secret:
-            text = text.replace(escaped, REDACTED)
+        for form in {secret, escaped}:
+            text = _value_of_its_own(form).sub(REDACTED, text)
     return text
+
+
+def _value_of_its_own(secret: str) -> re.Pattern:
+    """``secret`` where no letter or digit continues it on either side (where its own first or
+    last character is one: a secret that starts or ends with punctuation is matched there as is)."""
+    before = r"(?<![A-Za-z0-9])" if secret[:1].isalnum() else ""
+    after = r"(?![A-Za-z0-9])" if secret[-1:].isalnum() else ""
+    return re.compile(before + re.escape(secret) + after)
 
 
 def redact(name: str, value):
@@ -92,13 +101,15 @@ def redact(name: str, value):
 
 
 def _url_secrets(url: str | None) -> list[str]:
-    """The user info of a URL, and its password part, as values to hide."""
+    """The password of a URL's user info, as a value to hide wherever it shows. A user name is no
+    secret (``postgresql://postgres@db/postgres`` must not lose every ``postgres``); within a URL
+    the whole user info is hidden anyway (``URL_USER_INFO``)."""
     found = []
     for match in re.finditer(r"(?i)[a-z][a-z0-9+.\-]*://([^/\s@]+)@", url or ""):
         info = match.group(1)
-        found.append(info)
         if ":" in info:
-            found.append(info.split(":", 1)[1])
+            password = info.split(":", 1)[1]
+            found += [password, unquote(password)]  # as the URL has it, and as the client sends it
     return found
 
 
@@ -379,7 +390,8 @@ class Settings(BaseModel):
         if local_directory(self.checkpoint_location) is None:
             problems.append(f"CHECKPOINT_LOCATION: a lookup join pins what each micro-batch looked up under the "
                             f"checkpoint, so that a replay joins the same rows: it must be a local directory (on a "
-                            f"cluster, a volume every executor mounts), not {redact_text(self.checkpoint_location)!r}")
+                            f"cluster, one volume the driver and every executor mount at the same path, with hard "
+                            f"links), not {redact_text(self.checkpoint_location)!r}")
         if not (self.right_table or self.right_lookup_table):
             problems.append("RIGHT_TABLE: required with RIGHT_LOOKUP_URL (the name JOIN_SQL gives the table; "
                             "RIGHT_LOOKUP_TABLE, the table in the database, defaults to it)")

@@ -1,4 +1,4 @@
-"""The lookup join's database: a PostgreSQL table read in batches, one snapshot per micro-batch.
+"""The lookup join's database: a PostgreSQL table read in batches, one snapshot per lookup task.
 
 Flink's JDBC lookup source sends one ``SELECT ... WHERE k = ?`` per left row. Here a Spark task
 collects the distinct keys of its rows and asks for them in chunks of ``batch_size``
@@ -32,6 +32,15 @@ loopback, and every extra round trip costs a network RTT in production).
   installed in another schema) is compared with text's case-sensitive ``=``.
 * **NULL keys never match** (SQL equality): a key with a None component gets no rows and is not
   sent.
+* **Only the columns the join reads** (``columns``): the statement names them, so a column it does
+  not read may be dropped, added or retyped at any time. Each result's column types are checked
+  against the catalog's (``TableColumn.type_oid``/``typmod``): a read column retyped to a type of
+  the same Avro values is taken, another stops the lookup with one line saying what to do.
+* **Rows the join cannot take** are their key's, not the key's fault (``LookupResult.bad_rows``,
+  naming the table, the column and the value): a date or time psycopg cannot load (``'infinity'``,
+  BC, years past 9999, ``24:00``: loaded as ``Unloadable`` instead of failing the statement), a
+  value the column's Avro type cannot hold (a ``numeric`` NaN), a NULL in a column that was NOT
+  NULL when the join was planned. Such keys are never cached.
 
 Values of returned rows are what the service's Avro encoder takes for each column's Avro type
 (``TableColumn.avro_type``), as fastavro decodes them in ``service/avro.py``:
@@ -73,7 +82,10 @@ first use with ``connect_timeout``, TCP keepalives, ``statement_timeout`` from `
 ``TimeZone=UTC`` (added to any ``options`` the URL has) and application name ``changejoin-lookup``
 (unless the URL names one); the password is passed apart from the URL (a password in the URL works
 too). psycopg prepares a statement server-side after five executions; behind a pooler in
-transaction mode that does not understand protocol-level prepares, set the pooler up for it.
+transaction mode that does not understand protocol-level prepares, set the pooler up for it. Once
+a read column changed type, PostgreSQL refuses a prepared statement ("cached plan must not change
+result type"): the connection is replaced and the lookup redone, once. Any other error of a query
+replaces the connection too.
 
 **Retries.** Lost or refused connections (``OperationalError``: also the server's shutdown and "too
 many connections"), statement timeouts (``QueryCanceled``) and replica conflicts
@@ -81,8 +93,8 @@ many connections"), statement timeouts (``QueryCanceled``) and replica conflicts
 10 s, times a jitter in [0.8, 1.2], reconnect and redo the whole snapshot. After ``max_retries`` the
 call raises ``DatabaseError`` (Spark then retries the task). With the defaults (8 retries from
 0.5 s) the waits are 0.5, 1, 2, 4, 8, 10, 10, 10 s: at least 0.8 x 45.5 = **36.4 s** in all before
-the last attempt, so an outage of 30 s is ridden out. Other errors (a dropped table, a missing
-privilege) are not retried.
+the last attempt, so an outage of 30 s is ridden out. Other errors (a dropped table or column, a
+missing privilege) are not retried (``kind`` ``table`` for a table or column that is gone).
 
 **Cache** (``CacheSettings``, off unless given): Flink's partial cache, per client. An LRU of at
 most ``max_rows`` keys (each with all its rows; an evicted key counts in ``cache_evictions``),
@@ -100,6 +112,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import decimal
+import json
 import math
 import random
 import re
@@ -138,7 +151,8 @@ _SHOW_CHARS = 60  # a value in a reason is its repr, cut to this many characters
 class DatabaseError(Exception):
     """The database could not be reached or refused a request: one line, naming the database by its
     redacted URL, never containing the password. ``kind``: ``connection``, ``timeout``,
-    ``conflict``, ``query``, ``table``."""
+    ``conflict``, ``query``, ``table`` (no such table, or a column the join reads is gone or
+    changed type)."""
 
     def __init__(self, message: str, kind: str = "query"):
         message = " ".join(str(message).split())
@@ -294,6 +308,10 @@ class TableColumn:
     avro_type: object  # the non-null Avro type JSON, or None when unsupported
     nullable: bool
     unsupported: str | None = None  # why, when avro_type is None
+    # The type a query's result reports for the column (a domain's base type, with its modifier):
+    # what ``LookupClient`` checks each result against, to notice a type changed while it runs.
+    type_oid: int | None = None
+    typmod: int | None = None
 
 
 @dataclass(frozen=True)
@@ -315,7 +333,7 @@ class TableInfo:
             "table": self.table,
             "columns": [
                 {"name": c.name, "pg_type": c.pg_type, "cast": c.cast, "avro_type": c.avro_type,
-                 "nullable": c.nullable, "unsupported": c.unsupported}
+                 "nullable": c.nullable, "unsupported": c.unsupported, "type_oid": c.type_oid, "typmod": c.typmod}
                 for c in self.columns
             ],
             "primary_key": list(self.primary_key) if self.primary_key is not None else None,
@@ -328,7 +346,7 @@ class TableInfo:
             table=d["table"],
             columns=tuple(
                 TableColumn(c["name"], c["pg_type"], c["cast"], c.get("avro_type"), bool(c["nullable"]),
-                            c.get("unsupported"))
+                            c.get("unsupported"), c.get("type_oid"), c.get("typmod"))
                 for c in d["columns"]
             ),
             primary_key=tuple(d["primary_key"]) if d.get("primary_key") is not None else None,
@@ -425,7 +443,7 @@ def _describe_column(conn, row) -> TableColumn:
     name, shown, attnotnull, typmod, *typ = row
     notnull = bool(attnotnull)
     for _ in range(64):  # a domain maps as its base type: follow domains over domains
-        _oid, typname, nspname, typtype, typcategory, typbasetype, typtypmod, typnotnull = typ
+        oid, typname, nspname, typtype, typcategory, typbasetype, typtypmod, typnotnull = typ
         if typtype != "d":
             break
         notnull = notnull or bool(typnotnull)
@@ -433,7 +451,8 @@ def _describe_column(conn, row) -> TableColumn:
             typmod = typtypmod
         typ = conn.execute(_TYPE_SQL, (typbasetype,)).fetchone()
     cast, avro, why = _map_type(nspname, typname, typtype, typcategory, typmod, shown)
-    return TableColumn(name, shown, cast, avro, not notnull, why)
+    # A result reports a domain as its base type and modifier (PostgreSQL's RowDescription).
+    return TableColumn(name, shown, cast, avro, not notnull, why, oid, typmod)
 
 
 def _connect_kwargs(url: str, password: str | None, connect_timeout_s: float,
@@ -476,7 +495,48 @@ def _open(url: str, password: str | None, connect_timeout_s: float, statement_ti
     conn.read_only = True
     for name in ("uuid", "json", "jsonb"):
         conn.adapters.register_loader(name, TextLoader)
+    for name in _DATETIME_TYPES:
+        conn.adapters.register_loader(name, _lenient(conn.adapters.get_loader(
+            conn.adapters.types[name].oid, psycopg.pq.Format.TEXT)))
     return conn
+
+
+# PostgreSQL holds dates and times Python's datetime cannot: 'infinity' and '-infinity' dates and
+# timestamps, years past 9999, BC dates, time '24:00'. psycopg refuses to load them (DataError while
+# fetching), which would fail the whole statement and look like a refused key.
+_DATETIME_TYPES = ("date", "time", "timestamp", "timestamptz")
+
+
+class Unloadable:
+    """A value psycopg could not load: its text as the server sent it, and why (``_lenient``). A
+    row holding one is never joined: its key's rows are reported in ``LookupResult.bad_rows``."""
+
+    __slots__ = ("text", "why")
+
+    def __init__(self, text: str, why: str):
+        self.text, self.why = text, why
+
+    def __repr__(self) -> str:
+        return repr(self.text)
+
+
+def _lenient(base):
+    """A loader that loads as ``base`` does, and an ``Unloadable`` where ``base`` refuses the value."""
+    import psycopg
+    from psycopg.adapt import Loader
+
+    class Lenient(Loader):
+        def __init__(self, oid, context=None):
+            super().__init__(oid, context)
+            self._base = base(oid, context)
+
+        def load(self, data):
+            try:
+                return self._base.load(data)
+            except psycopg.DataError as e:
+                return Unloadable(bytes(data).decode("utf-8", "replace"), _error_text(e))
+
+    return Lenient
 
 
 def describe_table(url: str, password: str | None, table: str, *, connect_timeout_s: float = 10) -> TableInfo:
@@ -712,6 +772,36 @@ def _row_converter(cast: str) -> Callable[[Any], Any] | None:
     return None
 
 
+def _value_check(column: TableColumn) -> Callable[[Any], str | None] | None:
+    """What a value of this column must be for the join to take it, as ``value -> problem or
+    None``: loaded (not ``Unloadable``), not NULL where the column was NOT NULL when the join was
+    planned (the output's type then has no null), and for a ``numeric(p,s)`` a finite number of
+    at most p digits, s after the point: PostgreSQL allows NaN there, which the output's Avro
+    decimal cannot hold. Other values are what their type maps to (the type map above)."""
+    avro = column.avro_type
+    decimal_type = isinstance(avro, dict) and avro.get("logicalType") == "decimal"
+    if decimal_type:
+        precision, scale = avro["precision"], avro.get("scale", 0)
+    elif column.nullable and column.cast not in _DATETIME_TYPES:
+        return None  # any value psycopg loads is one of the type's
+
+    def check(v):
+        if v is None:
+            return None if column.nullable else "NULL, but the column was NOT NULL when the join was planned " \
+                "(restart the service to take it as nullable)"
+        if isinstance(v, Unloadable):
+            return f"{_show(v.text)} cannot be read as a Python value ({v.why})"
+        if decimal_type and isinstance(v, decimal.Decimal):
+            if not v.is_finite():
+                return f"{_show(v)} is not a number the output's Avro decimal({precision},{scale}) can hold"
+            exponent = v.as_tuple().exponent
+            if -exponent > scale or (v and v.adjusted() >= precision - scale):
+                return f"{_show(v)} has more digits than the output's Avro decimal({precision},{scale})"
+        return None
+
+    return check
+
+
 # --------------------------------------------------------------------------------------------
 # cache, stats, results
 
@@ -743,8 +833,11 @@ class LookupStats:
 
 @dataclass
 class LookupResult:
-    rows: dict[tuple, tuple[tuple, ...]]  # each valid key -> its rows (all columns; () = none)
+    rows: dict[tuple, tuple[tuple, ...]]  # each valid key -> its rows (the columns read; () = none)
     invalid: dict[tuple, str]  # keys the key columns cannot hold -> why
+    # Keys whose rows hold a value the join cannot take (``LookupClient._row_problem``) -> why,
+    # naming the column and the value: the key is fine, its rows are not.
+    bad_rows: dict[tuple, str] = field(default_factory=dict)
 
 
 class _Cache:
@@ -813,7 +906,10 @@ class LookupClient:
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
         connect_timeout_s: float = 10.0,
+        columns: tuple[str, ...] | None = None,
     ):
+        """``columns``: the columns to read, in the order rows have them (the key columns among
+        them); None: every column of the table."""
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
         if max_retries < 0:
@@ -824,6 +920,13 @@ class LookupClient:
         if len(set(key_columns)) != len(key_columns):
             raise ValueError(f"key columns repeat: {key_columns}")
         self._kinds_of(table, key_columns)  # raises ValueError for columns that cannot be keys
+        columns = tuple(c.name for c in table.columns) if columns is None else tuple(columns)
+        for name in columns + key_columns:
+            if name not in {c.name for c in table.columns}:
+                raise ValueError(f"table {table.table} has no column {name!r}")
+        if not set(key_columns) <= set(columns):
+            raise ValueError(f"the columns read ({', '.join(columns)}) must hold the key columns ({', '.join(key_columns)})")
+        self.columns = columns
         self.url = url
         self.password = password
         self.table = table
@@ -854,11 +957,14 @@ class LookupClient:
 
     def _init_runtime(self) -> None:
         """What is rebuilt after unpickling: key checks, converters, connection, cache, stats."""
-        names = [c.name for c in self.table.columns]
+        self._read = tuple(self.table.column(n) for n in self.columns)
         self._kinds = self._kinds_of(self.table, self.key_columns)
-        self._key_positions = tuple(names.index(n) for n in self.key_columns)
-        self._converters = tuple((i, conv) for i, c in enumerate(self.table.columns)
+        self._key_positions = tuple(self.columns.index(n) for n in self.key_columns)
+        self._converters = tuple((i, conv) for i, c in enumerate(self._read)
                                  if (conv := _row_converter(c.cast)) is not None)
+        self._checks = tuple((i, check) for i, c in enumerate(self._read) if (check := _value_check(c)) is not None)
+        # What each column's results must report (its type and modifier), where the catalog said.
+        self._types = [(c.type_oid, c.typmod) for c in self._read]
         self._random = random.Random()
         self._conn = None
         self._query = None
@@ -868,8 +974,8 @@ class LookupClient:
 
     def __getstate__(self):
         state = self.__dict__.copy()
-        for name in ("_kinds", "_key_positions", "_converters", "_random", "_conn", "_query", "_lock",
-                     "_cache", "_stats"):
+        for name in ("_read", "_kinds", "_key_positions", "_converters", "_checks", "_types", "_random", "_conn",
+                     "_query", "_lock", "_cache", "_stats"):
             state.pop(name, None)
         return state
 
@@ -923,6 +1029,7 @@ class LookupClient:
                         self._stats.cache_hits += 1
                         found[canonical] = cached
             todo = [c for c in wanted if c not in found]
+            bad: dict[tuple, str] = {}
             if todo:
                 fetched, refused = self._fetch(todo, sent)
                 for canonical, reason in refused.items():
@@ -933,13 +1040,18 @@ class LookupClient:
                     if canonical in refused:
                         continue
                     result = tuple(fetched.get(canonical, ()))
+                    problem = self._row_problem(result)
+                    if problem is not None:  # never cached: a fixed row is read again next time
+                        for key in wanted.pop(canonical):
+                            bad[key] = problem
+                        continue
                     found[canonical] = result
                     if self._cache is not None:
                         self._stats.cache_evictions += self._cache.put(canonical, result, now)
             for canonical, originals in wanted.items():
                 for key in originals:
                     rows[key] = found[canonical]
-            return LookupResult(rows, invalid)
+            return LookupResult(rows, invalid, bad)
 
     def take_stats(self) -> LookupStats:
         with self._lock:
@@ -965,6 +1077,17 @@ class LookupClient:
             wire.append(w)
         return tuple(canonical), tuple(wire)
 
+    def _row_problem(self, rows: tuple) -> str | None:
+        """Why a key's rows cannot be joined, naming the column and the value, or None: a value
+        psycopg could not load, or one the column's Avro type (the output's) cannot hold."""
+        for row in rows:
+            for i, check in self._checks:
+                problem = check(row[i])
+                if problem is not None:
+                    column = self._read[i]
+                    return f"table {self.table.table}, column {column.name} ({column.pg_type}): {problem}"
+        return None
+
     def _row_key(self, row: tuple) -> tuple:
         out = []
         for position, kind in zip(self._key_positions, self._kinds):
@@ -982,14 +1105,14 @@ class LookupClient:
             casts = [_cast_sql(self.table.column(n).cast) for n in self.key_columns]
             if len(self.key_columns) == 1:
                 self._query = sql.SQL("SELECT {cols} FROM {table} WHERE {key} = ANY({p}::{cast}[])").format(
-                    cols=sql.SQL(", ").join(sql.Identifier(c.name) for c in self.table.columns),
+                    cols=sql.SQL(", ").join(sql.Identifier(name) for name in self.columns),
                     table=table, key=sql.Identifier(self.key_columns[0]), p=sql.Placeholder(), cast=casts[0])
             else:
                 aliases = [f"k{i + 1}" for i in range(len(self.key_columns))]
                 self._query = sql.SQL(
                     "SELECT {cols} FROM {table} AS t JOIN unnest({arrays}) AS k({aliases}) ON {on}"
                 ).format(
-                    cols=sql.SQL(", ").join(sql.Identifier("t", c.name) for c in self.table.columns),
+                    cols=sql.SQL(", ").join(sql.Identifier("t", name) for name in self.columns),
                     table=table,
                     arrays=sql.SQL(", ").join(sql.SQL("{}::{}[]").format(sql.Placeholder(), cast)
                                               for cast in casts),
@@ -1007,7 +1130,9 @@ class LookupClient:
         self._stats.keys += len(chunk)
         started = time.perf_counter()
         try:
-            fetched = conn.execute(self._statement(), params).fetchall()
+            cursor = conn.execute(self._statement(), params)
+            self._check_result_types(conn, cursor)
+            fetched = cursor.fetchall()
         finally:
             self._stats.query_seconds.append(time.perf_counter() - started)
         self._stats.rows += len(fetched)
@@ -1016,11 +1141,36 @@ class LookupClient:
             for row in fetched:
                 row = list(row)
                 for i, conv in self._converters:
-                    if row[i] is not None:
+                    if row[i] is not None and not isinstance(row[i], Unloadable):
                         row[i] = conv(row[i])
                 converted.append(tuple(row))
             return converted
         return fetched
+
+    def _check_result_types(self, conn, cursor) -> None:
+        """A column whose type changed while the service runs (``ALTER TABLE ... ALTER COLUMN ...
+        TYPE``): taken when its values are those of the same Avro type (``varchar(20)`` to
+        ``varchar(50)``, ``integer`` to ``smallint``), else a DatabaseError saying what changed and
+        what to do. Columns the join does not read are not read, so their changes never matter."""
+        for i, column in enumerate(cursor.description or ()):
+            expected = self._types[i]
+            got = (column.type_code, cursor.pgresult.fmod(i))
+            if expected[0] is None or got == expected:
+                continue
+            was = self._read[i]
+            oid, typname, nspname, typtype, typcategory, *_ = conn.execute(_TYPE_SQL, (got[0],)).fetchone()
+            shown = conn.execute("SELECT format_type(%s, %s)", (got[0], got[1])).fetchone()[0]
+            _, avro, _ = _map_type(nspname, typname, typtype, typcategory, got[1], shown)
+            if avro is not None and avro == was.avro_type:
+                self._types[i] = got  # the same values: nothing to do
+                continue
+            avro_shown = json.dumps(was.avro_type) if isinstance(was.avro_type, dict) else was.avro_type
+            raise DatabaseError(
+                f"lookup in {redact(self.url)} ({self.table.table}): column {was.name} changed type from "
+                f"{was.pg_type} to {shown} while the service ran; the join reads it as Avro {avro_shown}, which "
+                f"{shown} values are not: restart the service to plan the join with the new type (a checkpoint "
+                "whose stored rows cannot take it is refused, naming the column), or restore the column's type",
+                "table")
 
     def _collect(self, rows: list[tuple], chunk: list[tuple], out: dict[tuple, list[tuple]]) -> None:
         asked = set(chunk)
@@ -1080,7 +1230,7 @@ class LookupClient:
         import psycopg
 
         retryable = (psycopg.OperationalError, psycopg.errors.TransactionRollback)
-        careful = False
+        careful = replanned = False
         attempt = 0
         while True:
             try:
@@ -1089,6 +1239,19 @@ class LookupClient:
                 return self._snapshot(self._conn, todo, sent, careful)
             except _DataErrorSeen:
                 careful = True
+            except psycopg.errors.FeatureNotSupported as e:
+                # "cached plan must not change result type": psycopg prepares the statement on the
+                # server after five runs, and a column the join reads changed type since. The
+                # connection's prepared statement is what is stale: a new connection plans anew
+                # (and _check_result_types then decides whether the new type will do).
+                self._discard()
+                self._count_error("query")
+                if replanned:
+                    raise DatabaseError(f"lookup in {redact(self.url)} ({self.table.table}) failed: "
+                                        f"{_scrub(_describe_error(e), _secrets(self.url, self.password))}",
+                                        "query") from None
+                replanned = True
+                self._stats.retries += 1
             except retryable as e:
                 self._discard()
                 kind = ("timeout" if isinstance(e, psycopg.errors.QueryCanceled)
@@ -1105,11 +1268,17 @@ class LookupClient:
                 attempt += 1
             except psycopg.Error as e:
                 self._count_error("query")
-                if self._conn is not None and self._conn.broken:
-                    self._discard()
+                self._discard()  # whatever it holds (a prepared statement, a session state) is suspect
+                what = _describe_error(e)
+                kind = "query"
+                if isinstance(e, (psycopg.errors.UndefinedColumn, psycopg.errors.UndefinedTable)):
+                    kind = "table"
+                    what += (f" (the join reads columns {', '.join(self.columns)}: one was dropped or renamed "
+                             "while the service ran, or the table was; restore it, or change JOIN_SQL / "
+                             "RIGHT_LOOKUP_TABLE and restart)")
                 raise DatabaseError(
                     f"lookup in {redact(self.url)} ({self.table.table}) failed: "
-                    f"{_scrub(_describe_error(e), _secrets(self.url, self.password))}", "query") from None
+                    f"{_scrub(what, _secrets(self.url, self.password))}", kind) from None
 
     def _backoff(self, attempt: int) -> float:
         return min(self.retry_backoff_s * 2 ** attempt, MAX_BACKOFF_S) * self._random.uniform(0.8, 1.2)

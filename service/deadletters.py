@@ -43,6 +43,7 @@ class Reason(StrEnum):
     DEBEZIUM_CHANGE_ON_APPEND_TOPIC = "debezium_change_on_append_topic"  # an update or a delete on an append-only input
     LOOKUP_KEY_INVALID = "lookup_key_invalid"  # a lookup key the table's column cannot hold (out of range...)
     LOOKUP_RETRACTION_UNKNOWN = "lookup_retraction_unknown"  # a lookup join's retraction of a row it does not remember
+    LOOKUP_ROW_INVALID = "lookup_row_invalid"  # a table row matched holds a value the join cannot take ('infinity', NaN)
     LATE = "late"  # a temporal join's probe row at or behind the watermark, a window join's row for a fired window
 
 

@@ -14,7 +14,6 @@ import itertools
 import json
 import logging
 import os
-import time
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -168,7 +167,6 @@ class JoinPipeline:
         self.plan = plan
         self.spark = spark
         self.on_batch = on_batch
-        self._previous_start: float | None = None
         from .source import register
 
         register(spark)
@@ -225,11 +223,12 @@ class JoinPipeline:
         """A lookup join's input: one topic, each reading task's rows with what the table holds for
         them (``lookup.py``), grouped by the rows' identity (``jk``) for the join stage, whose state
         remembers what each row joined."""
-        from .lookup import lookup_partition
+        from .lookup import lookup_partition, prepare_pins
 
         config = {**worker_config(self.settings, self.plan), **worker_secrets(self.settings, kafka=False)}
         self._lookups = self.spark.sparkContext.accumulator({}, _Counts())
-        return self._read(0).mapInArrow(lookup_partition(config, self._pins, self._lookups), ENVELOPE_SCHEMA)
+        token = None if self._pins is None else prepare_pins(self._pins, self.settings.checkpoint_location)
+        return self._read(0).mapInArrow(lookup_partition(config, self._pins, self._lookups, token), ENVELOPE_SCHEMA)
 
     @property
     def _pins(self) -> str | None:
@@ -240,25 +239,23 @@ class JoinPipeline:
         directory = local_directory(self.settings.checkpoint_location)
         return None if directory is None else pin_directory(os.path.abspath(directory))
 
-    def _lookup_batch(self, counts: BatchCounts, started: float) -> None:
-        """The micro-batch's lookup counts; the pins of the micro-batches before the previous one go."""
+    def _lookup_batch(self, counts: BatchCounts) -> None:
+        """The micro-batch's lookup counts; the pins of the micro-batches before it go (committed)."""
         from .lookup import clean_pins
 
         counts.lookup = self._lookups.value
         self._lookups.value = {}
-        if self._pins is not None and self._previous_start is not None:
-            clean_pins(self._pins, self._previous_start)
-        self._previous_start = started
+        if self._pins is not None:
+            clean_pins(self._pins, below=counts.batch_id)
 
     def _write_batch(self, batch_df, batch_id: int) -> None:
-        started = time.time()
         counts = BatchCounts(batch_id)
         rows = (batch_df.select("target", "kind", "payload", "okey")
                 .mapInArrow(produce_partition(self._sink_config, batch_id), COUNTS_SCHEMA).collect())
         for row in rows:
             counts.add(row.target, row.label, row.n)
         if self.plan.kind is PlanKind.LOOKUP:
-            self._lookup_batch(counts, started)
+            self._lookup_batch(counts)
         faults.crash(self._sink_config.get("crash"), "before-batch-commit", batch_id)
         log.debug("batch %d written: output %s, dead letters %s", batch_id, counts.output, counts.dead_letters)
         if self.on_batch:

@@ -157,11 +157,12 @@ def describe_lookup_table(settings: Settings):
         raise PlanError(f"RIGHT_LOOKUP_URL: {err}") from None
 
 
-def table_schema(table) -> dict:
-    """The Avro record of the table columns the join can read (unsupported types are left out)."""
+def table_schema(table, read: set[str] | None = None) -> dict:
+    """The Avro record of the table columns the join can read (unsupported types are left out);
+    with ``read``, of those columns only."""
     fields = []
     for c in table.columns:
-        if c.avro_type is None:
+        if c.avro_type is None or (read is not None and c.name not in read):
             continue
         fields.append({"name": c.name, "type": ["null", c.avro_type], "default": None} if c.nullable
                       else {"name": c.name, "type": c.avro_type})
@@ -190,6 +191,21 @@ def _lookup(settings: Settings, table, keys, sides) -> dict:
         "query_timeout_s": settings.lookup_query_timeout_ms / 1000, "max_retries": settings.lookup_max_retries,
         "retry_backoff_s": settings.lookup_retry_backoff_ms / 1000, "cache": cache,
     }
+
+
+def _read_columns(query: JoinQuery) -> set[str]:
+    """The table columns a lookup join reads: its keys, the SELECT list's and the condition's.
+
+    Only these are asked of the database and kept in the join's state and in the checkpoint's
+    facts, so that what happens to the table's other columns (dropped, added NOT NULL, retyped)
+    never concerns the join."""
+    import sqlglot
+    from sqlglot import exp
+
+    read = {right for _, right in query.equi_keys} | {c.column for c in query.projection if c.side == "R"}
+    if query.condition_sql:
+        read |= {c.name for c in sqlglot.parse_one(query.condition_sql).find_all(exp.Column) if c.table == "r"}
+    return read
 
 
 def _seconds(ms: int | None) -> float | None:
@@ -225,10 +241,14 @@ def build_plan(settings: Settings, schemas: tuple[dict, dict] | None = None, tab
     _unreadable_debezium_columns(settings, schemas)
     query = _parse_query(settings, names, configured_times)
     kind = _plan_kind(query, settings)
+    if kind is PlanKind.LOOKUP:  # the table's side: the columns the query reads, and nothing else
+        schemas = (schemas[0], table_schema(table, _read_columns(query)))
+        columns = _input_columns(settings, schemas)
+        names = [tuple(c.name for c in cols) for cols in columns]
     keys = _join_keys(query, names)
     pks = _primary_keys(settings, names)
     if kind is PlanKind.LOOKUP:
-        pks[1] = tuple(names[1].index(c) for c in table.primary_key or () if c in names[1]) or None
+        pks[1] = None  # the table's primary key makes no difference to the join's state
     time_columns = _time_columns(settings, kind, query, names, configured_times)
     _check_mini_batch(settings, kind)
     _check_time_bounded_inputs(settings, kind)
@@ -610,6 +630,35 @@ def _check_types(plan: JoinPlan) -> None:
             raise PlanError(f"JOIN_SQL: the join key {plan.left.table}.{plan.left.columns[left]} ({a}) = "
                             f"{plan.right.table}.{plan.right.columns[right]} ({b}) compares values SQL cannot "
                             "compare; join columns of the same type")
+        if plan.kind is PlanKind.LOOKUP and (a, b) in _LOOKUP_CASTS:
+            _refuse_lookup_cast(plan, left, right, a, b)
+
+
+# A lookup key of these (stream, table) families: Flink's lookup join refuses every key whose two
+# types are not "interoperable" (one type, ignoring nullability and string lengths: "Temporal table
+# join requires equivalent condition of the same type"), and these are the pairs whose values
+# PostgreSQL's index cannot answer (an integer column asked for 3.5, a numeric one for a binary
+# double). Integers of any width against an integer, numeric or float column, and decimals against
+# a numeric or float one, are compared by value and joined, as PostgreSQL compares them.
+_LOOKUP_CASTS = {("float", "integer"): "double precision", ("decimal", "integer"): "numeric",
+                 ("float", "decimal"): "double precision"}
+
+
+def _refuse_lookup_cast(plan: JoinPlan, left: int, right: int, a: str, b: str) -> None:
+    """A lookup key whose stream values and table column are of two kinds of number: refused at
+    start, as Flink refuses it, naming the casts that make it one type."""
+    column = plan.right.columns[right]
+    table = plan.lookup["table"]
+    pg_type = next(c["pg_type"] for c in table["columns"] if c["name"] == column)
+    cast = _LOOKUP_CASTS[(a, b)]
+    alias = f"{column}_{cast.split()[0]}"
+    raise PlanError(
+        f"JOIN_SQL: the lookup key {plan.left.table}.{plan.left.columns[left]} ({a}) = {plan.right.table}.{column} "
+        f"({pg_type} in {table['table']}) compares two kinds of number, which Flink's lookup join refuses (it needs "
+        f"one type on both sides) and which the table's index cannot answer; make the stream's column "
+        f"{'an integer (int or long)' if b == 'integer' else 'a decimal'} in its schema, or look up a column of "
+        f"{cast}: a view over {table['table']} with CAST({column} AS {cast}) AS {alias}, indexed by "
+        f"CREATE INDEX ON {table['table']} ((CAST({column} AS {cast}))), as RIGHT_LOOKUP_TABLE")
 
 
 def _compile_operator(plan: JoinPlan) -> None:
@@ -691,6 +740,8 @@ def _explain_lookup(plan: JoinPlan, s) -> list[str]:
     for c in table["columns"]:
         if c["avro_type"] is None:
             lines.append(f"  column {c['name']}: {c['pg_type']} -> not read ({c['unsupported']})")
+        elif c["name"] not in s.columns:
+            lines.append(f"  column {c['name']}: {c['pg_type']} -> not read (the query does not use it)")
         else:
             avro = json.dumps(c["avro_type"]) if isinstance(c["avro_type"], dict) else c["avro_type"]
             lines.append(f"  column {c['name']}: {c['pg_type']}{'' if c['nullable'] else ' not null'} -> Avro {avro}")

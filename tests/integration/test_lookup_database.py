@@ -560,3 +560,116 @@ def test_a_statement_timeout_is_retried_then_given_up(postgres_url, pg_schema, d
         assert (stats.retries, stats.errors) == (1, {"timeout": 2})
     finally:
         holder.close()
+
+
+# --------------------------------------------------------------------------------------------
+# rows the join cannot take, and a table that changes while the service runs
+
+
+def test_a_row_value_python_cannot_load_or_the_output_cannot_hold_is_the_rows_fault_not_the_keys(
+        postgres_url, pg_schema, db):
+    """'infinity' and BC dates, years past 9999, time 24:00 (psycopg cannot load them) and a
+    numeric NaN (the output's Avro decimal cannot hold it) make their key's rows unjoinable,
+    reported with the column and the value; the other keys of the same statement are answered, and
+    nothing is bisected (no data error ever reaches the client)."""
+    db.execute("""CREATE TABLE events (id int PRIMARY KEY, d date, ts timestamp, tz timestamptz, tm time,
+                                       n numeric(10,2), label text NOT NULL)""")
+    db.execute("""INSERT INTO events VALUES
+        (1, '2024-01-01', '2024-01-01 10:00', '2024-01-01 10:00Z', '10:00', 1.5, 'good'),
+        (2, 'infinity', NULL, NULL, NULL, NULL, 'inf date'),
+        (3, NULL, '0044-03-15 BC', NULL, NULL, NULL, 'bc'),
+        (4, NULL, NULL, '-infinity', NULL, NULL, 'minus inf'),
+        (5, NULL, NULL, NULL, '24:00', NULL, 'midnight'),
+        (6, '10000-01-01', NULL, NULL, NULL, NULL, 'far'),
+        (7, NULL, NULL, NULL, NULL, 'NaN', 'nan')""")
+    table = f"{pg_schema}.events"
+    client = client_for(postgres_url, table, ("id",), cache=CacheSettings())
+    result = client.lookup([(i,) for i in range(1, 9)])
+    assert set(result.rows) == {(1,), (8,)} and result.rows[(8,)] == () and result.invalid == {}
+    assert result.rows[(1,)][0][-1] == "good"
+    at = f"table {table}, column"
+    assert result.bad_rows[(2,)].startswith(f"{at} d (date): 'infinity' cannot be read as a Python value (date too large")
+    assert result.bad_rows[(3,)].startswith(f"{at} ts (timestamp without time zone): '0044-03-15 00:00:00 BC' cannot")
+    assert result.bad_rows[(4,)].startswith(f"{at} tz (timestamp with time zone): '-infinity' cannot")
+    assert result.bad_rows[(5,)].startswith(f"{at} tm (time without time zone): '24:00:00' cannot")
+    assert result.bad_rows[(6,)].startswith(f"{at} d (date): '10000-01-01' cannot")
+    assert result.bad_rows[(7,)] == (f"{at} n (numeric(10,2)): Decimal('NaN') is not a number the output's Avro "
+                                     "decimal(10,2) can hold")
+    stats = client.take_stats()
+    assert (stats.queries, stats.errors) == (1, {})  # one statement, no bisection
+
+    # Only the columns the join reads matter; a fixed row is read again (a bad one is never cached).
+    narrow = LookupClient(postgres_url, None, client.table, ("id",), columns=("id", "label"))
+    assert narrow.lookup([(7,)]).rows == {(7,): ((7, "nan"),)}
+    db.execute("UPDATE events SET n = 2 WHERE id = 7")
+    assert client.lookup([(7,), (1,)]).rows[(7,)][0][5] == D("2.00")
+    assert client.take_stats().cache_hits == 1  # 1 came from the cache, 7 did not
+
+    # A NOT NULL dropped while the service runs: a NULL the output's type has no room for.
+    db.execute("ALTER TABLE events ALTER COLUMN label DROP NOT NULL")
+    db.execute("INSERT INTO events (id) VALUES (9)")
+    assert client.lookup([(9,)]).bad_rows == {(9,): f"{at} label (text): NULL, but the column was NOT NULL when the "
+                                                     "join was planned (restart the service to take it as nullable)"}
+
+
+def test_columns_the_join_does_not_read_may_change_and_a_read_column_stops_it_with_one_line(
+        postgres_url, pg_schema, db):
+    """The client reads only the columns the join uses: dropping, adding (NOT NULL) or retyping
+    another column changes nothing. A read column retyped to a type of the same values is taken;
+    retyped to other values, or dropped, it stops the lookup with one line saying what changed and
+    what to do."""
+    db.execute("CREATE TABLE customers (id int PRIMARY KEY, name varchar(20) NOT NULL, legacy text, tier text)")
+    db.execute("INSERT INTO customers VALUES (1, 'ann', 'x', 'gold'), (2, 'bob', 'y', NULL)")
+    info = describe_table(postgres_url, None, f"{pg_schema}.customers")
+    client = LookupClient(postgres_url, None, info, ("id",), columns=("id", "name"))
+
+    def look():
+        return client.lookup([(1,), (2,)]).rows
+
+    for _ in range(7):  # prepared on the server from the sixth run on
+        assert look() == {(1,): ((1, "ann"),), (2,): ((2, "bob"),)}
+    db.execute("ALTER TABLE customers DROP COLUMN legacy")
+    db.execute("ALTER TABLE customers ADD COLUMN region text NOT NULL DEFAULT 'eu'")
+    db.execute("ALTER TABLE customers ALTER COLUMN tier TYPE varchar(5)")
+    assert look() == {(1,): ((1, "ann"),), (2,): ((2, "bob"),)}
+    assert client.take_stats().retries == 0
+
+    db.execute("ALTER TABLE customers ALTER COLUMN name TYPE varchar(50)")  # the same values: strings
+    assert look() == {(1,): ((1, "ann"),), (2,): ((2, "bob"),)}
+    db.execute("ALTER TABLE customers ALTER COLUMN name TYPE int USING length(name)")
+    with pytest.raises(DatabaseError) as caught:
+        look()
+    message = str(caught.value)
+    assert caught.value.kind == "table" and "\n" not in message
+    assert message == (f"lookup in {redact(postgres_url)} ({pg_schema}.customers): column name changed type from "
+                       "character varying(20) to integer while the service ran; the join reads it as Avro string, "
+                       "which integer values are not: restart the service to plan the join with the new type (a "
+                       "checkpoint whose stored rows cannot take it is refused, naming the column), or restore the "
+                       "column's type")
+
+    db.execute("ALTER TABLE customers DROP COLUMN name")
+    with pytest.raises(DatabaseError) as caught:
+        look()
+    assert caught.value.kind == "table"
+    assert str(caught.value) == (
+        f"lookup in {redact(postgres_url)} ({pg_schema}.customers) failed: UndefinedColumn: column \"name\" does "
+        "not exist (the join reads columns id, name: one was dropped or renamed while the service ran, or the "
+        "table was; restore it, or change JOIN_SQL / RIGHT_LOOKUP_TABLE and restart)")
+
+
+def test_a_statement_prepared_before_a_column_changed_type_is_planned_anew(postgres_url, pg_schema, db):
+    """psycopg prepares the statement on the server after five runs; PostgreSQL then refuses it
+    once a column it returns changed type ("cached plan must not change result type"). The
+    connection holding it is replaced and the lookup redone, once, instead of failing every retry
+    on that connection."""
+    db.execute("CREATE TABLE customers (id int PRIMARY KEY, name varchar(20) NOT NULL)")
+    db.execute("INSERT INTO customers VALUES (1, 'ann')")
+    client = client_for(postgres_url, f"{pg_schema}.customers", ("id",))
+    for _ in range(7):
+        assert client.lookup([(1,)]).rows == {(1,): ((1, "ann"),)}
+    client.take_stats()
+    db.execute("ALTER TABLE customers ALTER COLUMN name TYPE varchar(50)")  # the same values: strings
+    for _ in range(3):
+        assert client.lookup([(1,)]).rows == {(1,): ((1, "ann"),)}
+    stats = client.take_stats()
+    assert (stats.retries, stats.errors) == (1, {"query": 1})  # the stale prepared statement, once

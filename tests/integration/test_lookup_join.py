@@ -118,6 +118,46 @@ def test_upsert_input_in_both_output_modes(kafka_bootstrap, spark, tmp_path, new
                                                      (2, "p1", 5, "green apple", Decimal("1.50"))]
 
 
+def test_the_table_changes_under_a_running_join_and_rows_it_cannot_carry_are_dead_letters(
+        kafka_bootstrap, spark, tmp_path, new_topic, postgres_url, pg_schema):
+    """While the service runs, the table loses a column and gains a NOT NULL one that the query
+    does not read, and a row gets a numeric NaN the output cannot hold. Nothing stops: a record
+    whose key's row holds the NaN, or whose key the column cannot hold, is a dead letter, and on
+    this upsert input it retracts its order's previous row. The restart on the same checkpoint is
+    accepted (the checkpoint holds only the columns the query reads), and a fixed row joins."""
+    products(postgres_url, pg_schema, [("p1", "apple", Decimal("1.50"), "gold"), ("p2", "pear", Decimal("2.00"), "std")])
+    execute(postgres_url, f"ALTER TABLE {pg_schema}.products ADD COLUMN legacy text",
+            f"INSERT INTO {pg_schema}.products VALUES ('p3', 'fig', 'NaN', 'std', 'x')")
+    h = harness(kafka_bootstrap, spark, tmp_path, new_topic, postgres_url, pg_schema, LEFT_CHANGELOG_MODE="upsert")
+    upserts = lambda *orders: produce(kafka_bootstrap, h.orders, [  # noqa: E731 - keyed by order_id
+        (str(o["order_id"]).encode(), avro(ORDERS, o)) for o in orders])
+    h.start()
+    try:
+        upserts(order(1, "p1", 3), order(2, "p2", 1), order(3, "p3", 1))
+        h.service.process_available()
+        execute(postgres_url, f"ALTER TABLE {pg_schema}.products DROP COLUMN legacy",
+                f"ALTER TABLE {pg_schema}.products ADD COLUMN region text NOT NULL DEFAULT 'eu'",
+                f"UPDATE {pg_schema}.products SET price = 'NaN' WHERE product = 'p2'")
+        upserts(order(1, "p\x00", 3),  # a key no text column holds
+                order(2, "p2", 5),  # p2's row now holds NaN
+                order(4, "p1", 2))
+        h.service.process_available()
+    finally:
+        h.service.stop()
+    execute(postgres_url, f"UPDATE {pg_schema}.products SET price = 3 WHERE product = 'p3'")
+    upserts(order(3, "p3", 7))
+    h.run()  # the same checkpoint, the table with its NOT NULL column
+    assert h.retract_table() == {(3, "p3", 7, "fig", Decimal("3.00")): 1, (4, "p1", 2, "apple", Decimal("1.50")): 1}
+    letters = dead_letters(kafka_bootstrap, h.service.settings.dead_letter_topic)
+    details = sorted((letter.kind, letter.headers["source.offset"], letter.headers["reason.detail"].decode())
+                     for letter in letters)
+    nan = f"table {pg_schema}.products, column price (numeric(10,2)): Decimal('NaN') is not a number the output's"
+    assert [(kind, offset) for kind, offset, _ in details] == [
+        ("lookup_key_invalid", b"3"), ("lookup_row_invalid", b"2"), ("lookup_row_invalid", b"4")]
+    assert details[0][2] == "column product (text): 'p\\x00' contains a NUL character"
+    assert details[1][2].startswith(nan) and details[2][2].startswith(nan)
+
+
 def test_inner_composite_non_unique_key_with_a_condition_and_poison_keys(
         kafka_bootstrap, spark, tmp_path, new_topic, postgres_url, pg_schema):
     """INNER drops misses; a composite lookup key (product, size) finds several rows; the extra
@@ -159,7 +199,7 @@ def test_killed_after_its_lookups_a_replayed_micro_batch_joins_the_rows_they_fou
         wait_until(lambda: not svc.alive(), 240, f"the service to kill itself; log tail:\n{svc.log_tail()}")
         wait_until(lambda: not _group_alive(svc.proc.pid), 60, "the killed service's processes to end")
         assert svc.proc.returncode == -9 and svc.commits() == []
-        assert list((tmp_path / "checkpoint" / "changejoin" / "lookups").iterdir()), "its lookups are pinned"
+        assert list((tmp_path / "checkpoint" / "changejoin" / "lookups" / "0").iterdir()), "micro-batch 0's lookups"
         rename(postgres_url, pg_schema, "p1", "green apple")
         svc.env = dict(h.env)
         svc.start()

@@ -693,3 +693,46 @@ def test_fuzz_join_sql_depth_and_literals(depth, digits, fraction, conjuncts):
     condition = "(" * depth + f"o.quantity > {literal}" + ")" * depth
     extra = "".join(" AND o.quantity > 1" for _ in range(conjuncts))
     _outcome({**VALID, "JOIN_SQL": VALID["JOIN_SQL"] + f" AND {condition}{extra}"})
+
+
+@pytest.mark.parametrize("url, password", [
+    ("postgresql://postgres@db.internal:5432/postgres", None),
+    ("postgresql://postgres:s3cr%40t-99@db.internal:5432/postgres", "s3cr@t-99"),
+])
+def test_a_lookup_url_keeps_everything_but_its_password_in_the_log(url, password):
+    """The log line of the plan (check-config's and the start's) and of a database error, through
+    the service's own formatter: a user name is no secret, so ``postgres`` in ``postgresql``, in
+    the database's name and in a message stays; a password goes, wherever it shows as a value of
+    its own."""
+    import logging
+    import sys
+    from pathlib import Path
+
+    from service.database import TableInfo, redact
+    from service.logs import formatter
+    from service.planner import build_plan, explain
+
+    schemas = Path(__file__).resolve().parents[2] / "schemas"
+    s = load_settings({"KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1", "LEFT_TOPIC": "orders", "OUTPUT_TOPIC": "out",
+                       "LEFT_SCHEMA_FILE": str(schemas / "orders.avsc"), "LEFT_PRIMARY_KEY": "order_id",
+                       "RIGHT_LOOKUP_URL": url, "RIGHT_TABLE": "products",
+                       "JOIN_SQL": "SELECT o.order_id, p.name FROM orders o JOIN products FOR SYSTEM_TIME AS OF "
+                                   "PROCTIME() AS p ON o.product = p.product"})
+    table = TableInfo.from_dict({"table": "products", "primary_key": ["product"], "unique_keys": [["product"]],
+                                 "columns": [{"name": n, "pg_type": "text", "cast": "text", "avro_type": "string",
+                                              "nullable": False} for n in ("product", "name")]})
+    plan = build_plan(s, table=table)
+    line = formatter("text", s.secret_values())
+    record = logging.LogRecord("service.app", logging.INFO, __file__, 1, "plan:\n%s", (explain(plan),), None)
+    text = line.format(record)
+    # (within a URL its user info is hidden as in any value: a bare one may be a token)
+    assert "right: table products in postgresql://*****@db.internal:5432/postgres as products" in text
+    failure = (f"lookup in {redact(url)} (products) failed: password authentication failed for user \"postgres\" "
+               f"(tried {password})")
+    record = logging.LogRecord("service.lookup", logging.ERROR, __file__, 1, "%s", (failure,), None)
+    text = line.format(record)
+    assert text.endswith("lookup in postgresql://*****@db.internal:5432/postgres (products) failed: password "
+                         f"authentication failed for user \"postgres\" (tried {'*****' if password else None})")
+    if password:
+        assert password not in text and "s3cr%40t-99" not in line.format(logging.LogRecord(
+            "x", logging.INFO, __file__, 1, "%s", (url,), sys.exc_info()))

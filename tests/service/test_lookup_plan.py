@@ -125,3 +125,102 @@ def test_left_state_ttl_bounds_the_lookup_state_and_is_unused_without_state():
     append = load_settings({**LOOKUP, "LEFT_STATE_TTL": "1d", "LEFT_CHANGELOG_MODE": "append"})
     assert unused_settings(append, plan(LEFT_STATE_TTL="1d", LEFT_CHANGELOG_MODE="append")) == [
         "LEFT_STATE_TTL is set but not used: a lookup join over an append-only input keeps no state"]
+
+
+def table(*columns, name="products"):
+    """A catalog: (name, pg_type, cast, avro_type, nullable) per column."""
+    return TableInfo.from_dict({"table": name, "primary_key": ["product"], "unique_keys": [["product"]], "columns": [
+        {"name": n, "pg_type": pg, "cast": cast, "avro_type": avro, "nullable": nullable}
+        for n, pg, cast, avro, nullable in columns]})
+
+
+PRODUCT = ("product", "text", "text", "string", False)
+NAME = ("name", "text", "text", "string", True)
+DECIMAL_10_2 = {"type": "bytes", "logicalType": "decimal", "precision": 10, "scale": 2}
+
+
+def test_the_join_reads_only_the_table_columns_its_query_uses():
+    wide = table(PRODUCT, ("supplier", "text", "text", "string", False), NAME,
+                 ("price", "numeric(10,2)", "numeric", DECIMAL_10_2, True), ("legacy", "integer", "int4", "int", True))
+    p = build_plan(load_settings({**LOOKUP, "JOIN_SQL": (
+        "SELECT o.order_id, p.name FROM orders o LEFT JOIN products FOR SYSTEM_TIME AS OF PROCTIME() AS p "
+        "ON o.product = p.product AND p.price > 0")}), table=wide)
+    assert p.right.columns == ("product", "name", "price")  # the key, the SELECT list's and the condition's
+    assert p.right.join_key == (0,) and p.projection == ((0, 0), (1, 1))
+    text = explain(p)
+    assert "column supplier: text -> not read (the query does not use it)" in text
+    assert "column price: numeric(10,2) -> Avro" in text
+
+
+def reconcile(tmp_path, catalog, **env):
+    from service import checkpoint
+
+    return checkpoint.reconcile(build_plan(load_settings({**LOOKUP, **env}), table=catalog), str(tmp_path))
+
+
+def test_the_checkpoint_holds_only_what_the_join_reads_of_the_table(tmp_path):
+    """A NOT NULL column added to the table, or any change to a column the query does not read,
+    leaves the checkpoint valid; a column the query reads anew that stored rows have no value for,
+    or a read column's type changed beyond what stored values are, is refused naming the table and
+    the column."""
+    from service.checkpoint import CheckpointMismatch
+
+    reconcile(tmp_path, table(PRODUCT, NAME, ("legacy", "integer", "int4", "int", True)))
+    # ALTER TABLE products ADD COLUMN region text NOT NULL DEFAULT 'eu'; ... DROP COLUMN legacy
+    region = ("region", "text", "text", "string", False)
+    reconcile(tmp_path, table(PRODUCT, NAME, region))
+    reconcile(tmp_path, table(PRODUCT, ("name", "character varying(50)", "varchar", "string", True), region))
+    with pytest.raises(CheckpointMismatch) as refused:
+        reconcile(tmp_path, table(PRODUCT, NAME, region), JOIN_SQL=(
+            "SELECT o.order_id, p.name, p.region FROM orders o LEFT JOIN products FOR SYSTEM_TIME AS OF PROCTIME() "
+            "AS p ON o.product = p.product"))
+    assert ("the lookup table products: JOIN_SQL now reads column 'region' (text NOT NULL), which the join's "
+            "stored rows were read without, so they have no value for it") in str(refused.value)
+    assert "RIGHT_SCHEMA_FILE" not in str(refused.value) and "registry" not in str(refused.value)
+    with pytest.raises(CheckpointMismatch) as refused:
+        reconcile(tmp_path, table(PRODUCT, ("name", "integer", "int4", "int", True), region))
+    assert ("the lookup table products: column 'name' changed type from character varying(50) to integer (Avro "
+            "[\"null\", \"string\"] -> [\"null\", \"int\"]), which the join's stored rows are not values of"
+            ) in str(refused.value)
+    # A nullable column read anew is NULL in the stored rows (as an Avro field added with a null default).
+    reconcile(tmp_path, table(PRODUCT, NAME, region, ("tier", "text", "text", "string", True)), JOIN_SQL=(
+        "SELECT o.order_id, p.name, p.tier FROM orders o LEFT JOIN products FOR SYSTEM_TIME AS OF PROCTIME() "
+        "AS p ON o.product = p.product"))
+
+
+@pytest.mark.parametrize("stream_column, table_column, cast", [
+    ("quantity_d", ("product", "integer", "int4", "int", False), "double precision"),
+    ("amount", ("product", "bigint", "int8", "long", False), "numeric"),
+    ("quantity_d", ("product", "numeric(10,2)", "numeric", DECIMAL_10_2, False), "double precision"),
+])
+def test_a_lookup_key_of_two_kinds_of_number_is_refused_naming_the_cast(tmp_path, stream_column, table_column, cast):
+    """Flink refuses a lookup key of two types ("Temporal table join requires equivalent condition
+    of the same type"); these pairs would also fail every row (3.0 is no integer to send)."""
+    import json
+
+    schema = json.loads((SCHEMAS / "orders.avsc").read_text())
+    schema["fields"] += [{"name": "quantity_d", "type": "double"},
+                         {"name": "amount", "type": {"type": "bytes", "logicalType": "decimal", "precision": 9,
+                                                     "scale": 2}}]
+    (tmp_path / "orders.avsc").write_text(json.dumps(schema))
+    env = {**LOOKUP, "LEFT_SCHEMA_FILE": str(tmp_path / "orders.avsc"), "JOIN_SQL": (
+        f"SELECT o.order_id, p.name FROM orders o JOIN products FOR SYSTEM_TIME AS OF PROCTIME() AS p "
+        f"ON o.{stream_column} = p.product")}
+    with pytest.raises(PlanError) as refused:
+        build_plan(load_settings(env), table=table(table_column, NAME))
+    message = str(refused.value)
+    assert message.startswith(f"JOIN_SQL: the lookup key orders.{stream_column} (")
+    assert f"AS {cast}) AS product_{cast.split()[0]}" in message and "Flink" in message and "\n" not in message
+    # The same stream column against a table column of its kind is planned.
+    same = {"quantity_d": ("product", "double precision", "float8", "double", False),
+            "amount": ("product", "numeric(9,2)", "numeric", {**DECIMAL_10_2, "precision": 9}, False)}[stream_column]
+    assert build_plan(load_settings(env), table=table(same, NAME)).kind is PlanKind.LOOKUP
+
+
+def test_a_read_column_made_not_null_is_refused_saying_so(tmp_path):
+    from service.checkpoint import CheckpointMismatch
+
+    reconcile(tmp_path, table(PRODUCT, NAME))
+    with pytest.raises(CheckpointMismatch, match="the lookup table products: column 'name' was made NOT NULL, but the "
+                                                 "join's stored rows may hold NULL in it"):
+        reconcile(tmp_path, table(PRODUCT, ("name", "text", "text", "string", False)))

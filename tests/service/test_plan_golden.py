@@ -122,6 +122,7 @@ TABLES = {
              "avro_type": {"type": "bytes", "logicalType": "decimal", "precision": 10, "scale": 2}},
             {"name": "tags", "pg_type": "text[]", "cast": "_text", "avro_type": None, "nullable": True,
              "unsupported": "arrays are not read"},
+            {"name": "supplier", "pg_type": "text", "cast": "text", "avro_type": "string", "nullable": False},
         ]}),
 }
 
