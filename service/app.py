@@ -358,11 +358,16 @@ def log_fatal(error: BaseException) -> None:
     The cause is what an operator can act on: when the error carries a Python traceback (an
     exception raised by changejoin's code in a Spark Python process, wrapped by Spark in its own
     error), the exception that traceback ends with (``KafkaSourceError: topic 'orders' partition
-    0: ...``), whose type is then ``error_type``; otherwise the error's first line, without the
-    JVM's stack trace."""
+    0: ...``), whose type is then ``error_type``; a refusal of the configuration or the checkpoint
+    (a ``PlanError``, such as an incompatible checkpoint's: what changed, what to do), whole;
+    otherwise the error's first line, without the JVM's stack trace."""
+    from .plan import PlanError
+
     text = str(error).strip() or type(error).__name__
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     cause = lines[0] if lines else type(error).__name__
+    if isinstance(error, PlanError):
+        cause = text  # changejoin's own words, written for the operator: every line of them
     error_type = type(error).__name__
     raised = python_exception_in(text)
     if raised is not None:
