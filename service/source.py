@@ -38,7 +38,10 @@ Offsets are a JSON dict ``{"<partition>": next_offset}`` kept by Spark in the qu
 so a restarted query resumes exactly where it stopped. They also hold ``"topic_id"``, Kafka's id of
 the topic they are offsets of, so that a topic deleted and re-created under the same name is
 noticed whatever its offsets (data loss, as above); ``"lost"``, the records skipped as lost since
-the checkpoint began, when any were; and with ``idleTimeoutMs``, ``"heartbeat"`` (see below). Partitions that appear later are read from their beginning. Each
+the checkpoint began, when any were; and with ``idleTimeoutMs``, ``"heartbeat"`` (see below).
+Partitions that appear later are read from their beginning: the micro-batch that first sees one
+logs where it starts and reads none of it, so that every range read is in Spark's offset log and a
+replay reads what the first run read. Each
 micro-batch has one Spark input partition per Kafka partition that has records in the batch's
 range; a task assigns itself the partition, seeks to the range start and reads up to the range
 end (exclusive). It never subscribes, never commits offsets and does not depend on
@@ -757,9 +760,13 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         starts: Dict[int, int] = {}
         went_back: List[int] = []
         for p, end in latest.items():
-            s = begin.get(p, begin_new.get(p))
-            if s is None:
-                continue  # a new, empty partition: nothing to read yet
+            if p not in begin:
+                # A new partition's start is logged first, by this micro-batch, which reads none of it:
+                # a replay of the next one reads it from there, wherever its log starts by then.
+                if p in begin_new:
+                    starts[p] = begin_new[p]
+                continue
+            s = begin[p]
             if end < s:
                 self._offsets_went_back(p, s, end)  # raises unless failOnDataLoss=false
                 went_back.append(p)
@@ -775,8 +782,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             shares = lags
         result = dict(begin)  # partitions that vanished from the metadata keep their offset
         for p, s in starts.items():
-            if shares.get(p, 0) > 0 or p in begin:
-                result[p] = s + shares.get(p, 0)
+            result[p] = s + shares.get(p, 0)
         if went_back:
             # The partition was re-created: everything in it now is new. This batch moves the
             # offset back to its beginning (reading nothing); the next batches read it.
