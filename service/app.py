@@ -16,10 +16,13 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import signal
+import tempfile
 import threading
 import time
+import uuid
 from contextlib import contextmanager
 
 from pyspark.sql.streaming import StreamingQueryListener
@@ -101,6 +104,10 @@ class Service:
         self._terminated = threading.Event()  # the listener heard of the query's end
         self._pending: dict[int, BatchCounts] = {}  # counts waiting for their batch's progress
         self._lock = threading.Lock()
+        self._committed = -1  # the newest micro-batch of this run whose progress was reported
+        # While this file exists the sources plan no new input (source.py, "stopFile"): a graceful
+        # stop lets the micro-batch in flight finish, and no other begin.
+        self._stop_file = os.path.join(tempfile.gettempdir(), f"changejoin-stop-{os.getpid()}-{uuid.uuid4().hex[:8]}")
 
     @property
     def spark(self):
@@ -129,6 +136,8 @@ class Service:
             if not self._ours(run_id):
                 return
             progress = json.loads(progress_json)
+            if isinstance(progress.get("batchId"), int):
+                self._committed = max(self._committed, progress["batchId"])
             self.metrics.observe_progress(progress)
             self._sample_jvm_memory()
             self._log_batch(progress)
@@ -238,8 +247,10 @@ class Service:
             self.spark.streams.addListener(self._query_listener)
             try:
                 with self._idle_events_within_ready_window():
+                    _remove(self._stop_file)
                     self.query = JoinPipeline(
-                        self.settings, self.plan, self.spark, self._on_batch, output_partitions, delivery).start()
+                        self.settings, self.plan, self.spark, self._on_batch, output_partitions, delivery,
+                        stop_file=self._stop_file).start()
                 self._run_id = str(self.query.runId)
             finally:
                 self._query_known.set()
@@ -305,14 +316,22 @@ class Service:
             self.metrics_server = None
 
     def stop(self, graceful_timeout_s: float = 0.0) -> None:
-        """Stop the query. With a timeout, first wait (up to it) for the micro-batch in flight to
-        commit, so that a planned stop leaves nothing to replay."""
+        """Stop the query. With a timeout, first let the micro-batch in flight commit (waiting up to
+        the timeout) and no other begin, so that a planned stop leaves nothing to replay: from now on
+        the sources plan no new input (``stopFile``), and the query stops once no trigger is active
+        or a micro-batch that was in flight has committed, whichever comes first (a join with
+        processing-time timers runs a micro-batch at every trigger, input or not)."""
         expect_stop()  # the workers' connections closing now are no news (session.py)
         try:
             if self.query is not None and self.query.isActive:
+                committed = self._committed
+                if graceful_timeout_s > 0:
+                    with open(self._stop_file, "w"):
+                        pass
                 deadline = time.monotonic() + graceful_timeout_s
-                while time.monotonic() < deadline and self.query.status.get("isTriggerActive"):
-                    time.sleep(0.05)
+                while (time.monotonic() < deadline and self.query.status.get("isTriggerActive")
+                       and self._committed <= committed):
+                    time.sleep(0.02)
                 self.query.stop()
             if self.query is not None and self._query_listener is not None:
                 # Spark tells listeners of the query's end asynchronously: let that call reach this
@@ -320,6 +339,7 @@ class Service:
                 # logs the call it could not make with a stack trace.
                 self._terminated.wait(timeout=10)
         finally:
+            _remove(self._stop_file)
             self._stop_observability()
 
     def run_forever(self) -> int:
@@ -349,6 +369,13 @@ class Service:
             log_fatal(exception)
             return 1
         return 0
+
+
+def _remove(path: str) -> None:
+    try:
+        os.remove(path)
+    except FileNotFoundError:
+        pass
 
 
 def log_fatal(error: BaseException) -> None:

@@ -156,10 +156,12 @@ class JoinPipeline:
 
     def __init__(self, settings: Settings, plan: JoinPlan, spark,
                  on_batch: Callable[[BatchCounts], None] | None = None, output_partitions: int = 1,
-                 delivery: dict | None = None):
+                 delivery: dict | None = None, stop_file: str | None = None):
         """``delivery``: with exactly-once output, what the producing tasks' transactions need
-        (``transactions.py``: prefix, progress topic, checkpoint id, timeout)."""
+        (``transactions.py``: prefix, progress topic, checkpoint id, timeout). ``stop_file``: while
+        it exists, the sources plan no new input (a graceful stop: ``app.Service.stop``)."""
         self.settings = settings
+        self.stop_file = stop_file
         self.delivery = delivery
         self.output_partitions = output_partitions
         self.plan = plan
@@ -187,6 +189,8 @@ class JoinPipeline:
             reader = reader.option("mapper.secret", json.dumps(secrets))
         if s.max_records_per_trigger:
             reader = reader.option("maxRecordsPerTrigger", str(s.max_records_per_trigger))
+        if self.stop_file:
+            reader = reader.option("stopFile", self.stop_file)
         if self.plan.is_event_time and s.idle_timeout_ms:
             # An idle input sends heartbeats (decode.py) so that it stops holding the watermark back.
             reader = reader.option("idleTimeoutMs", str(s.idle_timeout_ms))

@@ -31,6 +31,8 @@ Options (all strings, names are case-insensitive):
                            (about 1.7x the throughput of tuples); ``false``: as tuples.
 ``idleTimeoutMs``          optional; heartbeats while the topic is idle (below). Needs a mapper
                            with a ``heartbeat`` method.
+``stopFile``               optional; a path: while a file exists there, the source plans no new
+                           input (a graceful stop: the micro-batch in flight ends, no other begins).
 ``kafka.<property>``       passed to librdkafka as ``<property>`` (security, SASL, tuning...).
                            Their values are never logged.
 
@@ -79,6 +81,7 @@ import datetime as _dt
 import importlib
 import json
 import logging
+import os
 import time
 import uuid
 from collections import namedtuple
@@ -201,6 +204,7 @@ class SourceOptions:
         self.mapper_config = opts.get("mapper.config", "{}")
         self.mapper_secret = opts.get("mapper.secret")
         self.idle_timeout_ms = _positive_int_option(opts, "idleTimeoutMs")
+        self.stop_file = opts.get("stopfile") or None
         # Client properties: secrets may be among them, so they are never logged.
         self.client_props: Dict[str, str] = {
             k[len(KAFKA_PREFIX) :]: v
@@ -737,6 +741,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target = self.client.latest()
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        if self.opts.stop_file and os.path.exists(self.opts.stop_file):
+            return start  # the service is stopping: no new input, so no new micro-batch
         begin = _parse_offsets(start)
         latest = self.client.latest()
         self._last_latest = latest
