@@ -138,17 +138,27 @@ def _produce_transaction(config, batch_id, partition, attempt, batches, rows, en
 
 
 class _Counts(AccumulatorParam):
-    """Counts summed over tasks (numbers) and observations gathered (lists), by name: a lookup
-    join's reading tasks report what they asked the database through it (only the successful
-    attempt of a task counts)."""
+    """What a lookup join's reading tasks asked the database, by task partition: counts (numbers)
+    and observations (lists) by name, ``{partition: {name: value}}``. Spark merges the updates of
+    every successful run of a task, and a stage it runs again (a lost shuffle file) runs its tasks
+    again: a partition's later report replaces the earlier one rather than adding to it
+    (:func:`lookup_totals` sums the partitions)."""
 
     def zero(self, value):
         return {}
 
     def addInPlace(self, total, more):
-        for name, value in more.items():
-            total[name] = total.get(name, [] if isinstance(value, list) else 0) + value
+        total.update(more)
         return total
+
+
+def lookup_totals(by_partition: dict) -> dict:
+    """The sum over task partitions of a micro-batch's lookup counts (:class:`_Counts`)."""
+    total: dict = {}
+    for counts in by_partition.values():
+        for name, value in counts.items():
+            total[name] = total.get(name, [] if isinstance(value, list) else 0) + value
+    return total
 
 
 class JoinPipeline:
@@ -245,7 +255,7 @@ class JoinPipeline:
         """The micro-batch's lookup counts; the pins of the micro-batches before the previous one go."""
         from .lookup import clean_pins
 
-        counts.lookup = self._lookups.value
+        counts.lookup = lookup_totals(self._lookups.value)
         self._lookups.value = {}
         if self._pins is not None and self._previous_start is not None:
             clean_pins(self._pins, self._previous_start)
