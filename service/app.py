@@ -34,6 +34,7 @@ from .pipeline import BatchCounts, JoinPipeline
 from .plan import JoinPlan, TimeMode
 from .planner import build_plan, explain
 from .session import expect_stop, query_start_properties, spark_session
+from .transactions import keep_progress_topic
 
 log = logging.getLogger(__name__)
 
@@ -176,15 +177,16 @@ class Service:
         log.info(
             "batch %s committed: input left %d, right %d; output %s; dead letters %s; %s ms%s",
             batch_id, inputs.get("left", 0), inputs.get("right", 0), counts.output, counts.dead_letters, duration_ms,
-            f"; written before, not again: task partitions {replayed}" if replayed else "",
+            f"; written before, not again: task partitions {replayed} ({counts.replayed_records} records)"
+            if replayed else "",
             extra={
                 "batch_id": batch_id, "input_left": inputs.get("left", 0), "input_right": inputs.get("right", 0),
                 "output": counts.output, "dead_letters": counts.dead_letters, "duration_ms": duration_ms,
-                "replayed_partitions": replayed,
+                "replayed_partitions": replayed, "replayed_records": counts.replayed_records,
             },
         )
 
-    def ensure_topics(self, task_partitions: int | None = None) -> int:
+    def ensure_topics(self, task_partitions: int | None = None, progress_topic: str | None = None) -> int:
         """Create the output and dead-letter topics if missing (as many partitions as the left
         input), and with ``task_partitions`` (exactly-once) the compacted progress topic with one
         partition per producing task; returns the output topic's partition count."""
@@ -195,31 +197,41 @@ class Service:
         bootstrap = kafka.pop("bootstrap.servers")
         partitions = max(1, topic_partitions(bootstrap, kafka, s.left_topic) or 1)
         topics, configs = {s.output_topic: partitions, s.dead_letter_topic: 1}, {}
+        progress_topic = progress_topic or s.progress_topic_name
         if task_partitions:
-            topics[s.progress_topic_name] = task_partitions
-            configs[s.progress_topic_name] = {"cleanup.policy": "compact"}
+            topics[progress_topic] = task_partitions
+            # Compacted, in segments of an hour: a marker scan reads only what compaction left and
+            # the last hour of markers (a key's newest committed marker always survives).
+            configs[progress_topic] = {"cleanup.policy": "compact", "segment.ms": "3600000"}
         ensure_topics(bootstrap, kafka, topics, configs=configs)
         if task_partitions:
-            have = topic_partitions(bootstrap, kafka, s.progress_topic_name) or 0
+            have = topic_partitions(bootstrap, kafka, progress_topic) or 0
             if have < task_partitions:
                 raise RuntimeError(
-                    f"PROGRESS_TOPIC={s.progress_topic_name!r} has {have} partitions; DELIVERY=exactly-once needs one "
+                    f"PROGRESS_TOPIC={progress_topic!r} has {have} partitions; DELIVERY=exactly-once needs one "
                     f"per task partition ({task_partitions}): add partitions to it, or name a new topic")
         return topic_partitions(bootstrap, kafka, s.output_topic) or partitions
 
-    def _delivery(self, store: checkpoint.CheckpointFile, partitions: int) -> dict:
-        """With exactly-once delivery, what the producing tasks' transactions need; first the
-        progress topic, and every task partition's transactional id initialized once, which aborts
-        what a killed run left open (``transactions.py``)."""
+    def _delivery(self, store: checkpoint.CheckpointFile, partitions: int, progress_topic: str) -> dict:
+        """With exactly-once delivery, what the producing tasks' transactions need; first every
+        transactional id the checkpoint has used initialized once (this run's, and those of an older
+        prefix or task count: ``checkpoint.used_transactional_ids``), which aborts what a killed run
+        left open, then this run's ids recorded (``transactions.py``)."""
         from .shipping import worker_secrets
-        from .transactions import abort_open_transactions, delivery_config
+        from .transactions import abort_transactional_ids, checkpoint_progress, delivery_config, transactional_id
 
         s = self.settings
-        delivery = delivery_config(s, store.identity())
-        seconds = abort_open_transactions({"delivery": delivery, **worker_secrets(s)}, partitions)
+        config = {"delivery": delivery_config(s), **worker_secrets(s)}
+        current = [transactional_id(s.transactional_id_prefix, p) for p in range(partitions)]
+        older = [tid for tid in checkpoint.used_transactional_ids(store) if tid not in current]
+        seconds = abort_transactional_ids(config, current + older, required=current)
+        checkpoint.record_transactional_ids(store, s.transactional_id_prefix, partitions)
+        progress = checkpoint_progress(s, store, config, partitions)
+        delivery = delivery_config(s, store.identity(), progress, partitions)
         log.info("exactly-once delivery: %d transactional ids %s-0..%d initialized in %.2f s (what a stopped run "
-                 "left open is aborted); progress markers in %s", partitions, s.transactional_id_prefix,
-                 partitions - 1, seconds, s.progress_topic_name)
+                 "left open is aborted%s); progress markers in %s", partitions, s.transactional_id_prefix,
+                 partitions - 1, seconds, f"; also {len(older)} this checkpoint used before: {', '.join(older)}"
+                 if older else "", progress_topic)
         return delivery
 
     def start(self):
@@ -237,10 +249,11 @@ class Service:
             self.plan = checkpoint.reconcile(self.plan, self.settings.checkpoint_location, store,
                                              buckets_set=self.settings.state_buckets is not None)
             task_partitions = None
+            progress_topic = keep_progress_topic(self.settings, store)
             if self.settings.exactly_once:
                 task_partitions = store.task_partitions(self.settings.shuffle_partitions)
-            output_partitions = self.ensure_topics(task_partitions)
-            delivery = self._delivery(store, task_partitions) if task_partitions else None
+            output_partitions = self.ensure_topics(task_partitions, progress_topic)
+            delivery = self._delivery(store, task_partitions, progress_topic) if task_partitions else None
             self._query_known.clear()
             self._terminated.clear()
             self._query_listener = _QueryListener(self)
