@@ -8,8 +8,9 @@ join's output is):
 
 - ``at-least-once``: the service's cached idempotent producer (``KafkaSink.produce_all``), warm;
 - ``exactly-once``, as a task does it (``service/transactions.py``): a new transactional producer
-  and its ``init_transactions()`` (``init``), the progress marker read (``marker``), begin, the
-  records, the marker, commit (``commit``), close; ``total`` is the task's wall time for all of it,
+  and its ``init_transactions()`` (``init``), the share held whole (``Share``), the progress marker
+  read (``marker``), begin, the records, the marker, commit (``commit``), close; ``total`` is the
+  task's wall time for all of it,
   ``cpu`` this process's CPU time for it. In the service the init overlaps the join's work for the
   task's rows; a task whose rows are ready sooner waits for the rest of it.
 
@@ -31,7 +32,7 @@ from datetime import datetime, timezone
 from bench.harness.report import append_results
 from devkit.kafka_broker import KafkaBroker
 from service.sink import KafkaSink, ensure_topics
-from service.transactions import ProgressReader, TaskTransaction, abort_open_transactions
+from service.transactions import ProgressReader, Share, TaskTransaction, abort_open_transactions
 
 
 def share(topic: str, n: int, batch: int):
@@ -72,13 +73,15 @@ def main() -> None:
                 task = TaskTransaction(config, 0, batch)
                 try:
                     if n:
+                        held = Share.of(share(topic, n, batch))
                         task.ready()
                         times["init"].append(task.init_seconds)
                         marker_started = time.perf_counter()
-                        assert task.written(reader) is None
+                        assert task.committed(reader) is None
                         times["marker"].append(time.perf_counter() - marker_started)
-                        task.write(share(topic, n, batch), {("output", "+I"): n})
+                        task.write(held, {("output", "+I"): n})
                         times["commit"].append(task.transaction_seconds)
+                        held.close()
                 finally:
                     task.close()
                 times["total"].append(time.perf_counter() - started)

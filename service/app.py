@@ -16,10 +16,13 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import signal
+import tempfile
 import threading
 import time
+import uuid
 from contextlib import contextmanager
 
 from pyspark.sql.streaming import StreamingQueryListener
@@ -31,6 +34,7 @@ from .pipeline import BatchCounts, JoinPipeline
 from .plan import JoinPlan, TimeMode
 from .planner import build_plan, explain
 from .session import expect_stop, query_start_properties, spark_session
+from .transactions import keep_progress_topic
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +106,10 @@ class Service:
         self._pending: dict[int, BatchCounts] = {}  # counts waiting for their batch's progress
         self._checkpoint_lock = None  # held while the service runs (checkpoint.CheckpointLock)
         self._pending_lock = threading.Lock()
+        self._committed = -1  # the newest micro-batch of this run whose progress was reported
+        # While this file exists the sources plan no new input (source.py, "stopFile"): a graceful
+        # stop lets the micro-batch in flight finish, and no other begin.
+        self._stop_file = os.path.join(tempfile.gettempdir(), f"changejoin-stop-{os.getpid()}-{uuid.uuid4().hex[:8]}")
 
     @property
     def spark(self):
@@ -130,6 +138,8 @@ class Service:
             if not self._ours(run_id):
                 return
             progress = json.loads(progress_json)
+            if isinstance(progress.get("batchId"), int):
+                self._committed = max(self._committed, progress["batchId"])
             self.metrics.observe_progress(progress)
             self._sample_jvm_memory()
             self._log_batch(progress)
@@ -167,15 +177,16 @@ class Service:
         log.info(
             "batch %s committed: input left %d, right %d; output %s; dead letters %s; %s ms%s",
             batch_id, inputs.get("left", 0), inputs.get("right", 0), counts.output, counts.dead_letters, duration_ms,
-            f"; written before, not again: task partitions {replayed}" if replayed else "",
+            f"; written before, not again: task partitions {replayed} ({counts.replayed_records} records)"
+            if replayed else "",
             extra={
                 "batch_id": batch_id, "input_left": inputs.get("left", 0), "input_right": inputs.get("right", 0),
                 "output": counts.output, "dead_letters": counts.dead_letters, "duration_ms": duration_ms,
-                "replayed_partitions": replayed,
+                "replayed_partitions": replayed, "replayed_records": counts.replayed_records,
             },
         )
 
-    def ensure_topics(self, task_partitions: int | None = None) -> int:
+    def ensure_topics(self, task_partitions: int | None = None, progress_topic: str | None = None) -> int:
         """Create the output and dead-letter topics if missing (as many partitions as the left
         input), and with ``task_partitions`` (exactly-once) the compacted progress topic with one
         partition per producing task; returns the output topic's partition count."""
@@ -186,31 +197,41 @@ class Service:
         bootstrap = kafka.pop("bootstrap.servers")
         partitions = max(1, topic_partitions(bootstrap, kafka, s.left_topic) or 1)
         topics, configs = {s.output_topic: partitions, s.dead_letter_topic: 1}, {}
+        progress_topic = progress_topic or s.progress_topic_name
         if task_partitions:
-            topics[s.progress_topic_name] = task_partitions
-            configs[s.progress_topic_name] = {"cleanup.policy": "compact"}
+            topics[progress_topic] = task_partitions
+            # Compacted, in segments of an hour: a marker scan reads only what compaction left and
+            # the last hour of markers (a key's newest committed marker always survives).
+            configs[progress_topic] = {"cleanup.policy": "compact", "segment.ms": "3600000"}
         ensure_topics(bootstrap, kafka, topics, configs=configs)
         if task_partitions:
-            have = topic_partitions(bootstrap, kafka, s.progress_topic_name) or 0
+            have = topic_partitions(bootstrap, kafka, progress_topic) or 0
             if have < task_partitions:
                 raise RuntimeError(
-                    f"PROGRESS_TOPIC={s.progress_topic_name!r} has {have} partitions; DELIVERY=exactly-once needs one "
+                    f"PROGRESS_TOPIC={progress_topic!r} has {have} partitions; DELIVERY=exactly-once needs one "
                     f"per task partition ({task_partitions}): add partitions to it, or name a new topic")
         return topic_partitions(bootstrap, kafka, s.output_topic) or partitions
 
-    def _delivery(self, store: checkpoint.CheckpointFile, partitions: int) -> dict:
-        """With exactly-once delivery, what the producing tasks' transactions need; first the
-        progress topic, and every task partition's transactional id initialized once, which aborts
-        what a killed run left open (``transactions.py``)."""
+    def _delivery(self, store: checkpoint.CheckpointFile, partitions: int, progress_topic: str) -> dict:
+        """With exactly-once delivery, what the producing tasks' transactions need; first every
+        transactional id the checkpoint has used initialized once (this run's, and those of an older
+        prefix or task count: ``checkpoint.used_transactional_ids``), which aborts what a killed run
+        left open, then this run's ids recorded (``transactions.py``)."""
         from .shipping import worker_secrets
-        from .transactions import abort_open_transactions, delivery_config
+        from .transactions import abort_transactional_ids, checkpoint_progress, delivery_config, transactional_id
 
         s = self.settings
-        delivery = delivery_config(s, store.identity())
-        seconds = abort_open_transactions({"delivery": delivery, **worker_secrets(s)}, partitions)
+        config = {"delivery": delivery_config(s), **worker_secrets(s)}
+        current = [transactional_id(s.transactional_id_prefix, p) for p in range(partitions)]
+        older = [tid for tid in checkpoint.used_transactional_ids(store) if tid not in current]
+        seconds = abort_transactional_ids(config, current + older, required=current)
+        checkpoint.record_transactional_ids(store, s.transactional_id_prefix, partitions)
+        progress = checkpoint_progress(s, store, config, partitions)
+        delivery = delivery_config(s, store.identity(), progress, partitions)
         log.info("exactly-once delivery: %d transactional ids %s-0..%d initialized in %.2f s (what a stopped run "
-                 "left open is aborted); progress markers in %s", partitions, s.transactional_id_prefix,
-                 partitions - 1, seconds, s.progress_topic_name)
+                 "left open is aborted%s); progress markers in %s", partitions, s.transactional_id_prefix,
+                 partitions - 1, seconds, f"; also {len(older)} this checkpoint used before: {', '.join(older)}"
+                 if older else "", progress_topic)
         return delivery
 
     def start(self):
@@ -234,16 +255,19 @@ class Service:
                                                     self.settings.shuffle_partitions_set, self.plan.state_buckets)
             checkpoint.record_task_partitions(store, partitions)
             task_partitions = partitions if self.settings.exactly_once else None
-            output_partitions = self.ensure_topics(task_partitions)
-            delivery = self._delivery(store, task_partitions) if task_partitions else None
+            progress_topic = keep_progress_topic(self.settings, store)
+            output_partitions = self.ensure_topics(task_partitions, progress_topic)
+            delivery = self._delivery(store, task_partitions, progress_topic) if task_partitions else None
             self._query_known.clear()
             self._terminated.clear()
             self._query_listener = _QueryListener(self)
             self.spark.streams.addListener(self._query_listener)
             try:
                 with self._idle_events_within_ready_window():
+                    _remove(self._stop_file)
                     self.query = JoinPipeline(
-                        self.settings, self.plan, self.spark, self._on_batch, output_partitions, delivery).start()
+                        self.settings, self.plan, self.spark, self._on_batch, output_partitions, delivery,
+                        stop_file=self._stop_file).start()
                 self._run_id = str(self.query.runId)
             finally:
                 self._query_known.set()
@@ -315,14 +339,22 @@ class Service:
             self.metrics_server = None
 
     def stop(self, graceful_timeout_s: float = 0.0) -> None:
-        """Stop the query. With a timeout, first wait (up to it) for the micro-batch in flight to
-        commit, so that a planned stop leaves nothing to replay."""
+        """Stop the query. With a timeout, first let the micro-batch in flight commit (waiting up to
+        the timeout) and no other begin, so that a planned stop leaves nothing to replay: from now on
+        the sources plan no new input (``stopFile``), and the query stops once no trigger is active
+        or a micro-batch that was in flight has committed, whichever comes first (a join with
+        processing-time timers runs a micro-batch at every trigger, input or not)."""
         expect_stop()  # the workers' connections closing now are no news (session.py)
         try:
             if self.query is not None and self.query.isActive:
+                committed = self._committed
+                if graceful_timeout_s > 0:
+                    with open(self._stop_file, "w"):
+                        pass
                 deadline = time.monotonic() + graceful_timeout_s
-                while time.monotonic() < deadline and self.query.status.get("isTriggerActive"):
-                    time.sleep(0.05)
+                while (time.monotonic() < deadline and self.query.status.get("isTriggerActive")
+                       and self._committed <= committed):
+                    time.sleep(0.02)
                 self.query.stop()
             if self.query is not None and self._query_listener is not None:
                 # Spark tells listeners of the query's end asynchronously: let that call reach this
@@ -330,6 +362,7 @@ class Service:
                 # logs the call it could not make with a stack trace.
                 self._terminated.wait(timeout=10)
         finally:
+            _remove(self._stop_file)
             self._stop_observability()
             self._release_checkpoint()
 
@@ -362,6 +395,13 @@ class Service:
         return 0
 
 
+def _remove(path: str) -> None:
+    try:
+        os.remove(path)
+    except FileNotFoundError:
+        pass
+
+
 def log_fatal(error: BaseException) -> None:
     """The one log line of a service that stops on a failure: its cause in ``message`` and
     ``cause``; the full text goes to ``detail``. JSON with ``LOG_FORMAT=json``, like every line.
@@ -369,11 +409,16 @@ def log_fatal(error: BaseException) -> None:
     The cause is what an operator can act on: when the error carries a Python traceback (an
     exception raised by changejoin's code in a Spark Python process, wrapped by Spark in its own
     error), the exception that traceback ends with (``KafkaSourceError: topic 'orders' partition
-    0: ...``), whose type is then ``error_type``; otherwise the error's first line, without the
-    JVM's stack trace."""
+    0: ...``), whose type is then ``error_type``; a refusal of the configuration or the checkpoint
+    (a ``PlanError``, such as an incompatible checkpoint's: what changed, what to do), whole;
+    otherwise the error's first line, without the JVM's stack trace."""
+    from .plan import PlanError
+
     text = str(error).strip() or type(error).__name__
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     cause = lines[0] if lines else type(error).__name__
+    if isinstance(error, PlanError):
+        cause = text  # changejoin's own words, written for the operator: every line of them
     error_type = type(error).__name__
     raised = python_exception_in(text)
     if raised is not None:

@@ -262,9 +262,9 @@ def reconcile(plan: JoinPlan, location: str, store=None, buckets_set: bool = Fal
                             "materializer's stored rows are upgraded as they are read", location, len(outputs) - 1)
     # The checkpoint's identity (exactly-once delivery's progress markers name it): kept for its life.
     identity = (stored or {}).get("id") or uuid.uuid4().hex
-    store.write({"format": FORMAT, "facts": current, "generations": generations, "output_generations": outputs,
-                 "id": identity, **({"task_partitions": stored["task_partitions"]}
-                                   if stored and "task_partitions" in stored else {})})
+    # What else the file holds (exactly-once delivery's record: DELIVERY below; the task count) stays as it is.
+    store.write({**(stored or {}), "format": FORMAT, "facts": current, "generations": generations,
+                 "output_generations": outputs, "id": identity})
     return dataclasses.replace(plan, state_generations=tuple(tuple(tuple(c) for c in g) for g in generations),
                                output_generations=tuple(tuple(tuple(source) for source in g) for g in outputs))
 
@@ -301,6 +301,51 @@ def describe(plan: JoinPlan, location: str, buckets_set: bool = False) -> str:
         return f"{location}: INCOMPATIBLE, the service will refuse to start:\n    - " + "\n    - ".join(problems)
     evolved = stored["generations"][-1] != _columns(plan) or len(stored["generations"]) > 1
     return f"{location}: compatible{' (input schemas evolved: stored rows are upgraded as read)' if evolved else ''}{kept}"
+
+
+# -- exactly-once delivery's record ------------------------------------------------------------------
+#: The key of ``changejoin-state.json`` under which exactly-once delivery keeps what it must remember for
+#: the checkpoint's life (``transactions.py``): every transactional id prefix and task count its
+#: producers have used (``"transactional_ids"``: [[prefix, partitions], ...], so that a start aborts
+#: what any of them left open), the progress topic its markers are in (``"progress_topic"``), and that
+#: topic's end offsets when the checkpoint began writing to it (``"progress_origin"``: no marker of
+#: the checkpoint lies below them, which bounds the marker scan; None where unknown).
+DELIVERY = "delivery"
+
+
+def delivery_record(store: "CheckpointFile") -> dict:
+    """Exactly-once delivery's record of the checkpoint (:data:`DELIVERY`), {} if it has none."""
+    return dict((store.read() or {}).get(DELIVERY) or {})
+
+
+def write_delivery_record(store: "CheckpointFile", **values) -> dict:
+    """Set ``values`` in the checkpoint's delivery record (the rest of the file as it is)."""
+    stored = store.read() or {}
+    record = {**(stored.get(DELIVERY) or {}), **values}
+    store.write({**stored, DELIVERY: record})
+    return record
+
+
+def used_transactional_ids(store: "CheckpointFile") -> list[str]:
+    """Every transactional id the checkpoint's producers have used (``<prefix>-<task partition>``
+    of every prefix and task count recorded by :func:`record_transactional_ids`), sorted."""
+    from .transactions import transactional_id
+
+    ids = {transactional_id(prefix, p) for prefix, partitions in delivery_record(store).get("transactional_ids", ())
+           for p in range(int(partitions))}
+    return sorted(ids)
+
+
+def record_transactional_ids(store: "CheckpointFile", prefix: str, partitions: int) -> None:
+    """Remember that the checkpoint's producers use ``<prefix>-0`` .. ``<prefix>-<partitions - 1>``
+    (before they first do): every later start aborts what any of them left open, whatever the prefix
+    and task count are then. A ``changejoin rescale`` to N task partitions aborts
+    :func:`used_transactional_ids` and records the prefix with N."""
+    used = [list(entry) for entry in delivery_record(store).get("transactional_ids", ())]
+    covered = any(p == prefix and int(n) >= partitions for p, n in used)
+    if not covered:
+        used = [entry for entry in used if entry[0] != prefix or int(entry[1]) > partitions] + [[prefix, int(partitions)]]
+        write_delivery_record(store, transactional_ids=used)
 
 
 class CheckpointFile:
@@ -370,23 +415,45 @@ class CheckpointFile:
         return self.shuffle_partitions() or configured
 
     def _newest_offsets(self) -> str | None:
+        newest = self.newest_batch("offsets")
+        return None if newest is None else self.batch_offsets(newest)
+
+    def newest_batch(self, log: str) -> int | None:
+        """The newest micro-batch id in Spark's ``offsets`` (planned) or ``commits`` (done) log, or None."""
         if self._local:
-            directory = os.path.join(self._dir, "offsets")
+            directory = os.path.join(self._dir, log)
             names = [n for n in os.listdir(directory) if n.isdigit()] if os.path.isdir(directory) else []
-            if not names:
-                return None
-            with open(os.path.join(directory, max(names, key=int))) as f:
-                return f.read()
+            return max(map(int, names)) if names else None
         jvm = self._spark._jvm
-        path = jvm.org.apache.hadoop.fs.Path(self.location.rstrip("/") + "/offsets")
+        path = jvm.org.apache.hadoop.fs.Path(self.location.rstrip("/") + "/" + log)
         fs = path.getFileSystem(self._spark._jsc.hadoopConfiguration())
         if not fs.exists(path):
             return None
-        names = [status.getPath().getName() for status in fs.listStatus(path)]
-        names = [n for n in names if n.isdigit()]
-        if not names:
+        names = [n for n in (status.getPath().getName() for status in fs.listStatus(path)) if n.isdigit()]
+        return max(map(int, names)) if names else None
+
+    def pending_batch(self) -> int | None:
+        """The micro-batch Spark will run again at the next start (planned, not committed), or None."""
+        planned, done = self.newest_batch("offsets"), self.newest_batch("commits")
+        return planned if planned is not None and (done is None or planned > done) else None
+
+    def batch_offsets(self, batch_id: int) -> str | None:
+        """Spark's offset-log entry of micro-batch ``batch_id`` (``offsets/<batch_id>``: a version
+        line, the batch's metadata, then each source's end offsets), or None if there is none."""
+        if batch_id < 0:
             return None
-        stream = fs.open(jvm.org.apache.hadoop.fs.Path(path, max(names, key=int)))
+        if self._local:
+            path = os.path.join(self._dir, "offsets", str(batch_id))
+            if not os.path.exists(path):
+                return None
+            with open(path) as f:
+                return f.read()
+        jvm = self._spark._jvm
+        path = jvm.org.apache.hadoop.fs.Path(self.location.rstrip("/") + f"/offsets/{batch_id}")
+        fs = path.getFileSystem(self._spark._jsc.hadoopConfiguration())
+        if not fs.exists(path):
+            return None
+        stream = fs.open(path)
         try:
             reader = jvm.java.io.BufferedReader(jvm.java.io.InputStreamReader(stream, "UTF-8"))
             return "\n".join(iter(reader.readLine, None))

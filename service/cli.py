@@ -97,12 +97,16 @@ def _delivery(settings) -> list[str]:
     if not settings.exactly_once:
         return ["at-least-once: a micro-batch replayed after a crash is written again, with the same "
                 "changejoin.batch and changejoin.seq headers"]
+    from . import checkpoint
+    from .transactions import progress_topic
+
     n = _task_partitions(settings)
+    topic = progress_topic(settings, checkpoint.CheckpointFile(settings.checkpoint_location))
     return [f"exactly-once for read_committed consumers of {settings.output_topic} and {settings.dead_letter_topic}: "
             f"a Kafka transaction per producing task and micro-batch",
             f"transactional ids {settings.transactional_id_prefix}-0 .. {settings.transactional_id_prefix}-{n - 1} "
             f"(KAFKA_TRANSACTION_TIMEOUT_MS={settings.kafka_transaction_timeout_ms})",
-            f"progress markers in {settings.progress_topic_name} (compacted, at least {n} partitions)"]
+            f"progress markers in {topic} (compacted, at least {n} partitions)"]
 
 
 def compiled_modules() -> list[str]:
@@ -135,12 +139,19 @@ def cmd_abort_transactions(args) -> int:
     if not settings.exactly_once:
         print("changejoin: DELIVERY is not exactly-once: there are no transactions to abort", file=sys.stderr)
         return 2
+    from . import checkpoint
     from .shipping import worker_secrets
-    from .transactions import abort_open_transactions, delivery_config
+    from .transactions import abort_transactional_ids, delivery_config, transactional_id
 
     n = _task_partitions(settings)
-    seconds = abort_open_transactions({"delivery": delivery_config(settings), **worker_secrets(settings)}, n)
-    print(f"transactional ids {settings.transactional_id_prefix}-0 .. -{n - 1}: nothing left open ({seconds:.2f} s)")
+    current = [transactional_id(settings.transactional_id_prefix, p) for p in range(n)]
+    store = checkpoint.CheckpointFile(settings.checkpoint_location)
+    older = [tid for tid in (checkpoint.used_transactional_ids(store) if store._local else ()) if tid not in current]
+    seconds = abort_transactional_ids({"delivery": delivery_config(settings), **worker_secrets(settings)},
+                                      current + older, required=current)
+    also = f" and {', '.join(older)}, which the checkpoint used before" if older else ""
+    print(f"transactional ids {settings.transactional_id_prefix}-0 .. -{n - 1}{also}: nothing left open "
+          f"({seconds:.2f} s)")
     return 0
 
 

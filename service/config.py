@@ -524,8 +524,10 @@ class Settings(BaseModel):
 
     @property
     def progress_topic_name(self) -> str:
-        """Where each task partition's transactions record the micro-batches they wrote (exactly-once)."""
-        return self.progress_topic or f"{self.output_topic}.progress"
+        """Where each task partition's transactions record the micro-batches they wrote (exactly-once):
+        a deployment's own by default (its transactional id prefix's). A checkpoint keeps the topic it
+        began with (``transactions.progress_topic``)."""
+        return self.progress_topic or f"{self.transactional_id_prefix}.progress"
 
     @property
     def transactional_id_prefix(self) -> str:

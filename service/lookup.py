@@ -173,6 +173,7 @@ def lookup_partition(config: dict, pins: str | None, accumulator=None, token: st
         import pyarrow as pa
 
         stage = built(LookupStage.from_config, config)
+        stage.client.take_stats()  # what a failed attempt before this task left: reported by nobody
         rows = [row for arrow in batches for row in zip(*(arrow.column(i).to_pylist() for i in range(8)))]
         envelopes, entries = _unpacked(rows)
         keys, fingerprint = set(), hashlib.sha256(stage.plan.left.topic.encode())
@@ -194,14 +195,18 @@ def lookup_partition(config: dict, pins: str | None, accumulator=None, token: st
             found, invalid, bad, reused = stage.answers(keys, pin)
         out = list(_answered(stage, envelopes, found, invalid, bad))
         if accumulator is not None:
+            from pyspark import TaskContext
+
             stats = stage.client.take_stats()
-            accumulator.add({"queries": stats.queries, "keys": stats.keys, "rows": stats.rows,
-                             "cache_hit": stats.cache_hits, "cache_miss": stats.cache_misses,
-                             "cache_evicted": stats.cache_evictions, "retries": stats.retries,
-                             "pinned_reuse": int(reused), "invalid_keys": len(invalid),
-                             **{f"error:{kind}": n for kind, n in stats.errors.items()},
-                             "query_seconds": list(stats.query_seconds),
-                             "task_seconds": [time.perf_counter() - started] if keys else []})
+            # By task partition: a stage run again reports a partition again (pipeline._Counts).
+            accumulator.add({TaskContext.get().partitionId(): {
+                "queries": stats.queries, "keys": stats.keys, "rows": stats.rows,
+                "cache_hit": stats.cache_hits, "cache_miss": stats.cache_misses,
+                "cache_evicted": stats.cache_evictions, "retries": stats.retries,
+                "pinned_reuse": int(reused), "invalid_keys": len(invalid),
+                **{f"error:{kind}": n for kind, n in stats.errors.items()},
+                "query_seconds": list(stats.query_seconds),
+                "task_seconds": [time.perf_counter() - started] if keys else []}})
         if out:
             yield pa.RecordBatch.from_pylist(
                 [dict(zip(_FIELDS, envelope)) for envelope in out], schema=_arrow_schema())

@@ -190,7 +190,7 @@ class JoinMetrics:
             self.transactions.labels(outcome=outcome)
         self.transaction_seconds = Histogram(
             PREFIX + "kafka_transaction_seconds", "DELIVERY=exactly-once: one task's transaction, from its begin to "
-            "its commit (the join's work for the task's rows included: they are produced as they are computed).",
+            "its commit (writing the task's share, computed and encoded before the transaction begins).",
             buckets=DURATION_BUCKETS, registry=r)
         self.transaction_init_seconds = Histogram(
             PREFIX + "kafka_transaction_init_seconds", "DELIVERY=exactly-once: a task's new transactional producer "

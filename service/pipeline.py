@@ -10,7 +10,6 @@ topic, looks its rows up in the reading tasks (``lookup.py``) and joins them in 
 """
 from __future__ import annotations
 
-import itertools
 import json
 import logging
 import os
@@ -22,7 +21,7 @@ from pyspark.sql import functions as F
 
 from . import faults
 from .config import Settings
-from .envelope import ENVELOPE_SCHEMA, OUTPUT_SCHEMA
+from .envelope import ENVELOPE_SCHEMA, OUTPUT_SCHEMA, Target
 from .plan import JoinPlan, PlanKind
 from .processor import JoinProcessor, NormalizeProcessor, UpsertProcessor
 from .shipping import built, worker_config, worker_secrets
@@ -30,6 +29,7 @@ from .shipping import built, worker_config, worker_secrets
 log = logging.getLogger(__name__)
 
 COUNTS_SCHEMA = "target string, label string, n long"
+_TALLY = int(Target.TALLY)
 
 
 @dataclass
@@ -50,12 +50,18 @@ class BatchCounts:
     lookup: dict = field(default_factory=dict)
     ignored: dict[str, int] = field(default_factory=dict)  # input records with no row change, by reason
     input: dict[str, int] = field(default_factory=dict)  # records the reading tasks read, by side
+    # What the skipped shares hold, written by an earlier attempt or run: (target, label) -> n, as
+    # output and dead_letters above. Not written again, so not counted again by the metrics.
+    replayed: dict[tuple[str, str], int] = field(default_factory=dict)
 
     def add(self, target: str, label: str, n: int) -> None:
         """One row a producing task reported (:func:`produce_partition`)."""
         if target in ("output", "dead_letter"):
             counts = self.output if target == "output" else self.dead_letters
             counts[label] = counts.get(label, 0) + n
+        elif target.startswith(REPLAYED):
+            key = (target[len(REPLAYED):], label)
+            self.replayed[key] = self.replayed.get(key, 0) + n
         elif target == "transaction":
             (self.committed if label == "committed" else self.skipped).append(n)
         elif target == "init_us":
@@ -69,11 +75,23 @@ class BatchCounts:
         elif target == "input":
             self.input[label] = self.input.get(label, 0) + n
 
+    @property
+    def replayed_records(self) -> int:
+        """How many output records and dead letters the skipped shares had written before."""
+        return sum(n for (target, _), n in self.replayed.items() if target in ("output", "dead_letter"))
 
-def produce_partition(config: dict, batch_id: int) -> Callable:
+
+#: The prefix of the targets a skipped share reports its counts under (``replayed:output``...).
+REPLAYED = "replayed:"
+
+
+def produce_partition(config: dict, batch_id: int, batch: dict | None = None) -> Callable:
     """The ``mapInArrow`` function that encodes and produces one task's share of a micro-batch;
     ``config`` is the worker config with its secrets (``shipping.py``). With exactly-once delivery
-    (``config["delivery"]``) the share is one transaction (``transactions.py``)."""
+    (``config["delivery"]``) the share is one transaction (``transactions.py``), and ``batch`` says
+    what the driver knows of the micro-batch: ``input``, the digest of its offsets
+    (``transactions.input_digest``), and ``replay``, whether it is the first of a run (which may run
+    again one that an earlier run planned)."""
 
     def produce(batches):
         import pyarrow as pa
@@ -93,7 +111,8 @@ def produce_partition(config: dict, batch_id: int) -> Callable:
                 yield from zip(columns["target"], columns["kind"], columns["payload"], columns["okey"])
 
         if config.get("delivery"):
-            _produce_transaction(config, batch_id, partition, attempt, batches, rows, encoder, counts, report)
+            _produce_transaction(config, batch_id, partition, attempt, batches, rows, encoder, counts, report,
+                                 batch or {})
         else:
             from .sink import KafkaSink
 
@@ -107,50 +126,70 @@ def produce_partition(config: dict, batch_id: int) -> Callable:
     return produce
 
 
-def _produce_transaction(config, batch_id, partition, attempt, batches, rows, encoder, counts, report) -> None:
+def _produce_transaction(config, batch_id, partition, attempt, batches, rows, encoder, counts, report, batch) -> None:
     """One task's share of a micro-batch in one transaction, or nothing if a previous attempt (or
-    run) of this micro-batch committed it already; either way the rows are all read, so that the
-    join's state advances."""
-    from .transactions import ProgressReader, TaskTransaction
+    run) of this micro-batch committed it already. The share is taken whole from the join first, so
+    that the join's state advances and no transaction is open while the join computes; a share that
+    a replay computes otherwise than the first run wrote stops the service
+    (``transactions.written_already``)."""
+    from .transactions import ProgressReader, Share, TaskTransaction, written_already
 
     crash = config.get("crash")
     faults.crash(crash, "before-init", batch_id)
     transaction = TaskTransaction(config, partition, batch_id, attempt)
+    share = Share()
     try:
-        arrows = (arrow for arrow in batches if arrow.num_rows)
-        first = next(arrows, None)
-        if first is None:
+        def counted(arrows):
+            import pyarrow.compute as pc
+
+            for arrow in arrows:
+                if arrow.num_rows:
+                    # a tally of records read (envelope.Target.TALLY) is no row of output
+                    share.rows += arrow.num_rows - pc.sum(pc.equal(arrow.column("target"), _TALLY)).as_py()
+                    yield arrow
+
+        share.extend(encoder.records(rows(counted(batches)), batch_id, partition, counts))
+        if not share.rows and not (batch.get("replay") or attempt):
             return  # no output: no transaction (close() waits for the init to end: transactions.py)
-        marker = transaction.written(built(ProgressReader.from_config, config))
-        if marker is not None:
-            for _ in arrows:
-                pass
-            for target, label, n in marker["counts"]:
-                counts[(target, label)] = n
+        marker = transaction.committed(built(ProgressReader.from_config, config))
+        if written_already(marker, batch_id, partition, batch.get("input"), share, config):
+            report.extend((REPLAYED + target, label, n) for (target, label), n in counts.items())
+            counts.clear()
             report.append(("transaction", "skipped", partition))
-        else:
-            transaction.write(encoder.records(rows(itertools.chain([first], arrows)), batch_id, partition, counts),
-                              counts, crash=(lambda point, batch: faults.crash(crash, point, batch)) if crash else None)
+        elif share.rows:
+            transaction.write(share, counts, batch.get("input"),
+                              crash=(lambda point, batch: faults.crash(crash, point, batch)) if crash else None)
             faults.crash(crash, "after-commit", batch_id)
             report += [("transaction", "committed", partition),
                        ("transaction_us", str(partition), int(transaction.transaction_seconds * 1e6))]
         report.append(("init_us", str(partition), int(transaction.init_seconds * 1e6)))
     finally:
+        share.close()
         transaction.close()
 
 
 class _Counts(AccumulatorParam):
-    """Counts summed over tasks (numbers) and observations gathered (lists), by name: a lookup
-    join's reading tasks report what they asked the database through it (only the successful
-    attempt of a task counts)."""
+    """What a lookup join's reading tasks asked the database, by task partition: counts (numbers)
+    and observations (lists) by name, ``{partition: {name: value}}``. Spark merges the updates of
+    every successful run of a task, and a stage it runs again (a lost shuffle file) runs its tasks
+    again: a partition's later report replaces the earlier one rather than adding to it
+    (:func:`lookup_totals` sums the partitions)."""
 
     def zero(self, value):
         return {}
 
     def addInPlace(self, total, more):
-        for name, value in more.items():
-            total[name] = total.get(name, [] if isinstance(value, list) else 0) + value
+        total.update(more)
         return total
+
+
+def lookup_totals(by_partition: dict) -> dict:
+    """The sum over task partitions of a micro-batch's lookup counts (:class:`_Counts`)."""
+    total: dict = {}
+    for counts in by_partition.values():
+        for name, value in counts.items():
+            total[name] = total.get(name, [] if isinstance(value, list) else 0) + value
+    return total
 
 
 class JoinPipeline:
@@ -158,15 +197,19 @@ class JoinPipeline:
 
     def __init__(self, settings: Settings, plan: JoinPlan, spark,
                  on_batch: Callable[[BatchCounts], None] | None = None, output_partitions: int = 1,
-                 delivery: dict | None = None):
+                 delivery: dict | None = None, stop_file: str | None = None):
         """``delivery``: with exactly-once output, what the producing tasks' transactions need
-        (``transactions.py``: prefix, progress topic, checkpoint id, timeout)."""
+        (``transactions.py``: prefix, progress topic, checkpoint id, timeout). ``stop_file``: while
+        it exists, the sources plan no new input (a graceful stop: ``app.Service.stop``)."""
         self.settings = settings
+        self.stop_file = stop_file
         self.delivery = delivery
         self.output_partitions = output_partitions
         self.plan = plan
         self.spark = spark
         self.on_batch = on_batch
+        self._first_batch = True
+        self._offsets: tuple = (None, None)  # (batch id, its offset-log entry), read last
         from .source import register
 
         register(spark)
@@ -188,6 +231,8 @@ class JoinPipeline:
             reader = reader.option("mapper.secret", json.dumps(secrets))
         if s.max_records_per_trigger:
             reader = reader.option("maxRecordsPerTrigger", str(s.max_records_per_trigger))
+        if self.stop_file:
+            reader = reader.option("stopFile", self.stop_file)
         if self.plan.is_event_time and s.idle_timeout_ms:
             # An idle input sends heartbeats (decode.py) so that it stops holding the watermark back.
             reader = reader.option("idleTimeoutMs", str(s.idle_timeout_ms))
@@ -243,15 +288,16 @@ class JoinPipeline:
         """The micro-batch's lookup counts; the pins of the micro-batches before it go (committed)."""
         from .lookup import clean_pins
 
-        counts.lookup = self._lookups.value
+        counts.lookup = lookup_totals(self._lookups.value)
         self._lookups.value = {}
         if self._pins is not None:
             clean_pins(self._pins, below=counts.batch_id)
 
     def _write_batch(self, batch_df, batch_id: int) -> None:
         counts = BatchCounts(batch_id)
+        batch = self._delivery_batch(batch_id) if self.delivery else None
         rows = (batch_df.select("target", "kind", "payload", "okey")
-                .mapInArrow(produce_partition(self._sink_config, batch_id), COUNTS_SCHEMA).collect())
+                .mapInArrow(produce_partition(self._sink_config, batch_id, batch), COUNTS_SCHEMA).collect())
         for row in rows:
             counts.add(row.target, row.label, row.n)
         if self.plan.kind is PlanKind.LOOKUP:
@@ -260,6 +306,24 @@ class JoinPipeline:
         log.debug("batch %d written: output %s, dead letters %s", batch_id, counts.output, counts.dead_letters)
         if self.on_batch:
             self.on_batch(counts)
+
+    def _delivery_batch(self, batch_id: int) -> dict:
+        """Exactly-once: what the producing tasks must know of micro-batch ``batch_id`` (the digest of
+        its offsets; whether it is the first of this run). The first micro-batch of a run may be one
+        an earlier run planned and wrote in part: before it writes anything, every task partition's
+        newest marker is checked against it (``transactions.check_progress``)."""
+        from .checkpoint import CheckpointFile
+        from .transactions import check_progress, input_digest
+
+        store = CheckpointFile(self.settings.checkpoint_location, lambda: self.spark)
+        previous = self._offsets[1] if self._offsets[0] == batch_id - 1 else store.batch_offsets(batch_id - 1)
+        self._offsets = (batch_id, store.batch_offsets(batch_id))  # the next micro-batch's start
+        digest = input_digest(previous, self._offsets[1])
+        replay = self._first_batch
+        if replay:
+            check_progress(self._sink_config, batch_id, digest, self.delivery["partitions"])
+            self._first_batch = False
+        return {"input": digest, "replay": replay}
 
     def start(self):
         self._sink_config = {**worker_config(self.settings, self.plan, self.output_partitions),

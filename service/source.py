@@ -31,6 +31,8 @@ Options (all strings, names are case-insensitive):
                            (about 1.7x the throughput of tuples); ``false``: as tuples.
 ``idleTimeoutMs``          optional; heartbeats while the topic is idle (below). Needs a mapper
                            with a ``heartbeat`` method.
+``stopFile``               optional; a path: while a file exists there, the source plans no new
+                           input (a graceful stop: the micro-batch in flight ends, no other begins).
 ``kafka.<property>``       passed to librdkafka as ``<property>`` (security, SASL, tuning...).
                            Their values are never logged.
 
@@ -38,7 +40,10 @@ Offsets are a JSON dict ``{"<partition>": next_offset}`` kept by Spark in the qu
 so a restarted query resumes exactly where it stopped. They also hold ``"topic_id"``, Kafka's id of
 the topic they are offsets of, so that a topic deleted and re-created under the same name is
 noticed whatever its offsets (data loss, as above); ``"lost"``, the records skipped as lost since
-the checkpoint began, when any were; and with ``idleTimeoutMs``, ``"heartbeat"`` (see below). Partitions that appear later are read from their beginning. Each
+the checkpoint began, when any were; and with ``idleTimeoutMs``, ``"heartbeat"`` (see below).
+Partitions that appear later are read from their beginning: the micro-batch that first sees one
+logs where it starts and reads none of it, so that every range read is in Spark's offset log and a
+replay reads what the first run read. Each
 micro-batch has one Spark input partition per Kafka partition that has records in the batch's
 range; a task assigns itself the partition, seeks to the range start and reads up to the range
 end (exclusive). It never subscribes, never commits offsets and does not depend on
@@ -76,6 +81,7 @@ import datetime as _dt
 import importlib
 import json
 import logging
+import os
 import time
 import uuid
 from collections import namedtuple
@@ -198,6 +204,7 @@ class SourceOptions:
         self.mapper_config = opts.get("mapper.config", "{}")
         self.mapper_secret = opts.get("mapper.secret")
         self.idle_timeout_ms = _positive_int_option(opts, "idleTimeoutMs")
+        self.stop_file = opts.get("stopfile") or None
         # Client properties: secrets may be among them, so they are never logged.
         self.client_props: Dict[str, str] = {
             k[len(KAFKA_PREFIX) :]: v
@@ -734,6 +741,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target = self.client.latest()
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        if self.opts.stop_file and os.path.exists(self.opts.stop_file):
+            return start  # the service is stopping: no new input, so no new micro-batch
         begin = _parse_offsets(start)
         latest = self.client.latest()
         self._last_latest = latest
@@ -757,9 +766,13 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         starts: Dict[int, int] = {}
         went_back: List[int] = []
         for p, end in latest.items():
-            s = begin.get(p, begin_new.get(p))
-            if s is None:
-                continue  # a new, empty partition: nothing to read yet
+            if p not in begin:
+                # A new partition's start is logged first, by this micro-batch, which reads none of it:
+                # a replay of the next one reads it from there, wherever its log starts by then.
+                if p in begin_new:
+                    starts[p] = begin_new[p]
+                continue
+            s = begin[p]
             if end < s:
                 self._offsets_went_back(p, s, end)  # raises unless failOnDataLoss=false
                 went_back.append(p)
@@ -775,8 +788,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             shares = lags
         result = dict(begin)  # partitions that vanished from the metadata keep their offset
         for p, s in starts.items():
-            if shares.get(p, 0) > 0 or p in begin:
-                result[p] = s + shares.get(p, 0)
+            result[p] = s + shares.get(p, 0)
         if went_back:
             # The partition was re-created: everything in it now is new. This batch moves the
             # offset back to its beginning (reading nothing); the next batches read it.

@@ -1,17 +1,22 @@
 """DELIVERY=exactly-once end to end, in process, on the real broker: the output is the same join as
 at-least-once's, written in transactions with progress markers; a micro-batch run again (Spark lost
 its commit after every task had committed, as when the driver dies right then) writes nothing again,
-where at-least-once writes it twice. The crash tests (SIGKILL at named points) are in
+where at-least-once writes it twice. What operations do to it: a checkpoint restored from an older
+copy, or missing the plan of its last micro-batch, and input whose log start moved before a replay,
+stop the service before anything is written again or skipped; a start aborts what any transactional
+id the checkpoint used left open. The crash tests (SIGKILL at named points) are in
 ``test_exactly_once_crashes.py``."""
 from __future__ import annotations
 
 import os
+import shutil
+import uuid
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from kafka_fixture import consume_all
+from kafka_fixture import consume_all, end_offsets
 from service_harness import JoinHarness, drop_replays, order, price, retract_table
 
 pytestmark = pytest.mark.integration
@@ -57,11 +62,15 @@ def test_a_micro_batch_run_again_after_its_tasks_committed_writes_nothing_twice(
         assert replays == [] and letters[1] == [], "a replayed micro-batch was written again"
         assert len(after) == len(before)
         assert rerun[0].committed == [] and sorted(rerun[0].skipped) == sorted(set(rerun[0].skipped)) != []
-        # The replay reports what the first run wrote (from the markers), not nothing.
-        assert sum(rerun[0].output.values()) == sum(1 for c in before if c.batch == batch)
+        # The replay reports what the first run wrote apart: written before, it is not counted again.
+        assert sum(n for (target, _), n in rerun[0].replayed.items() if target == "output") == \
+            sum(1 for c in before if c.batch == batch) > 0
+        assert rerun[0].output == {} and rerun[0].dead_letters == {}
         metrics = service.metrics.registry
         assert metrics.get_sample_value("changejoin_kafka_transactions_total", {"outcome": "replay_skipped"}) == \
             len(rerun[0].skipped)
+        assert not any(metrics.get_sample_value("changejoin_output_records_total", {"kind": kind})
+                       for kind in ("+I", "-U", "+U", "-D"))
     else:
         # The control: at-least-once writes the batch again (which is what a consumer must drop).
         assert len(replays) == sum(1 for c in before if c.batch == batch) > 0
@@ -105,3 +114,127 @@ def test_exactly_once_writes_the_same_join_as_at_least_once_with_a_marker_per_tr
     assert metrics.get_sample_value("changejoin_kafka_transactions_total", {"outcome": "committed"}) >= 1
     assert metrics.get_sample_value("changejoin_kafka_transaction_init_seconds_count") >= 1
     assert len(_letters(h)) == 2
+
+
+def forget_last_plan(checkpoint: Path) -> int:
+    """Delete Spark's plan of the last micro-batch and its record that it is done (``offsets/<batch>``
+    and ``commits/<batch>``), as an operator getting past a micro-batch by hand would: Spark plans
+    that batch id again, for whatever input there is then. Returns the batch id."""
+    last = forget_last_commit(checkpoint)
+    for name in (str(last), f".{last}.crc"):
+        if (checkpoint / "offsets" / name).exists():
+            (checkpoint / "offsets" / name).unlink()
+    return last
+
+
+def stopped_by(h: JoinHarness) -> str:
+    """Run the service, which must stop with an error; the one line its fatal log line says (the
+    ``ProgressMismatch`` raised in the driver or a task, out of Spark's wrapping)."""
+    from service.app import python_exception_in
+
+    with pytest.raises(Exception) as stopped:
+        h.run()
+    error_type, message = python_exception_in(str(stopped.value))
+    assert error_type == "ProgressMismatch" and "\n" not in message, str(stopped.value)[-2000:]
+    return message
+
+
+def test_a_micro_batch_planned_again_for_other_offsets_stops_before_anything_is_written(
+        kafka_bootstrap, spark, tmp_path, new_topic):
+    """Its markers name the offsets it was written for: the batch id planned again, now for more
+    input, is not taken for the one written (which would skip the new input's share and lose it)."""
+    h = JoinHarness(kafka_bootstrap, spark, tmp_path, new_topic, 2, DELIVERY="exactly-once", **ENV)
+    for first in (1, 41):  # two micro-batches: Spark plans no batch 0 again on existing state
+        send_some(h, first, 40)
+        h.run()
+    before = h.changelog()
+    batch = forget_last_plan(tmp_path / "checkpoint")
+    assert batch > 0
+    send_some(h, 81, 40)
+    message = stopped_by(h)
+    assert f"micro-batch {batch} was written by task partition" in message
+    assert "for other input offsets than the checkpoint now holds for it" in message
+    assert h.changelog() == before, "nothing may be written once the markers disagree with the checkpoint"
+
+
+def test_a_checkpoint_restored_from_an_older_copy_stops_before_anything_is_written(
+        kafka_bootstrap, spark, tmp_path, new_topic):
+    h = JoinHarness(kafka_bootstrap, spark, tmp_path, new_topic, 2, DELIVERY="exactly-once", **ENV)
+    checkpoint = tmp_path / "checkpoint"
+    send_some(h, 1, 40)
+    h.run()
+    shutil.copytree(checkpoint, tmp_path / "copy")  # a snapshot of the volume
+    for first in (41, 81):
+        send_some(h, first, 40)
+        h.run()
+    before = h.changelog()
+    shutil.rmtree(checkpoint)
+    shutil.copytree(tmp_path / "copy", checkpoint)  # restored
+    send_some(h, 121, 40)
+    message = stopped_by(h)
+    assert "is behind its output: micro-batch" in message and "already wrote micro-batch" in message
+    assert h.changelog() == before
+
+
+def test_a_replay_that_reads_fewer_records_than_its_first_run_stops_rather_than_skip(
+        kafka_bootstrap, spark, tmp_path, new_topic):
+    """Retention moved the log start of an input between a micro-batch's first run and its replay
+    (with FAIL_ON_DATA_LOSS=false the replay reads from the new log start): the replay computes other
+    records than the committed shares hold, and skipping them would leave the join's state advanced
+    on other input than the output was written from."""
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    h = JoinHarness(kafka_bootstrap, spark, tmp_path, new_topic, 2, DELIVERY="exactly-once", FAIL_ON_DATA_LOSS="false",
+                    **ENV)
+    send_some(h, 1, 40)
+    h.run()
+    before = h.changelog()
+    forget_last_commit(tmp_path / "checkpoint")
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    ends = end_offsets(kafka_bootstrap, h.orders)
+    gone = [TopicPartition(h.orders, p, min(5, high)) for p, (_, high) in ends.items()]
+    for future in admin.delete_records(gone).values():
+        future.result(30)
+    message = stopped_by(h)
+    assert "computed other records for task partition" in message and "than its first run wrote" in message
+    kept, replays = drop_replays(h.changelog())
+    assert replays == [] and len(kept) == len(before)
+
+
+def test_a_start_aborts_what_any_transactional_id_the_checkpoint_used_left_open(
+        kafka_bootstrap, spark, tmp_path, new_topic):
+    """An earlier KAFKA_TRANSACTIONAL_ID_PREFIX, and ids past today's task count (a checkpoint
+    rescaled down), are aborted at start like today's: their open transactions would hold back
+    every read_committed reader of the partitions they wrote."""
+    from confluent_kafka import Producer
+
+    from service.checkpoint import CheckpointFile, record_transactional_ids, used_transactional_ids
+    from service.sink import producer_config
+
+    old, new = f"old-{uuid.uuid4().hex[:6]}", f"new-{uuid.uuid4().hex[:6]}"
+    h = JoinHarness(kafka_bootstrap, spark, tmp_path, new_topic, 2, DELIVERY="exactly-once",
+                    KAFKA_TRANSACTIONAL_ID_PREFIX=old, **ENV)
+    send_some(h, 1, 10)
+    h.run()
+    store = CheckpointFile(str(tmp_path / "checkpoint"))
+    assert used_transactional_ids(store) == [f"{old}-0", f"{old}-1"]
+    record_transactional_ids(store, new, 4)  # as a rescale from 4 task partitions leaves it
+    for tid in (f"{old}-1", f"{new}-3"):  # killed runs left these open
+        killed = Producer(producer_config(kafka_bootstrap, {}, transactional_id=tid, transaction_timeout_ms=120_000))
+        killed.init_transactions(30)
+        killed.begin_transaction()
+        killed.produce(h.output, b"left open", partition=0)
+        assert killed.flush(30) == 0
+
+    def held_back() -> int:
+        committed, everything = (end_offsets(kafka_bootstrap, h.output, isolation) for isolation in
+                                 ("read_committed", "read_uncommitted"))
+        return sum(everything[p][1] - committed[p][1] for p in everything)
+
+    assert held_back() == 2
+    service = h.run(KAFKA_TRANSACTIONAL_ID_PREFIX=new)
+    assert held_back() == 0
+    assert used_transactional_ids(store) == [f"{new}-{p}" for p in range(4)] + [f"{old}-0", f"{old}-1"]
+    assert service.settings.transactional_id_prefix == new
+    assert len(consume_all(kafka_bootstrap, f"{old}.progress")) > 0  # the checkpoint kept its progress topic

@@ -131,3 +131,76 @@ def test_killed_at_every_point_of_a_micro_batch_read_committed_sees_each_record_
         else:
             assert upsert_table(changes) == reference["upsert"], summary[-1]
     print("\n".join(summary), kills)
+
+
+def test_two_deployments_on_one_output_topic_killed_at_random_each_see_their_records_once(
+        kafka_bootstrap, tmp_path, new_topic):
+    """Two deployments, each with its own KAFKA_TRANSACTIONAL_ID_PREFIX (as the docs ask) and the
+    default PROGRESS_TOPIC, write one output topic. One is killed inside a transaction and stays
+    down; the other is killed after its tasks committed a micro-batch and comes back while that
+    transaction is still open. Reading progress markers read_committed ends at the first open
+    transaction: had they shared a progress topic, the restarted one would not have seen its own
+    marker behind the other's open one and would have written the micro-batch again. Then both are
+    killed at points chosen at random, and restarted."""
+    import random
+
+    rng = random.Random(20261128)
+    output = new_topic(PARTITIONS)
+    logs, services = {}, []
+    for name, first_id in (("a", 1), ("b", 500_000)):
+        log = Changelogs(seed=rng.randrange(1 << 30))
+        log.next_id = first_id  # the deployments' orders never share an id: the output tells them apart
+        h = JoinHarness(kafka_bootstrap, None, tmp_path / name, new_topic, PARTITIONS,
+                        **service_env(**EXACTLY_ONCE, OUTPUT_TOPIC=output, KAFKA_TRANSACTIONAL_ID_PREFIX=f"deploy-{name}",
+                                      KAFKA_TRANSACTION_TIMEOUT_MS="600000"))
+        svc = ServiceProcess(name, h.env, tmp_path)
+        svc.base_env, svc.harness = dict(svc.env), h
+        logs[svc], services = log, services + [svc]
+    a, b = services
+
+    def more_input():
+        for svc in services:
+            send(svc.harness, logs[svc].chunk(order_ops=16, price_ops=5))
+
+    kills = []
+    try:
+        more_input()
+        # a: killed with its transaction open (its markers sent, not committed); it stays down.
+        assert crash_at({a: "before-commit"}) == {a: -9}
+        # b: its tasks commit a micro-batch, and it is killed before Spark records it as done.
+        assert crash_at({b: "before-batch-commit"}) == {b: -9}
+        kills.append({"a": "before-commit", "b": "before-batch-commit"})
+        # b comes back, while a's transaction is open: it replays that micro-batch.
+        b.env = dict(b.base_env)
+        b.start()
+        drive({b: caught_up(logs[b].sent)}, "b to join its input", CATCH_UP_TIMEOUT_S)
+        assert b.stop() == 0, b.log_tail()
+        assert "written before, not again" in b.log_path.read_text(errors="replace")
+        # Both killed at random points, together.
+        more_input()
+        points = {svc: rng.choice(faults.POINTS) for svc in services}
+        kills.append({svc.name: point for svc, point in points.items()})
+        assert set(crash_at(points).values()) == {-9}, kills
+        # The last input; both run to the end.
+        more_input()
+        for svc in services:
+            svc.env = dict(svc.base_env)
+            svc.start()
+        drive({svc: caught_up(logs[svc].sent) for svc in services}, "all input to be joined", CATCH_UP_TIMEOUT_S)
+        for svc in services:
+            assert svc.stop() == 0, svc.log_tail()
+    finally:
+        for svc in services:
+            svc.close()
+
+    changes = read_changelog(kafka_bootstrap, output, a.plan.output_schema)
+    written = len(consume_all(kafka_bootstrap, output, isolation="read_uncommitted"))
+    assert written > len(changes), "no kill landed inside a transaction: this proves nothing"
+    for svc, mine in ((a, lambda c: c.row[0] < 500_000), (b, lambda c: c.row[0] >= 500_000)):
+        own = [c for c in changes if mine(c)]
+        _, replays = drop_replays(own)
+        assert replays == [], f"{svc.name}: read_committed sees records twice: {replays[:5]} (kills {kills})"
+        assert retract_table(own) == logs[svc].retract_table(), f"{svc.name} (kills {kills})"
+    assert {load_settings(svc.env).progress_topic_name for svc in services} == \
+        {"deploy-a.progress", "deploy-b.progress"}
+    print(f"{len(changes)} output records committed, {written} written; kills {kills}")

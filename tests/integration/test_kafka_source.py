@@ -148,11 +148,19 @@ def test_partitions_that_appear_later_start_at_their_beginning():
     assert start == {"0": 5}
     fake.earliest.update({1: 2, 2: 0})
     fake.latest_.update({1: 6, 2: 0})  # partition 1 has records 2..5; partition 2 is empty
-    end = reader.latestOffset(start, ReadAllAvailable())
+    # The micro-batch that first sees partition 1 logs where it starts, and reads none of it...
+    logged = reader.latestOffset(start, ReadAllAvailable())
+    assert logged == {"0": 5, "1": 2}
+    assert ranges(reader, start, logged) == []
+    # ...so the next one reads it from the offset in the checkpoint's log, whatever its log start is
+    # by the time that micro-batch runs, or runs again after a crash: a replay reads what it read.
+    end = reader.latestOffset(logged, ReadAllAvailable())
     assert end == {"0": 5, "1": 6}
-    assert ranges(reader, start, end) == [(1, 2, 6)]
+    assert ranges(reader, logged, end) == [(1, 2, 6)]
+    fake.earliest[1] = 4  # retention moved the log start before a replay
+    assert ranges(reader, logged, end) == [(1, 2, 6)]
     # A topic that did not exist when the query started: everything from the beginning.
-    assert ranges(reader, {}, {"0": 5, "1": 6}) == [(0, 0, 5), (1, 2, 6)]
+    assert ranges(reader, {}, {"0": 5, "1": 6}) == [(0, 0, 5), (1, 4, 6)]
 
 
 def test_available_now_stops_at_the_offsets_seen_when_the_query_started():

@@ -1,6 +1,8 @@
 """service/transactions.py against the real broker: a task's share and its progress marker in one
-transaction, the marker read back, fencing of an older attempt (a zombie), the start-up abort of
-what a killed run left open, and the errors that name a setting."""
+transaction, opened only once the share is complete, the marker read back (past another producer's
+open transaction, never below the checkpoint's origin in the topic, and not further than a bound),
+fencing of an older attempt (a zombie), the start-up abort of what a killed run left open, and the
+errors that name a setting."""
 from __future__ import annotations
 
 import json
@@ -12,11 +14,13 @@ from kafka_fixture import consume_all, create_topic, end_offsets
 from service.sink import producer_config
 from service.transactions import (
     ProgressReader,
+    Share,
     TaskTransaction,
     TransactionError,
     abort_open_transactions,
     marker_key,
     transactional_id,
+    written_already,
 )
 
 pytestmark = pytest.mark.integration
@@ -31,14 +35,18 @@ def delivery(kafka_bootstrap, new_topic):
     return {
         "kafka": {"bootstrap.servers": kafka_bootstrap},
         "delivery": {"prefix": f"test-{uuid.uuid4().hex[:8]}", "progress_topic": progress,
-                     "checkpoint_id": uuid.uuid4().hex, "timeout_ms": 30_000},
-        "output": output,
+                     "checkpoint_id": uuid.uuid4().hex, "timeout_ms": 30_000, "location": "/ck", "partitions": 2},
+        "output": output, "output_topic": output,
     }
 
 
 def records(topic: str, batch: int, n: int, start: int = 0):
     for i in range(start, start + n):
         yield topic, f"k{i}".encode(), f"batch {batch} value {i}".encode(), [("changejoin.batch", str(batch).encode())]
+
+
+def share(topic: str, batch: int, n: int, start: int = 0) -> Share:
+    return Share.of(records(topic, batch, n, start))
 
 
 def values(bootstrap: str, topic: str, isolation: str = "read_committed") -> list:
@@ -49,27 +57,28 @@ def test_a_share_and_its_marker_commit_together_and_a_replay_finds_the_marker(ka
     reader = ProgressReader(delivery)
     first = TaskTransaction(delivery, 1, batch_id=7)
     try:
-        assert first.written(reader) is None  # nothing of this checkpoint yet
+        assert first.committed(reader) is None  # nothing of this checkpoint yet
         counts = {("output", "+I"): 5}
-        assert first.write(records(delivery["output"], 7, 5), counts) == 5
+        assert first.write(share(delivery["output"], 7, 5), counts, "input of 7") == 5
     finally:
         first.close()
     assert first.init_seconds is not None and first.transaction_seconds is not None
     assert len(values(kafka_bootstrap, delivery["output"])) == 5
     marker = reader.last(1)
     assert marker["batch"] == 7 and marker["records"] == 5 and marker["counts"] == [["output", "+I", 5]]
+    assert marker["input"] == "input of 7" and marker["output"] == share(delivery["output"], 7, 5).digest()
     assert reader.last(0) is None  # another task partition
 
     # The same micro-batch again (a replay after a driver crash, a retry): it is written already.
     again = TaskTransaction(delivery, 1, batch_id=7, attempt=1)
     try:
-        assert again.written(reader)["batch"] == 7
+        assert written_already(again.committed(reader), 7, 1, "input of 7", share(delivery["output"], 7, 5), delivery)
     finally:
         again.close()
     # The next one is not.
     later = TaskTransaction(delivery, 1, batch_id=8)
     try:
-        assert later.written(reader) is None
+        assert not written_already(later.committed(reader), 8, 1, "input of 8", share(delivery["output"], 8, 5), delivery)
     finally:
         later.close()
 
@@ -79,14 +88,14 @@ def test_a_marker_of_another_checkpoint_is_not_this_ones_even_far_behind_the_end
     other = {**delivery, "delivery": {**delivery["delivery"], "checkpoint_id": "another"}}
     task = TaskTransaction(delivery, 0, batch_id=3)
     try:
-        task.write(records(delivery["output"], 3, 1), {})
+        task.write(share(delivery["output"], 3, 1), {})
     finally:
         task.close()
     # 40 transactions of another checkpoint after it: 80 offsets (marker + commit record each).
     for batch in range(40):
         t = TaskTransaction(other, 0, batch_id=batch)
         try:
-            t.write(iter(()), {})
+            t.write(Share(), {})
         finally:
             t.close()
     assert ours.last(0)["batch"] == 3
@@ -102,20 +111,25 @@ def test_a_new_attempt_fences_the_older_one_and_only_its_copy_is_visible(kafka_b
     zombie = TaskTransaction(delivery, 0, batch_id=4)
     outcome = {}
 
-    def zombie_records():
-        yield from records(topic, 4, 3)
-        # Attempt 0's transaction is open with 3 records: attempt 1 starts, and commits.
-        retry = TaskTransaction(delivery, 0, batch_id=4, attempt=1)
-        try:
-            assert retry.written(reader) is None
-            outcome["retry"] = retry.write(records(topic, 4, 5), {("output", "+I"): 5})
-        finally:
-            retry.close()
-        yield from records(topic, 4, 2, start=3)
+    class Meanwhile(Share):
+        """The zombie's share: after 3 of its records, attempt 1 starts, and commits."""
 
+        def __iter__(self):
+            for i, record in enumerate(super().__iter__()):
+                if i == 3:
+                    retry = TaskTransaction(delivery, 0, batch_id=4, attempt=1)
+                    try:
+                        assert not written_already(retry.committed(reader), 4, 0, None, share(topic, 4, 5), delivery)
+                        outcome["retry"] = retry.write(share(topic, 4, 5), {("output", "+I"): 5})
+                    finally:
+                        retry.close()
+                yield record
+
+    zombies = Meanwhile()
+    zombies.extend(records(topic, 4, 5))
     try:
         with pytest.raises(TransactionError, match="fenced"):
-            zombie.write(zombie_records(), {("output", "+I"): 5})
+            zombie.write(zombies, {("output", "+I"): 5})
     finally:
         zombie.close()
     assert outcome["retry"] == 5
@@ -162,14 +176,15 @@ def test_a_timeout_above_the_brokers_maximum_names_the_setting(delivery):
 def test_the_marker_is_a_compacted_record_keyed_by_checkpoint_and_partition(kafka_bootstrap, delivery):
     task = TaskTransaction(delivery, 1, batch_id=2)
     try:
-        task.write(records(delivery["output"], 2, 2), {("dead_letter", "decode"): 1, ("output", "+I"): 1})
+        task.write(share(delivery["output"], 2, 2), {("dead_letter", "decode"): 1, ("output", "+I"): 1}, "in")
     finally:
         task.close()
     (marker,) = consume_all(kafka_bootstrap, delivery["delivery"]["progress_topic"])
     assert marker.partition == 1
     assert marker.key == marker_key(delivery["delivery"]["checkpoint_id"], 1)
     assert json.loads(marker.value) == {"batch": 2, "partition": 1, "attempt": 0, "records": 2,
-                                        "counts": [["dead_letter", "decode", 1], ["output", "+I", 1]]}
+                                        "counts": [["dead_letter", "decode", 1], ["output", "+I", 1]],
+                                        "input": "in", "output": share(delivery["output"], 2, 2).digest()}
 
 
 def test_a_task_without_output_leaves_no_initialization_behind_to_fence_the_next_one(kafka_bootstrap, delivery):
@@ -182,7 +197,7 @@ def test_a_task_without_output_leaves_no_initialization_behind_to_fence_the_next
         assert empty.init_seconds is not None
         task = TaskTransaction(delivery, 0, batch_id=batch + 1)
         try:
-            task.write(records(delivery["output"], batch + 1, 1), {("output", "+I"): 1})
+            task.write(share(delivery["output"], batch + 1, 1), {("output", "+I"): 1})
         finally:
             task.close()
     assert len(values(kafka_bootstrap, delivery["output"])) == 6
@@ -220,3 +235,153 @@ def test_changejoin_abort_transactions_releases_a_stopped_services_open_transact
     proc = subprocess.run([sys.executable, "-m", "service", "abort-transactions"], cwd=root,
                           env={**env, "DELIVERY": "at-least-once"}, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "DELIVERY is not exactly-once" in proc.stderr
+
+
+def test_the_marker_read_waits_for_another_producers_open_transaction_to_end(kafka_bootstrap, delivery):
+    """Two deployments with their own prefixes sharing one progress topic: one is killed inside a
+    transaction (its marker sent, not committed); the other commits its micro-batch after it.
+    read_committed reading ends at the open transaction: a reader that trusted what it saw there
+    would find the micro-batch before and write this one again. It waits for the other transaction
+    to end instead (here: until the other deployment's restart aborts it)."""
+    import logging
+    import threading
+
+    from confluent_kafka import Producer
+
+    topic, progress = delivery["output"], delivery["delivery"]["progress_topic"]
+    ours = TaskTransaction(delivery, 0, batch_id=5)
+    try:
+        ours.write(share(topic, 5, 1), {})
+    finally:
+        ours.close()
+    other_id = f"other-{uuid.uuid4().hex[:6]}-0"
+    other = Producer(producer_config(kafka_bootstrap, {}, transactional_id=other_id, transaction_timeout_ms=60_000))
+    other.init_transactions(30)
+    other.begin_transaction()
+    other.produce(progress, b'{"batch": 0}', b"another checkpoint:0", 0)
+    assert other.flush(30) == 0  # open, and never committed: its process is gone
+    after = TaskTransaction(delivery, 0, batch_id=6)
+    try:
+        after.write(share(topic, 6, 1), {})  # committed, behind the open transaction
+    finally:
+        after.close()
+
+    waiting = threading.Event()
+
+    class Waiting(logging.Handler):
+        def emit(self, record):
+            if "another producer's transaction is open" in record.getMessage():
+                waiting.set()
+
+    handler = Waiting()
+    logging.getLogger("service.transactions").addHandler(handler)
+    found, reader = {}, ProgressReader(delivery)
+    reading = threading.Thread(target=lambda: found.update(marker=reader.last(0)))
+    try:
+        reading.start()
+        while not waiting.is_set() and reading.is_alive():
+            waiting.wait(0.05)
+        # The other deployment comes back: its start-up abort ends the transaction.
+        Producer(producer_config(kafka_bootstrap, {}, transactional_id=other_id,
+                                 transaction_timeout_ms=60_000)).init_transactions(30)
+        reading.join(60)
+    finally:
+        logging.getLogger("service.transactions").removeHandler(handler)
+        reader.close()
+    assert found["marker"]["batch"] == 6
+
+
+def test_the_marker_read_gives_up_with_one_line_when_the_topic_holds_too_much(kafka_bootstrap, delivery, monkeypatch):
+    from service import transactions
+
+    other = {**delivery, "delivery": {**delivery["delivery"], "checkpoint_id": "another"}}
+    for batch in range(30):  # 60 offsets of another checkpoint
+        t = TaskTransaction(other, 0, batch_id=batch)
+        try:
+            t.write(Share(), {})
+        finally:
+            t.close()
+    monkeypatch.setattr(transactions, "SCAN_LIMIT", 40)
+    reader = ProgressReader(delivery)
+    with pytest.raises(TransactionError) as gave_up:
+        reader.last(0)
+    reader.close()
+    message = str(gave_up.value)
+    assert message.startswith(f"PROGRESS_TOPIC={delivery['delivery']['progress_topic']} partition 0: no progress "
+                              f"marker of this checkpoint in the 40 offsets before offset 60")
+    assert "give this deployment a PROGRESS_TOPIC of its own" in message and "\n" not in message
+
+
+def test_a_new_checkpoint_never_reads_the_markers_before_its_origin(kafka_bootstrap, delivery):
+    """A new checkpoint on a progress topic with history: its first read of each partition stops at
+    the topic's end offsets when the checkpoint began (``transactions.progress_origin``), instead of
+    reading the partition back to its start for a key it has never written."""
+    from service.transactions import progress_origin
+
+    other = {**delivery, "delivery": {**delivery["delivery"], "checkpoint_id": "an older checkpoint"}}
+    for batch in range(50):
+        t = TaskTransaction(other, 0, batch_id=batch)
+        try:
+            t.write(Share(), {})
+        finally:
+            t.close()
+    origin = progress_origin(delivery, delivery["delivery"]["progress_topic"], 2)
+    assert origin == [100, 0]
+    fresh = {**delivery, "delivery": {**delivery["delivery"], "origin": origin}}
+    reader = ProgressReader(fresh)
+    assert reader.last(0) is None and reader.last(1) is None
+    assert reader.scanned == 0
+    task = TaskTransaction(fresh, 0, batch_id=0)
+    try:
+        task.write(share(delivery["output"], 0, 1), {})
+    finally:
+        task.close()
+    assert reader.last(0)["batch"] == 0 and reader.scanned == 1
+    # A checkpoint of an earlier changejoin, whose origin is not known: read back to the log start.
+    unknown = ProgressReader({**delivery, "delivery": {**delivery["delivery"], "checkpoint_id": "never written"}})
+    assert unknown.last(0) is None and unknown.scanned == 51
+    reader.close()
+    unknown.close()
+
+
+def test_a_tasks_transaction_begins_only_once_the_join_has_given_it_its_whole_share(kafka_bootstrap, delivery,
+                                                                                     monkeypatch):
+    """The join's output reaches the producing task as the join computes it (its keys, then its
+    timers, then the state's commit); a transaction open meanwhile would be open for all of that,
+    and a micro-batch whose join takes longer than the transaction timeout would fail every retry."""
+    import confluent_kafka
+    import pyarrow as pa
+
+    from service.pipeline import _produce_transaction
+
+    begun = []
+
+    class Watched(confluent_kafka.Producer):
+        def begin_transaction(self, *args):
+            begun.append(True)
+            return super().begin_transaction(*args)
+
+    monkeypatch.setattr(confluent_kafka, "Producer", Watched)
+    topic, taken_while_open = delivery["output"], []
+
+    def join_output():
+        for i in range(3):
+            taken_while_open.append(bool(begun))
+            yield pa.RecordBatch.from_pylist([{"target": 0, "kind": 0, "payload": b"row %d" % i}])
+
+    def rows(arrows):
+        for arrow in arrows:
+            columns = arrow.to_pydict()
+            yield from zip(columns["target"], columns["kind"], columns["payload"])
+
+    class Encoder:
+        def records(self, rows, batch_id, task, counts):
+            for _, _, payload in rows:
+                counts[("output", "+I")] = counts.get(("output", "+I"), 0) + 1
+                yield topic, None, payload, [("changejoin.batch", str(batch_id).encode())], task
+
+    report = []
+    _produce_transaction(delivery, 9, 0, 0, join_output(), rows, Encoder(), {}, report, {"input": "in", "replay": False})
+    assert taken_while_open == [False, False, False] and begun == [True]
+    assert ("transaction", "committed", 0) in report
+    assert sorted(values(kafka_bootstrap, topic)) == [b"row 0", b"row 1", b"row 2"]

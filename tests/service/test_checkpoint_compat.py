@@ -239,3 +239,19 @@ def test_a_materializer_checkpoint_of_an_earlier_changejoin_is_accepted_unchange
     sql = "SELECT o.*, p.price FROM orders o LEFT JOIN prices p ON o.product = p.product"
     same = reconcile(plan(tmp_path, JOIN_SQL=sql, **UPSERT), upsert_location)
     assert same.output_generation == 0
+
+
+def test_the_service_refusing_a_checkpoint_logs_the_whole_reason_in_its_text_logs(tmp_path, location):
+    """``changejoin run`` (the default LOG_FORMAT=text) on a checkpoint of another join stops before
+    Spark starts, and its log says every change and what to do, not only its first line."""
+    from test_config import changejoin
+
+    env = {**VALID, "STATE_BUCKETS": "0", "JOIN_SQL": LEFT.replace("LEFT JOIN", "JOIN"), "LEFT_PRIMARY_KEY": "",
+           "CHECKPOINT_LOCATION": location, "METRICS_PORT": "0"}
+    proc = changejoin("run", env=env)
+    assert proc.returncode == 1, proc.stderr
+    fatal = proc.stderr[proc.stderr.index("changejoin stopped:"):]
+    assert f"CHECKPOINT_LOCATION={location}: its join state was made for another join" in fatal
+    assert "JOIN_SQL: the join type changed from 'LEFT' to 'INNER'" in fatal
+    assert "LEFT_PRIMARY_KEY: (order_id) -> none" in fatal
+    assert "Start from a new CHECKPOINT_LOCATION" in fatal and "or restore the previous configuration" in fatal

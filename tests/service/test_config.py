@@ -496,7 +496,7 @@ def test_exactly_once_defaults_derive_from_the_output_topic():
     s = load_settings({**VALID, "DELIVERY": " Exactly-Once "})
     assert s.exactly_once and s.delivery == "exactly-once"
     assert (s.transactional_id_prefix, s.progress_topic_name, s.kafka_transaction_timeout_ms) == \
-        ("changejoin-out", "out.progress", 120_000)
+        ("changejoin-out", "changejoin-out.progress", 120_000)  # the deployment's own progress topic
     s = load_settings({**EXACTLY_ONCE, "KAFKA_TRANSACTIONAL_ID_PREFIX": "team.a-join", "PROGRESS_TOPIC": "p",
                        "KAFKA_TRANSACTION_TIMEOUT_MS": "60000"})
     assert (s.transactional_id_prefix, s.progress_topic_name, s.kafka_transaction_timeout_ms) == ("team.a-join", "p", 60_000)
@@ -514,7 +514,8 @@ def test_exactly_once_defaults_derive_from_the_output_topic():
     ({"KAFKA_CLIENT_TRANSACTION_TIMEOUT_MS": "1000"}, "KAFKA_CLIENT_TRANSACTION_TIMEOUT_MS"),
     ({"PROGRESS_TOPIC": "out"}, "PROGRESS_TOPIC: 'out' is also OUTPUT_TOPIC"),
     ({"PROGRESS_TOPIC": "bad name"}, "PROGRESS_TOPIC: invalid Kafka topic name"),
-    ({"DLQ_TOPIC": "out.progress"}, r"PROGRESS_TOPIC \(default 'out.progress'\): 'out.progress' is also DLQ_TOPIC"),
+    ({"DLQ_TOPIC": "changejoin-out.progress"},
+     r"PROGRESS_TOPIC \(default 'changejoin-out.progress'\): 'changejoin-out.progress' is also DLQ_TOPIC"),
     ({"SPARK_CONF_spark_speculation": "true"}, "SPARK_CONF_spark_speculation: must stay false"),
 ])
 def test_exactly_once_refuses_what_it_cannot_keep_naming_the_variable(change, message):
@@ -533,7 +534,7 @@ def test_check_config_explains_the_delivery_and_warns_of_exactly_once_settings_l
     delivery = proc.stdout.split("delivery:\n", 1)[1]
     assert "exactly-once for read_committed consumers of out and out.dlq" in delivery
     assert "transactional ids changejoin-out-0 .. changejoin-out-3 (KAFKA_TRANSACTION_TIMEOUT_MS=120000)" in delivery
-    assert "progress markers in out.progress" in delivery
+    assert "progress markers in changejoin-out.progress" in delivery
     proc = changejoin("check-config", env={**VALID, "DELIVERY": "at-least-once", "PROGRESS_TOPIC": "p",
                                            "CHECKPOINT_LOCATION": "/nonexistent/ck"})
     assert proc.returncode == 0, proc.stderr

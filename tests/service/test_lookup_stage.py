@@ -204,3 +204,55 @@ def test_a_record_that_cannot_be_joined_is_a_dead_letter_and_on_an_upsert_input_
         assert [(kind, row) for kind, row in runner.drain()[0]] == [
             (I, (1, "p1", "p1", "apple")), (I, (1, "p1", "p1", "apple-2")),
             (D, (1, "p1", "p1", "apple")), (D, (1, "p1", "p1", "apple-2"))]
+
+
+class CountingClient(FakeClient):
+    """A client that counts what it asked, as ``database.LookupClient``; ``fail`` makes a lookup
+    fail after its retries, as a database that stays down does."""
+
+    def __init__(self, table):
+        super().__init__(table)
+        from service.database import LookupStats
+
+        self.stats, self.fail = LookupStats(), False
+
+    def lookup(self, keys):
+        self.stats.queries += 1
+        if self.fail:
+            self.stats.retries += 3
+            self.stats.errors["connection"] = self.stats.errors.get("connection", 0) + 4
+            raise ConnectionError("the database is down")
+        return super().lookup(keys)
+
+    def take_stats(self):
+        from service.database import LookupStats
+
+        stats, self.stats = self.stats, LookupStats()
+        return stats
+
+
+def test_a_failed_attempts_lookup_counts_do_not_reach_the_next_tasks_report(monkeypatch):
+    """A task that fails leaves its retries and errors in the worker's client; the next task that
+    runs in that worker must report only its own (and a stage run again reports a partition once:
+    ``pipeline._Counts``)."""
+    import pyarrow as pa
+    import pyspark
+
+    s = stage(TABLE)
+    s.client = CountingClient(TABLE)
+    monkeypatch.setattr(lookup, "built", lambda build, config: s)
+    monkeypatch.setattr(pyspark.TaskContext, "get", classmethod(lambda cls: SimpleNamespace(partitionId=lambda: 3)))
+    reports = []
+    accumulator = SimpleNamespace(add=reports.append)
+    run = lookup.lookup_partition({}, None, accumulator)
+    batch = pa.RecordBatch.from_pylist([dict(zip(lookup._FIELDS, envelope(I, (1, "p1"), 0)))],
+                                       schema=lookup._arrow_schema())
+    s.client.fail = True
+    with pytest.raises(ConnectionError):
+        list(run([batch]))
+    s.client.fail = False
+    list(run([batch]))
+    (report,) = reports
+    assert list(report) == [3]  # by task partition
+    assert report[3]["queries"] == 1 and report[3]["retries"] == 0
+    assert not any(name.startswith("error:") for name in report[3])
