@@ -62,6 +62,8 @@ class BatchCounts:
         elif target.startswith(REPLAYED):
             key = (target[len(REPLAYED):], label)
             self.replayed[key] = self.replayed.get(key, 0) + n
+            if key[0] == "input":  # written before, but read again by this run
+                self.input[label] = self.input.get(label, 0) + n
         elif target == "transaction":
             (self.committed if label == "committed" else self.skipped).append(n)
         elif target == "init_us":
