@@ -190,7 +190,8 @@ def output_latencies(bootstrap: str, topic: str, reader, since_ms: int) -> list[
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"lat-{time.time_ns()}", **READER})
     try:
-        committed = commit_times(consumer, f"{topic}.progress")
+        # the service's default PROGRESS_TOPIC: its default transactional id prefix's (config.py)
+        committed = commit_times(consumer, f"changejoin-{topic}.progress") or commit_times(consumer, f"{topic}.progress")
         out = []
         for msg in records(consumer, topic, end_offsets(consumer, topic, required=True)):
             _, sign, row = reader(msg)
