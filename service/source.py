@@ -90,6 +90,8 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from .logs import kafka_logger
+
 log = logging.getLogger(__name__)
 
 SHORT_NAME = "changejoin_kafka"
@@ -220,6 +222,7 @@ class SourceOptions:
         # unless the kafka.log_level option says otherwise.
         conf: Dict[str, Any] = {"bootstrap.servers": self.bootstrap, "log_level": 4}
         conf.update(_only_common_props(self.client_props))
+        conf["logger"] = kafka_logger(self.client_props)
         return conf
 
     def consumer_config(self) -> Dict[str, Any]:
@@ -237,6 +240,7 @@ class SourceOptions:
             "fetch.queue.backoff.ms": 20,
         }
         conf.update(self.client_props)
+        conf["logger"] = kafka_logger(self.client_props)
         # Not overridable: the reader depends on these.
         conf["enable.auto.commit"] = False
         conf["enable.auto.offset.store"] = False
@@ -428,6 +432,7 @@ class _OffsetsClient:
             try:
                 return fn()
             except Exception as exc:  # noqa: BLE001 - retried, then re-raised
+                self._admin.poll(0)  # hands the client's log lines (why it failed) to the logger
                 if _is_permanent(exc) or time.monotonic() + delay > deadline:
                     raise KafkaSourceError(
                         f"{what} for topic {self._opts.topic!r} failed: {exc}"
