@@ -101,9 +101,15 @@ def cmd_check_config(args) -> int:
     reached, unreached = _reach(settings) if args.connect else ({}, [])
     if unreached:  # the plan may need a server that did not answer: say what each server did, and stop
         return _connect_verdict(_server_checks(settings, None, reached, unreached))
+    from .plan import PlanError
     from .planner import build_plan
 
-    plan = build_plan(settings)
+    try:
+        plan = build_plan(settings)
+    except PlanError:
+        if args.connect:  # what the servers hold may be why (a subject that is not registered)
+            _server_checks(settings, None, reached, [])
+        raise
     print("configuration:")
     for name, value in sorted(settings.redacted().items()):
         print(f"  {name}={value}")

@@ -329,10 +329,14 @@ def _database_failure(err, settings: Settings) -> tuple[str, str]:
     """(kind, cause) of a psycopg error on connecting, without the password."""
     text = scrub(" ".join(str(err).split()), settings)
     state = getattr(err, "sqlstate", None)
-    if state in _CREDENTIALS_STATES:
-        return CREDENTIALS, f"the database refused the login: {text}: check the user in the URL and RIGHT_LOOKUP_PASSWORD"
-    if state == _NO_DATABASE:
-        return CONTENT, f"{text}: name an existing database in the URL"
+    # A refused connection carries no SQLSTATE in psycopg: the server's FATAL line says why.
+    server = re.search(r"FATAL: (.*)$", text)
+    said = server.group(1).strip() if server else text
+    if state in _CREDENTIALS_STATES or (server and re.search(
+            r"password authentication failed|role .* does not exist|no pg_hba\.conf entry|authentication failed", said)):
+        return CREDENTIALS, f"the database refused the login ({said}): check the user in the URL and RIGHT_LOOKUP_PASSWORD"
+    if state == _NO_DATABASE or (server and re.search(r"database .* does not exist", said)):
+        return CONTENT, f"{said}: name an existing database in the URL"
     lowered = text.lower()
     if "connection refused" in lowered:
         return CONNECTION, "cannot connect: connection refused"
