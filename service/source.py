@@ -112,6 +112,7 @@ KafkaRecord = namedtuple(
 KAFKA_PREFIX = "kafka."
 DEFAULT_READ_TIMEOUT_S = 300.0
 DEFAULT_OFFSETS_TIMEOUT_S = 300.0
+_RETRY_WARNING_INTERVAL_S = 60.0  # while the brokers do not answer, one warning a minute
 _ARROW_BATCH_ROWS = 10_000
 _CONSUME_BATCH = 1_000
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
@@ -417,6 +418,7 @@ class _OffsetsClient:
         self._opts = opts
         self._admin = self._new_admin()
         self._warned_missing = False
+        self._warned_at = -_RETRY_WARNING_INTERVAL_S  # when a retry was last warned of
         #: The topic's id as of the latest look-up of its partitions (None while it does not exist).
         self.topic_id: Optional[str] = None
 
@@ -426,7 +428,8 @@ class _OffsetsClient:
         return AdminClient(self._opts.admin_config())
 
     def _retrying(self, what: str, fn: Callable[[], Any]) -> Any:
-        deadline = time.monotonic() + self._opts.offsets_timeout_s
+        started = time.monotonic()
+        deadline = started + self._opts.offsets_timeout_s
         delay = 0.2
         while True:
             try:
@@ -437,13 +440,25 @@ class _OffsetsClient:
                     raise KafkaSourceError(
                         f"{what} for topic {self._opts.topic!r} failed: {exc}"
                     ) from exc
-                log.warning("%s for topic %s failed, retrying: %s", what, self._opts.topic, exc)
+                self._warn_retrying(what, exc, time.monotonic() - started)
                 time.sleep(delay)
                 delay = min(delay * 2, 5.0)
                 # A fresh client: librdkafka's admin client keeps the partition leaders and
                 # leader epochs it cached, and after a leader change (a broker restart) it
                 # sends the stale epoch again and again (FENCED_LEADER_EPOCH) for minutes.
                 self._admin = self._new_admin()
+
+    def _warn_retrying(self, what: str, exc: BaseException, waited_s: float) -> None:
+        """One warning a minute while the brokers do not answer (an outage is ridden out, for up to
+        ``offsetsTimeoutSeconds``; the client's own lines say why, once per 30 s)."""
+        now = time.monotonic()
+        if now - self._warned_at < _RETRY_WARNING_INTERVAL_S:
+            return
+        self._warned_at = now
+        error = exc.args[0] if getattr(exc, "args", None) else exc
+        reason = error.str() if hasattr(error, "str") else str(exc)
+        log.warning("topic %s: %s failed, retrying (for %.0f s so far, up to %.0f s): %s", self._opts.topic, what,
+                    waited_s, self._opts.offsets_timeout_s, reason)
 
     def partitions(self) -> List[int]:
         """The topic's partitions; empty if the topic does not exist (yet). Also updates

@@ -214,3 +214,71 @@ def test_a_refused_login_a_missing_database_and_a_closed_port_are_told_apart(
     run = changejoin("run", env=lookup_env(tmp_path, kafka_bootstrap, left, cases["no database"], table))
     assert fatal(run).startswith("changejoin stopped: RIGHT_LOOKUP_URL=") and fatal(run).endswith(
         "does not exist: name an existing database in the URL")
+
+
+# -- an outage once the service runs ---------------------------------------------------------------------
+def readyz(port: int) -> int | None:
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as answer:
+            return answer.status
+    except urllib.error.HTTPError as answer:
+        return answer.code
+    except OSError:
+        return None
+
+
+def wait_for(condition, what: str, timeout_s: float = 240.0) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"waited {timeout_s:.0f} s for {what}"
+        time.sleep(1)
+
+
+def test_an_outage_once_running_is_ridden_out_not_ready_and_said_once_a_minute(restartable_broker, tmp_path):
+    """The start-up bound is not the running service's: a broker that goes away under it is waited
+    for (/readyz fails meanwhile), with one warning a minute from the source and each distinct
+    librdkafka line at most once per 30 s per process, in the service's format (it was twenty raw
+    librdkafka lines a second)."""
+    import os
+    import signal
+    import time
+
+    from devkit.broker_process import free_port
+    from service_harness import start_service_process
+
+    bootstrap = restartable_broker.bootstrap
+    create_topic(bootstrap, "orders", 2)
+    create_topic(bootstrap, "prices", 2)
+    port = free_port()
+    log_path = tmp_path / "service.log"
+    with open(log_path, "w") as log:
+        service = start_service_process(env(tmp_path, KAFKA_BOOTSTRAP_SERVERS=bootstrap, METRICS_PORT=str(port),
+                                            SPARK_MASTER="local[2]", SHUFFLE_PARTITIONS="2"), log)
+    try:
+        wait_for(lambda: readyz(port) == 200, "the service to be ready")
+        mark = log_path.stat().st_size
+        restartable_broker.stop()
+        started = time.monotonic()
+        wait_for(lambda: readyz(port) == 503, "/readyz to fail while the broker is away")
+        time.sleep(max(0.0, 75 - (time.monotonic() - started)))  # more than a minute away
+        assert service.poll() is None, "the service stopped during the outage"
+        outage_s = time.monotonic() - started
+        restartable_broker.start()
+        wait_for(lambda: readyz(port) == 200, "the service to be ready again")
+        assert service.poll() is None
+        during = log_path.read_text()[mark:]
+    finally:
+        os.killpg(service.pid, signal.SIGTERM)
+        service.wait(120)
+    assert "|FAIL|" not in during  # librdkafka's own stderr lines: none
+    client = re.findall(r" ERROR librdkafka: (FAIL: .*?)(?: \(and \d+ more like it in the last 30 s\))?$", during, re.M)
+    assert client, during
+    # each process has its filter: the source's runner, the Spark workers, the driver
+    assert max(client.count(line) for line in set(client)) <= 3 * (outage_s / 30 + 1), during
+    warnings = re.findall(r" WARNING service\.source: topic \w+: .* failed, retrying \(for \d+ s so far", during)
+    assert 1 <= len(warnings) <= outage_s / 60 + 1, during
