@@ -49,13 +49,12 @@ def servers_the_plan_reads(settings) -> list[str]:
     return found
 
 
-def wait_for_servers(settings, kafka: bool = True, others: bool = True) -> None:
-    """Wait (up to CONNECT_TIMEOUT each) for the servers the configuration names; raises
-    contact.ServerError naming the one that did not answer or refused."""
+def wait_for_servers(settings, others: bool = True) -> None:
+    """Wait (up to CONNECT_TIMEOUT each) for Kafka and (``others``) the registry and the lookup
+    database; raises contact.ServerError naming the one that did not answer or refused."""
     from . import contact
 
-    if kafka:
-        contact.wait_for_kafka(settings)
+    contact.wait_for_kafka(settings)
     if others and settings.schema_registry_url:
         contact.wait_for_registry(settings)
     if others and settings.lookup:
@@ -66,7 +65,6 @@ def cmd_run(args) -> int:
     settings = load_settings()
     _configure_logging(settings.log_level, settings.log_format, settings.secret_values())
     from .app import Service, log_fatal
-    from .contact import ServerError
     from .plan import PlanError
     from .planner import build_plan
 
@@ -80,10 +78,7 @@ def cmd_run(args) -> int:
             wait_for_servers(settings)
     except PlanError:
         raise  # a configuration error: main() names the variable and exits with 2
-    except ServerError as err:  # one line: the variable, the address, the cause
-        log_fatal(err)
-        return 1
-    except Exception as err:  # noqa: BLE001 - e.g. the registry cannot be reached: one clear line
+    except Exception as err:  # noqa: BLE001 - contact.ServerError (the variable, the address, the cause): one line
         log_fatal(err)
         return 1
     for warning in unused_settings(settings, plan):

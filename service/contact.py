@@ -260,8 +260,8 @@ def wait_for_registry(settings: Settings, timeout_s: float | None = None) -> lis
         remaining = deadline - time.monotonic()
         try:
             return _registry(settings, min(10.0, max(1.0, remaining))).subjects()
-        except SchemaRegistryError as err:
-            cause = _registry_cause(err)
+        except SchemaRegistryError as failed:
+            err, cause = failed, _registry_cause(failed)
             if err.kind == "credentials":
                 raise ServerError("SCHEMA_REGISTRY_URL", address, cause, CREDENTIALS) from None
             if err.kind == "connection" and "TLS handshake failed" in cause:
@@ -270,7 +270,8 @@ def wait_for_registry(settings: Settings, timeout_s: float | None = None) -> lis
                 raise ServerError("SCHEMA_REGISTRY_URL", address, f"{cause}: is it a Schema Registry?",
                                   CONTENT) from None
         if time.monotonic() >= deadline:
-            raise ServerError("SCHEMA_REGISTRY_URL", address, f"no answer within {_seconds(timeout_s)}: {cause}",
+            answer = "no answer" if err.kind == "connection" else "no answer a registry gives"
+            raise ServerError("SCHEMA_REGISTRY_URL", address, f"{answer} within {_seconds(timeout_s)}: {cause}",
                               CONNECTION)
         if not warned:
             _waiting("SCHEMA_REGISTRY_URL", address, cause, timeout_s)
