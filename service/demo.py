@@ -82,7 +82,10 @@ def produce_changelog(bootstrap: str, schemas: dict[str, dict], changelog=CHANGE
     """Produce ``changelog`` in order, printing each change as it goes."""
     from confluent_kafka import Producer
 
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 0})
+    from .logs import kafka_logger
+
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 0,
+                         "logger": kafka_logger()})
     width = max(len(topic) for topic, _, _ in changelog)
     for topic, kind, row in changelog:
         print(f"  {topic:<{width}}  {kind}  {show_row(row)}")
@@ -102,7 +105,10 @@ def read_output(bootstrap: str, topic: str, schema: dict) -> list[tuple[str, dic
     import fastavro
 
     parsed = fastavro.parse_schema(schema)
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "changejoin-demo", "enable.auto.commit": False})
+    from .logs import kafka_logger
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "changejoin-demo", "enable.auto.commit": False,
+                         "logger": kafka_logger()})
     try:
         partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
         changes = []
