@@ -325,7 +325,6 @@ def main() -> None:
     if args.child:
         child(args)
         return
-    sys.path.insert(0, str(ROOT))
     from bench.harness.report import record_round
     from devkit.kafka_broker import KafkaBroker
 

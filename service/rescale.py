@@ -79,31 +79,34 @@ def _spark(settings: Settings):
 
 
 def _prepare_delivery(settings: Settings, store, was: int, partitions: int) -> None:
-    """Exactly-once: what the old task partitions' transactional ids left open is aborted, and the
-    progress topic has a partition per new task (``transactions.py``)."""
+    """Exactly-once: what every transactional id the checkpoint has used left open is aborted,
+    ``<prefix>-0..N-1`` are recorded as the ids in use, and the checkpoint's progress topic has a
+    partition per new task (``transactions.py``)."""
     from confluent_kafka.admin import AdminClient, NewPartitions
 
     from .shipping import worker_secrets
     from .sink import admin_props, topic_partitions
-    from .transactions import abort_open_transactions, delivery_config
+    from .transactions import abort_transactional_ids, delivery_config, progress_topic, transactional_id
 
-    abort_open_transactions({"delivery": delivery_config(settings, store.identity()), **worker_secrets(settings)},
-                            was)
+    prefix = settings.transactional_id_prefix
+    current = [transactional_id(prefix, p) for p in range(was)]
+    abort_transactional_ids({"delivery": delivery_config(settings, store.identity()), **worker_secrets(settings)},
+                            sorted(set(current) | set(checkpoint.used_transactional_ids(store))), required=current)
     kafka = settings.kafka_properties()
     bootstrap = kafka.pop("bootstrap.servers")
-    topic = settings.progress_topic_name
+    topic = progress_topic(settings, store)
     have = topic_partitions(bootstrap, kafka, topic) or 0
-    if have >= partitions:
-        return
-    try:
-        admin = AdminClient({"bootstrap.servers": bootstrap, **admin_props(kafka)})
-        admin.create_partitions([NewPartitions(topic, partitions)])[topic].result(timeout=60)
-    except Exception as err:  # noqa: BLE001 - e.g. no ALTER on the topic: say what to run instead
-        raise RescaleError(
-            f"PROGRESS_TOPIC={topic!r} has {have} partitions and {partitions} task partitions need one each; adding "
-            f"them failed ({err}): run `kafka-topics.sh --bootstrap-server {bootstrap} --alter --topic {topic} "
-            f"--partitions {partitions}`, then rescale again") from err
-    log.info("PROGRESS_TOPIC=%s: %d -> %d partitions", topic, have, partitions)
+    if have < partitions:
+        try:
+            admin = AdminClient({"bootstrap.servers": bootstrap, **admin_props(kafka)})
+            admin.create_partitions([NewPartitions(topic, partitions)])[topic].result(timeout=60)
+        except Exception as err:  # noqa: BLE001 - e.g. no ALTER on the topic: say what to run instead
+            raise RescaleError(
+                f"PROGRESS_TOPIC={topic!r} has {have} partitions and {partitions} task partitions need one each; "
+                f"adding them failed ({err}): run `kafka-topics.sh --bootstrap-server {bootstrap} --alter --topic "
+                f"{topic} --partitions {partitions}`, then rescale again") from err
+        log.info("PROGRESS_TOPIC=%s: %d -> %d partitions", topic, have, partitions)
+    checkpoint.record_transactional_ids(store, prefix, partitions)
 
 
 def _remove_pins(location: str) -> None:
