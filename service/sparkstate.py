@@ -17,29 +17,47 @@ starts empty). There are two layouts, fixed per checkpoint (``JoinPlan.state_buc
 in ``changejoin-state.json``; a checkpoint written before buckets is per key).
 
 **In buckets** (``STATE_BUCKETS`` > 0, the default for a new checkpoint). Every state call of
-PySpark's ``transformWithState`` is a synchronous round trip to the JVM (~80-140 CPU-us on 2
-cores), and PySpark adds one more (it sets the grouping key) and an output Arrow batch per
-grouping key and call; grouped by key, a micro-batch pays all that for every key it touches. So
-every stage's grouping key is a bucket of its keys (``envelope.bucket_group``, the CRC-32 of the
-key's grouping bytes modulo the count), and per bucket (:class:`Buckets`, :class:`BucketState`):
+PySpark's ``transformWithState`` is a round trip to the JVM, and PySpark adds an output Arrow
+batch per grouping key and call; grouped by key, a micro-batch would pay that for every key it
+touches. So every stage's grouping key is a bucket of its keys (``envelope.bucket_of``, the CRC-32
+of the key's grouping bytes modulo the count; ``envelope.bucket_group`` its grouping key, placed by
+Spark on task ``b mod P``), and a bucket's calls go in batches (``statewire.py``: the bucket value
+and its touched keys' entries read in one round trip, every write sent without waiting). Nothing
+per bucket grows with the keys it holds past a fixed budget, so a call costs what it touches.
+Per bucket (:class:`Buckets`, :class:`BucketState`):
 
-- the value state :data:`BUCKET` (``"bucket"``): the pickle of ``(small, large, timers,
-  spark_timer)``: ``small`` = ``{key's grouping bytes: its value bytes}`` for the keys whose
-  value bytes are at most :data:`SMALL_VALUE_BYTES` long, all of them together at most
-  :data:`BUCKET_VALUE_BYTES` (the largest leave first), so one read and one write of the bucket
-  serve them all; ``large`` = ``{grouping bytes: None}``, the keys whose value is an entry of
-  :data:`KEYS` (a key stays large until it holds nothing, so a touched bucket never rewrites a
-  large key it did not touch); ``timers`` = ``{grouping bytes: (ts, ...)}`` every key's timers,
-  ascending; ``spark_timer``, the one Spark timer the bucket has registered: the earliest of them;
-- the map state :data:`KEYS` (``"keys"``): ``(grouping bytes,) -> (value bytes,)`` of the large keys;
+- the value state :data:`BUCKET` (``"bucket"``): the pickle of ``("b2", small, large, slots)``:
+  ``small`` = ``{key's grouping bytes: its value bytes}`` for the keys whose value bytes are at most
+  :data:`SMALL_VALUE_BYTES` long, keys and values together at most :data:`BUCKET_VALUE_BYTES` (the
+  largest leave first), so one read and one write of the bucket serve them all; ``large``, how many
+  keys have their value in an entry of :data:`KEYS` instead (a key stays large until it holds
+  nothing, so a touched bucket never rewrites a large key it did not touch; a key that is not
+  small is looked up there, in the same round trip as the others); ``slots``, ``{slot: chunks}`` of
+  the cleanup timers below;
+- the map state :data:`KEYS` (``"keys"``): the large keys' ``(grouping bytes,) -> (value bytes,)``,
+  and the bucket's timers: ``chunk_key(slot, n)`` -> the pickled ``[(key, ts, registered), ...]``
+  that one call registered (or deleted) at ``slot``, and for an exact slot ``count_key(slot)`` -> its
+  number of chunks. A timer at ``ts`` belongs to slot ``ts``; where the operator's timers only clean
+  state (``KeyedOperator.cleanup_grain``: state TTL), to the slot ``ts`` rounded up to the grain, a
+  deletion is not recorded (the cleanup finds nothing), and the chunk counts are in the bucket
+  value's ``slots`` (a few: TTL / grain). A slot with chunks has one Spark timer, at the slot, which
+  fires its keys' timers in time order (ties in key order), each key once (a cleanup slot: at its
+  latest time there); registering or firing a key's timer writes that key's chunk, never the
+  others';
 - in the join stage of a regular join, the map states :data:`JOIN_MAPS`: a split side's entries
   under ``map_key((grouping bytes, entry key))``.
 
+A bucket value of the first bucket layout, ``(small, large index, timers, spark_timer)`` (the index
+of every large key and every key's timers in the value, one Spark timer at their earliest), is read
+as it is and written in this one by the call that touches it: its timers become chunks, its
+Spark timer fires what was due by it (``BucketState.fire``). A checkpoint keeps the grouping keys
+it began with (``JoinPlan.bucket_keys``): those of the first layout are placed where Spark's hash
+of them falls.
+
 A key's *value bytes* are its value framed as in the per-key layout (below, :class:`KeyCodec`).
 Every choice depends only on the values, so a replayed micro-batch writes the same state. The
-keys of a bucket are run in the order of their grouping bytes; when the bucket's timer fires,
-every key's timer due by then is fired in time order (ties in key order), and one that a timer
-registers and is due already fires in the same call, as Flink's timer service does.
+keys of a bucket are run in the order of their grouping bytes; a timer that a timer registers and
+is due already fires in the same call, as Flink's timer service does.
 
 **Per key** (``STATE_BUCKETS=0``):
 
