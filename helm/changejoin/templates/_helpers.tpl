@@ -115,6 +115,184 @@ one the chart makes.
 {{- end -}}
 
 {{/*
+The parts of the driver's pod that the rescale Job's pod (rescale-job.yaml) runs with too, so that
+`changejoin rescale` sees exactly what `changejoin run` sees: the same image, environment, files,
+identity, security settings and placement. Each renders YAML without indentation, for nindent.
+*/}}
+
+{{/*
+Pod settings: the ServiceAccount, no service links, pull secrets, the pod security context.
+*/}}
+{{- define "changejoin.podSettings" -}}
+serviceAccountName: {{ include "changejoin.serviceAccountName" . }}
+enableServiceLinks: false
+{{- with .Values.priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- with .Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+securityContext:
+  {{- toYaml .Values.podSecurityContext | nindent 2 }}
+{{- end -}}
+
+{{/*
+Where the pod may be scheduled: where the driver may (a ReadWriteOnce checkpoint volume is
+attached on the driver's kind of node; object-store credentials may be bound to it).
+*/}}
+{{- define "changejoin.podPlacement" -}}
+{{- with .Values.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/*
+Container settings: the image, its pull policy, the container security context, and the
+service's environment: the ConfigMap and extraEnvFromSecrets, loaded whole.
+*/}}
+{{- define "changejoin.containerSettings" -}}
+image: {{ include "changejoin.image" . }}
+imagePullPolicy: {{ .Values.image.pullPolicy }}
+securityContext:
+  {{- toYaml .Values.containerSecurityContext | nindent 2 }}
+envFrom:
+  - configMapRef:
+      name: {{ include "changejoin.fullname" . }}-env
+  {{- range .Values.extraEnvFromSecrets }}
+  - secretRef:
+      name: {{ . }}
+  {{- end }}
+{{- end -}}
+
+{{/*
+The environment variables whose values come from Secrets (env entries with secretKeyRef);
+empty when there are none.
+*/}}
+{{- define "changejoin.secretEnv" -}}
+{{- $sasl := .Values.kafka.sasl -}}
+{{- $tls := .Values.kafka.tls -}}
+{{- $registry := .Values.schemaRegistry.basicAuth -}}
+{{- $lookupPassword := .Values.lookup.password -}}
+{{- if $sasl.existingSecret }}
+- name: KAFKA_CLIENT_SASL_USERNAME
+  valueFrom:
+    secretKeyRef:
+      name: {{ $sasl.existingSecret }}
+      key: {{ $sasl.usernameKey }}
+- name: KAFKA_CLIENT_SASL_PASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ $sasl.existingSecret }}
+      key: {{ $sasl.passwordKey }}
+{{- end }}
+{{- if and $tls.existingSecret $tls.keyPasswordKey }}
+- name: KAFKA_CLIENT_SSL_KEY_PASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ $tls.existingSecret }}
+      key: {{ $tls.keyPasswordKey }}
+{{- end }}
+{{- if $registry.existingSecret }}
+- name: SCHEMA_REGISTRY_BASIC_AUTH_USER_INFO
+  valueFrom:
+    secretKeyRef:
+      name: {{ $registry.existingSecret }}
+      key: {{ $registry.userInfoKey }}
+{{- end }}
+{{- if $lookupPassword.existingSecret }}
+# The lookup join's database password; the driver hands it to the Python workers.
+- name: RIGHT_LOOKUP_PASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ $lookupPassword.existingSecret }}
+      key: {{ $lookupPassword.passwordKey }}
+{{- end }}
+{{- end -}}
+
+{{/*
+The container's volume mounts: scratch space, the checkpoint volume, schema files, Kafka's TLS
+files and, in spark.mode=cluster, the executor pod template and Spark's RPC secret.
+*/}}
+{{- define "changejoin.volumeMounts" -}}
+- name: tmp
+  mountPath: /tmp
+- name: spark-local
+  mountPath: {{ include "changejoin.sparkLocalDir" . }}
+{{- if not .Values.checkpoint.uri }}
+- name: checkpoints
+  mountPath: {{ .Values.checkpoint.mountPath }}
+{{- end }}
+{{- if include "changejoin.mountSchemas" . }}
+- name: schemas
+  mountPath: {{ .Values.schemas.mountPath }}
+  readOnly: true
+{{- end }}
+{{- if .Values.kafka.tls.existingSecret }}
+- name: kafka-tls
+  mountPath: {{ include "changejoin.kafkaTlsDir" . }}
+  readOnly: true
+{{- end }}
+{{- if include "changejoin.clusterMode" . }}
+- name: spark-templates
+  mountPath: {{ include "changejoin.templatesDir" . }}
+  readOnly: true
+- name: spark-auth
+  mountPath: {{ include "changejoin.sparkAuthDir" . }}
+  readOnly: true
+{{- end }}
+{{- end -}}
+
+{{/*
+The pod's volumes behind changejoin.volumeMounts.
+*/}}
+{{- define "changejoin.volumes" -}}
+- name: tmp
+  emptyDir:
+    sizeLimit: {{ .Values.scratch.tmpSizeLimit }}
+- name: spark-local
+  emptyDir:
+    sizeLimit: {{ .Values.scratch.sparkLocalSizeLimit }}
+{{- if not .Values.checkpoint.uri }}
+- name: checkpoints
+  persistentVolumeClaim:
+    claimName: {{ include "changejoin.checkpointClaimName" . }}
+{{- end }}
+{{- if include "changejoin.mountSchemas" . }}
+- name: schemas
+  configMap:
+    name: {{ include "changejoin.schemasConfigMapName" . }}
+{{- end }}
+{{- with .Values.kafka.tls.existingSecret }}
+- name: kafka-tls
+  secret:
+    secretName: {{ . }}
+    defaultMode: 0440
+{{- end }}
+{{- if include "changejoin.clusterMode" . }}
+- name: spark-templates
+  configMap:
+    name: {{ include "changejoin.fullname" . }}-executor-template
+- name: spark-auth
+  secret:
+    secretName: {{ include "changejoin.sparkAuthSecretName" . }}
+    items:
+      - key: {{ .Values.spark.authenticate.secretKey }}
+        path: {{ .Values.spark.authenticate.secretKey }}
+    defaultMode: 0440
+{{- end }}
+{{- end -}}
+
+{{/*
 Checks of combinations that the JSON schema does not express well; rendered (as nothing)
 by the Deployment so that every install, upgrade, template and lint runs them.
 */}}
