@@ -11,6 +11,7 @@ Without helm the tests are skipped on a developer machine, but fail when CI is s
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
@@ -146,9 +147,11 @@ def test_notes_render(helm, name):
         assert "Join: orders + PostgreSQL table crm.customers (lookup join) -> orders-enriched" in notes
 
 
-def test_every_template_file_renders_somewhere(rendered):
-    """No template is dead: each one produces an object for at least one values file."""
+def test_every_template_file_renders_somewhere(helm, rendered):
+    """No template is dead: each one produces an object for at least one values file (the rescale
+    Job with rescale.partitions, which the values files leave unset)."""
     kinds = {(d["kind"], d["metadata"]["name"]) for docs in rendered.values() for d in docs}
+    kinds |= _names(template(helm, values_file("secure"), sets=("replicas=0", "rescale.partitions=8"))[1])
     expected = {
         ("Deployment", FULLNAME), ("ConfigMap", f"{FULLNAME}-env"),
         ("ConfigMap", f"{FULLNAME}-schemas"), ("ConfigMap", f"{FULLNAME}-executor-template"),
@@ -158,6 +161,7 @@ def test_every_template_file_renders_somewhere(rendered):
         ("ServiceMonitor", FULLNAME), ("PodDisruptionBudget", FULLNAME),
         ("NetworkPolicy", f"{FULLNAME}-driver"), ("Secret", f"{FULLNAME}-spark-auth"),
         ("ConfigMap", f"{FULLNAME}-dashboard"), ("PrometheusRule", FULLNAME),
+        ("Job", f"{FULLNAME}-rescale"), ("NetworkPolicy", f"{FULLNAME}-rescale"),
     }
     assert expected <= kinds, expected - kinds
 
@@ -896,6 +900,7 @@ def test_values_yaml_matches_schema_keys():
     lookup = schema["properties"]["lookup"]["properties"]
     assert set(values["lookup"]) == set(lookup)
     assert set(values["lookup"]["password"]) == set(lookup["password"]["properties"])
+    assert set(values["rescale"]) == set(schema["properties"]["rescale"]["properties"])
 
 
 def _documented_keys(lines: list[str], indent: int) -> dict[str, bool]:
@@ -938,6 +943,21 @@ def test_values_yaml_documents_the_lookup_keys():
     password = _documented_keys(lines[start:end], 4)
     assert password == {"existingSecret": True, "passwordKey": True}
     assert "`lookup.password`" in readme and "`lookup.password.existingSecret`" in readme
+
+
+def test_values_yaml_documents_the_rescale_keys():
+    """Each rescale key of values.yaml has its own "# --" comment; the README names each and
+    explains the upgrade path (docs/operations.md#rescaling)."""
+    text = (CHART / "values.yaml").read_text()
+    readme = (CHART / "README.md").read_text()
+    lines = text.splitlines()
+    start = lines.index("rescale:")
+    end = next(n for n in range(start + 1, len(lines)) if re.match(r"^[a-zA-Z#]", lines[n]))
+    keys = _documented_keys(lines[start:end], 2)
+    assert keys == {key: True for key in yaml.safe_load(text)["rescale"]}
+    for key in keys:
+        assert f"`rescale.{key}`" in readme, f"README.md does not mention rescale.{key}"
+    assert "operations.md#rescaling" in readme
 
 
 # --------------------------------------------------------------------------------------------
@@ -1195,3 +1215,244 @@ def test_exactly_once_values_become_the_services_variables(helm, tmp_path):
     bad.write_text(yaml.safe_dump({"config": {"delivery": "twice"}}))
     proc, _ = template(helm, values_file("default"), str(bad), check=False)
     assert proc.returncode != 0 and "delivery" in proc.stderr
+
+
+# --------------------------------------------------------------------------------------------
+# the rescale Job (rescale.partitions: `changejoin rescale --partitions N`, docs/operations.md#rescaling)
+
+RESCALE = ("replicas=0", "rescale.partitions=8")
+RESCALE_JOB = f"{FULLNAME}-rescale"
+# Pod settings the driver and the Job share, set so that their equality says something.
+POD_SETTINGS = ("priorityClassName=streaming-high", "nodeSelector.zone=eu-1a", "podLabels.team=data",
+                "podAnnotations.example\\.com/owner=data", "tolerations[0].key=dedicated",
+                "tolerations[0].operator=Exists")
+
+
+def rescale_pod(docs: list[dict]) -> tuple[dict, dict]:
+    """The rescale Job's pod spec and its one container."""
+    pod = one(docs, "Job", RESCALE_JOB)["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    return pod, container
+
+
+def test_no_rescale_job_unless_rescale_partitions(helm, rendered):
+    for name, docs in rendered.items():
+        assert by_kind(docs, "Job") == [], name
+        assert not [d for d in docs if d["metadata"]["name"].endswith("-rescale")], name
+    _, stopped = template(helm, values_file("default"), sets=("replicas=0", "networkPolicy.enabled=true"))
+    assert by_kind(stopped, "Job") == []
+    assert [d["metadata"]["name"] for d in by_kind(stopped, "NetworkPolicy")] == [f"{FULLNAME}-driver"]
+    _, unset = template(helm, values_file("default"), sets=("replicas=0", "rescale.partitions=null"))
+    assert by_kind(unset, "Job") == []
+
+
+@pytest.mark.parametrize("name", VALUES_FILES)
+def test_rescale_job_runs_with_the_drivers_pod(helm, name):
+    """The Job's pod is the driver's in all the service reads: image, environment (the same
+    ConfigMap and Secrets), volumes and mounts, identity, security contexts, placement."""
+    import kubernetes_validate
+
+    _, driver_docs = template(helm, values_file(name), sets=POD_SETTINGS)
+    _, docs = template(helm, values_file(name), sets=RESCALE + POD_SETTINGS)
+    job = one(docs, "Job", RESCALE_JOB)
+    kubernetes_validate.validate(job, KUBE_VERSION, strict=True)
+    assert env_configmap(docs) == env_configmap(driver_docs)  # the environment, whole
+
+    deployment = one(docs, "Deployment")
+    assert deployment["spec"]["replicas"] == 0
+    driver_pod = deployment["spec"]["template"]["spec"]
+    driver = driver_container(docs)
+    pod, container = rescale_pod(docs)
+    for key in ("image", "imagePullPolicy", "securityContext", "envFrom", "volumeMounts", "resources"):
+        assert container[key] == driver[key], key
+    assert pod["volumes"] == driver_pod["volumes"]
+    for key in ("serviceAccountName", "enableServiceLinks", "priorityClassName", "imagePullSecrets",
+                "securityContext", "nodeSelector", "tolerations", "affinity"):
+        assert pod.get(key) == driver_pod.get(key), key
+    assert pod["enableServiceLinks"] is False and pod["priorityClassName"] == "streaming-high"
+    _assert_restricted(pod, container)
+    driver_template = deployment["spec"]["template"]["metadata"]
+    job_template = job["spec"]["template"]["metadata"]
+    assert job_template["labels"]["team"] == "data"
+    assert job_template["annotations"] == {"example.com/owner": "data"}
+
+    # Secrets come in as they do for the driver; in cluster mode Spark runs in the pod.
+    def secret_refs(c):
+        return [e for e in c.get("env", []) if "secretKeyRef" in e.get("valueFrom", {})]
+
+    assert secret_refs(container) == secret_refs(driver)
+    plain = {e["name"]: e["value"] for e in container.get("env", []) if "value" in e}
+    assert not [e for e in container.get("env", []) if "fieldRef" in e.get("valueFrom", {})]
+    if name == "cluster":
+        assert plain == {"SPARK_MASTER": "local[*]", "SPARK_CONF_spark_driver_host": "127.0.0.1",
+                         "SPARK_CONF_spark_authenticate": "false", "SPARK_CONF_spark_network_crypto_enabled": "false"}
+    else:
+        assert plain == {}
+    assert all(_accepted(n) for n in {e["name"] for e in container.get("env", [])})
+
+    # The command, and a Job that runs once.
+    assert container["name"] == "rescale"
+    assert container["command"] == ["changejoin", "rescale", "--partitions", "8"]
+    assert "ports" not in container and "livenessProbe" not in container
+    assert pod["restartPolicy"] == "Never" and pod["automountServiceAccountToken"] is False
+    assert job["spec"]["backoffLimit"] == 1 and job["spec"]["ttlSecondsAfterFinished"] == 86400
+    assert job["spec"]["podFailurePolicy"]["rules"] == [{"action": "FailJob", "onExitCodes": {
+        "containerName": "rescale", "operator": "In", "values": [2]}}]  # a refusal is not retried
+    assert job["metadata"]["annotations"] == {"helm.sh/hook": "post-install,post-upgrade",
+                                              "helm.sh/hook-delete-policy": "before-hook-creation"}
+    # Not the driver: neither the Deployment, its Services, its PDB nor its NetworkPolicy select it.
+    assert job_template["labels"]["app.kubernetes.io/component"] == "rescale"
+    assert not deployment["spec"]["selector"]["matchLabels"].items() <= job_template["labels"].items()
+    assert deployment["spec"]["selector"]["matchLabels"].items() <= driver_template["labels"].items()
+    for svc in by_kind(docs, "Service"):
+        assert not svc["spec"]["selector"].items() <= job_template["labels"].items()
+
+
+def test_rescale_job_takes_its_own_resources(helm):
+    _, docs = template(helm, values_file("cluster"), sets=RESCALE + (
+        "rescale.resources.limits.memory=16Gi", "rescale.resources.requests.cpu=4",
+        "rescale.backoffLimit=0", "rescale.ttlSecondsAfterFinished=600"))
+    _, container = rescale_pod(docs)
+    assert container["resources"] == {"limits": {"memory": "16Gi"}, "requests": {"cpu": 4}}
+    assert driver_container(docs)["resources"]["limits"]["memory"] == "4Gi"
+    spec = one(docs, "Job", RESCALE_JOB)["spec"]
+    assert (spec["backoffLimit"], spec["ttlSecondsAfterFinished"]) == (0, 600)
+
+
+@pytest.mark.parametrize("sets, message", [
+    (("rescale.partitions=8",),
+     "rescale.partitions=8 needs replicas=0: the driver must be stopped before its checkpoint is rewritten; "
+     "upgrade with replicas=0 first, wait until its pod is gone, then with replicas=0 and rescale.partitions=8 "
+     "(docs/operations.md#rescaling)"),
+    (("replicas=1", "rescale.partitions=3"), "rescale.partitions=3 needs replicas=0"),
+    (RESCALE + ("extraEnv.STATE_BUCKETS=4",),
+     "rescale.partitions=8: the state is kept in extraEnv.STATE_BUCKETS=4 buckets, at most one task each: at most 4"),
+    (("replicas=0", "rescale.partitions=4", "extraEnv.STATE_BUCKETS=4"), None),
+    (("replicas=0", "rescale.partitions=300", "extraEnv.STATE_BUCKETS=0"), None),  # one key per grouping key
+    (("replicas=0", "rescale.partitions=1"), None),
+    (("replicas=0", "rescale.partitions=10000"), None),
+])
+def test_rescale_template_checks(helm, sets, message):
+    """Refused unless the driver is stopped (replicas 0), and beyond STATE_BUCKETS when extraEnv sets it."""
+    args = ["template", RELEASE, str(CHART), "--namespace", NAMESPACE, "--kube-version", KUBE_VERSION,
+            "-f", values_file("default")]
+    for s in sets:
+        args += ["--set-string" if s.startswith("extraEnv.") else "--set", s]  # extraEnv holds strings
+    proc = helm_tool.run_helm(*args)
+    if message is None:
+        assert proc.returncode == 0, proc.stderr
+        docs = [d for d in yaml.safe_load_all(proc.stdout) if d]
+        partitions = next(s.split("=")[1] for s in sets if s.startswith("rescale.partitions="))
+        assert rescale_pod(docs)[1]["command"] == ["changejoin", "rescale", "--partitions", partitions]
+    else:
+        assert proc.returncode != 0
+        assert message in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "10001", "eight", "2.5", "true"])
+def test_schema_bounds_rescale_partitions(helm, value):
+    proc, _ = template(helm, values_file("default"), sets=("replicas=0", f"rescale.partitions={value}"), check=False)
+    assert proc.returncode != 0, value
+    assert "schema" in proc.stderr.lower() and "rescale/partitions" in proc.stderr, proc.stderr
+
+
+def test_rescale_partitions_bound_is_the_services():
+    """The schema's range of rescale.partitions is SHUFFLE_PARTITIONS' (service.config)."""
+    from service import config
+
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    partitions = schema["properties"]["rescale"]["properties"]["partitions"]
+    assert (partitions["minimum"], partitions["maximum"]) == (1, config.MAX_SHUFFLE_PARTITIONS)
+    field = config.Settings.model_fields["shuffle_partitions"]
+    bounds = {type(m).__name__: m for m in field.metadata}
+    assert (bounds["Ge"].ge, bounds["Le"].le) == (1, config.MAX_SHUFFLE_PARTITIONS)
+
+
+def _pod(name: str, component: str, instance: str = RELEASE) -> dict:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": NAMESPACE, "labels": {
+        "app.kubernetes.io/name": "changejoin", "app.kubernetes.io/instance": instance,
+        "app.kubernetes.io/component": component}}}
+
+
+@pytest.mark.parametrize("pods, refused", [
+    ([], None),
+    ([_pod("orders-changejoin-7d9f8-x2kq4", "driver")], "orders-changejoin-7d9f8-x2kq4"),
+    # Another release's driver, this release's executors and an earlier rescale Job's pod: not the driver.
+    ([_pod("other-changejoin-5c6d7-abcde", "driver", "other"), _pod("orders-changejoin-exec-1", "executor"),
+      _pod("orders-changejoin-rescale-q8x7z", "rescale")], None),
+])
+def test_rescale_waits_until_the_driver_pod_is_gone(helm, pods, refused):
+    """At install and upgrade the chart looks the release's pods up: replicas 0 stops the driver, but
+    its pod finishes its micro-batch first, and an object-store checkpoint has no lock that would stop
+    a rescale beside it. Rendered against a fake API server that lists the pods given."""
+    from kube_api_fake import FakeKubeApi
+
+    with FakeKubeApi(pods) as api:
+        proc = helm_tool.run_helm(
+            "template", RELEASE, str(CHART), "--namespace", NAMESPACE, "-f", values_file("cluster"),
+            "--set", "replicas=0", "--set", "rescale.partitions=8",
+            "--dry-run=server", "--disable-openapi-validation", kubeconfig=str(api.kubeconfig))
+    assert f"/api/v1/namespaces/{NAMESPACE}/pods" in api.requests
+    if refused is None:
+        assert proc.returncode == 0, proc.stderr
+        assert rescale_pod([d for d in yaml.safe_load_all(proc.stdout) if d])[1]["command"][-1] == "8"
+    else:
+        assert proc.returncode != 0
+        assert (f"rescale.partitions=8: the driver pod {refused} is still there (it finishes its micro-batch first): "
+                f"wait until it is gone (kubectl -n {NAMESPACE} wait --for=delete pod/{refused} --timeout=10m), "
+                "then upgrade again") in proc.stderr, proc.stderr
+
+
+def test_rescale_network_policy(helm):
+    """With networkPolicy.enabled the Job's pod takes no traffic and reaches what the driver reaches."""
+    import kubernetes_validate
+
+    _, docs = template(helm, values_file("secure"), sets=RESCALE)
+    policy = one(docs, "NetworkPolicy", RESCALE_JOB)
+    kubernetes_validate.validate(policy, KUBE_VERSION, strict=True)
+    labels = one(docs, "Job", RESCALE_JOB)["spec"]["template"]["metadata"]["labels"]
+    assert policy["spec"]["podSelector"]["matchLabels"].items() <= labels.items()
+    assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"] and "ingress" not in policy["spec"]
+    driver = one(docs, "NetworkPolicy", f"{FULLNAME}-driver")
+    assert policy["spec"]["egress"] == driver["spec"]["egress"]  # DNS and networkPolicy.egress
+    assert not driver["spec"]["podSelector"]["matchLabels"].items() <= labels.items()
+
+
+def test_rescale_notes(helm):
+    proc = helm_tool.run_helm("install", RELEASE, str(CHART), "--namespace", NAMESPACE, "-f", values_file("default"),
+                              "--set", "replicas=0", "--set", "rescale.partitions=8", "--dry-run=client", check=True)
+    notes = proc.stdout[proc.stdout.index("NOTES:"):]
+    assert f"kubectl -n {NAMESPACE} logs job/{RESCALE_JOB}" in notes
+    assert "config.shufflePartitions=8 (or null) and rescale.partitions unset" in notes
+
+
+def test_rescale_job_starts_spark_in_its_pod(helm, tmp_path):
+    """In spark.mode=cluster the Job's environment (the driver's ConfigMap, then its own entries)
+    starts Spark locally: the ConfigMap alone names the stopped driver's Service as spark.driver.host
+    (Spark cannot bind to it) and a secret file Spark refuses outside Kubernetes. A fresh process,
+    with the files the pod mounts stood in for."""
+    import subprocess
+    import sys
+
+    _, docs = template(helm, values_file("cluster"), sets=RESCALE)
+    _, container = rescale_pod(docs)
+    env = dict(env_configmap(docs))
+    env.update({e["name"]: e["value"] for e in container["env"] if "value" in e})
+    secret = tmp_path / "spark-auth"
+    secret.write_text("s" * 64)
+    for key, value in env.items():
+        if value.startswith("/etc/changejoin/spark-auth/"):
+            env[key] = str(secret)
+    env["CHECKPOINT_LOCATION"] = str(tmp_path / "checkpoint")
+    script = ("import json, os\n"
+              "from service.config import load_settings\n"
+              "from service.session import spark_session\n"
+              "spark = spark_session(load_settings(json.loads(os.environ['RESCALE_ENV'])))\n"
+              "print(spark.sparkContext.master, spark.range(100).repartition(4).selectExpr('sum(id)').first()[0])\n"
+              "spark.stop()\n")
+    process_env = {k: v for k, v in os.environ.items() if not k.startswith(("SPARK_", "PYSPARK_"))}
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                          env={**process_env, "RESCALE_ENV": json.dumps(env)}, cwd=str(helm_tool.REPO_ROOT))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    master, total = proc.stdout.split()[-2:]
+    assert master.startswith("local[*") and total == "4950", proc.stdout

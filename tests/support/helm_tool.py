@@ -31,7 +31,7 @@ class HelmUnavailable(RuntimeError):
     """helm could not be found or installed."""
 
 
-def helm_env() -> dict[str, str]:
+def helm_env(kubeconfig: str | None = None) -> dict[str, str]:
     """Environment for running helm: its state directories inside the repository cache."""
     home = CACHE_DIR / "home"
     env = dict(os.environ)
@@ -39,8 +39,9 @@ def helm_env() -> dict[str, str]:
         HELM_CACHE_HOME=str(home / "cache"),
         HELM_CONFIG_HOME=str(home / "config"),
         HELM_DATA_HOME=str(home / "data"),
-        # No cluster is contacted (template/lint only), but make sure no kubeconfig is read.
-        KUBECONFIG=os.devnull,
+        # No cluster is contacted (template/lint only) but a fake one a test names
+        # (kube_api_fake.py); make sure no other kubeconfig is read.
+        KUBECONFIG=kubeconfig or os.devnull,
     )
     return env
 
@@ -107,11 +108,12 @@ def helm_path() -> Path:
     return target
 
 
-def run_helm(*args: str, check: bool = False, timeout: float = 120) -> subprocess.CompletedProcess:
-    """Run helm with the repository-local state directories."""
+def run_helm(*args: str, check: bool = False, timeout: float = 120,
+             kubeconfig: str | None = None) -> subprocess.CompletedProcess:
+    """Run helm with the repository-local state directories (and ``kubeconfig``'s cluster, if given)."""
     proc = subprocess.run(
         [str(helm_path()), *args],
-        capture_output=True, text=True, timeout=timeout, env=helm_env(),
+        capture_output=True, text=True, timeout=timeout, env=helm_env(kubeconfig),
     )
     if check and proc.returncode != 0:
         raise AssertionError(f"helm {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr}")

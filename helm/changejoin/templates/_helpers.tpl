@@ -41,6 +41,12 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/component: executor
 {{- end -}}
 
+{{- define "changejoin.rescaleSelectorLabels" -}}
+app.kubernetes.io/name: {{ include "changejoin.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: rescale
+{{- end -}}
+
 {{/*
 Common labels (no component: each object adds its own where it matters).
 */}}
@@ -319,6 +325,7 @@ by the Deployment so that every install, upgrade, template and lint runs them.
 {{- fail "set schemas.files or schemas.existingConfigMap, not both" -}}
 {{- end -}}
 {{- include "changejoin.validateSchemaFiles" . -}}
+{{- include "changejoin.validateRescale" . -}}
 {{- if and .Values.checkpoint.uri .Values.checkpoint.existingClaim -}}
 {{- fail "set checkpoint.uri or checkpoint.existingClaim, not both" -}}
 {{- end -}}
@@ -392,6 +399,34 @@ Otherwise the pod would start and stop at once on "LEFT_SCHEMA_FILE: no such fil
 {{- end -}}
 {{- else -}}
 {{- fail (printf "config.%s=%s: no schema file is mounted: put the schema in schemas.files as %s (or name a ConfigMap holding it in schemas.existingConfigMap)" $key $path $name) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+Checks of rescale.partitions (the rescale Job, rescale-job.yaml): `changejoin rescale` needs the
+service stopped. replicas: 0 stops it; the driver's pod may still be finishing its micro-batch,
+so at install and upgrade (not helm template or lint, which see no cluster) a driver pod of this
+release that still exists refuses it too: a checkpoint on an object store (checkpoint.uri) has no
+lock that would stop the rescale beside a running driver. STATE_BUCKETS, when extraEnv sets it,
+bounds the count as the service does (at most one task per bucket; 0: no buckets, no bound).
+*/}}
+{{- define "changejoin.validateRescale" -}}
+{{- with .Values.rescale.partitions -}}
+{{- $n := int . -}}
+{{- if ne (int $.Values.replicas) 0 -}}
+{{- fail (printf "rescale.partitions=%d needs replicas=0: the driver must be stopped before its checkpoint is rewritten; upgrade with replicas=0 first, wait until its pod is gone, then with replicas=0 and rescale.partitions=%d (docs/operations.md#rescaling)" $n $n) -}}
+{{- end -}}
+{{- $buckets := int (get $.Values.extraEnv "STATE_BUCKETS" | default 0) -}}
+{{- if and (gt $buckets 0) (gt $n $buckets) -}}
+{{- fail (printf "rescale.partitions=%d: the state is kept in extraEnv.STATE_BUCKETS=%d buckets, at most one task each: at most %d" $n $buckets $buckets) -}}
+{{- end -}}
+{{- $pods := lookup "v1" "Pod" $.Release.Namespace "" -}}
+{{- range $pod := ($pods.items | default list) -}}
+{{- $labels := $pod.metadata.labels | default dict -}}
+{{- if and (eq (get $labels "app.kubernetes.io/instance") $.Release.Name) (eq (get $labels "app.kubernetes.io/name") (include "changejoin.name" $)) (eq (get $labels "app.kubernetes.io/component") "driver") -}}
+{{- fail (printf "rescale.partitions=%d: the driver pod %s is still there (it finishes its micro-batch first): wait until it is gone (kubectl -n %s wait --for=delete pod/%s --timeout=10m), then upgrade again" $n $pod.metadata.name $.Release.Namespace $pod.metadata.name) -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
