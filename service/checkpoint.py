@@ -411,12 +411,15 @@ class CheckpointFile:
         """The shuffle partitions Spark fixed for this checkpoint (``spark.sql.shuffle.partitions``
         in the newest ``offsets/<batch>`` file's metadata line; Spark uses it over the session's on
         every restart), or None before the first micro-batch."""
+        newest = self.newest_batch("offsets")
+        return None if newest is None else self.batch_partitions(newest)
+
+    def batch_partitions(self, batch_id: int) -> int | None:
+        """The shuffle partitions micro-batch ``batch_id`` was planned with, or None."""
         from .session import SHUFFLE_PARTITIONS
 
-        newest = self._newest_offsets()
-        if newest is None:
-            return None
-        for line in newest.splitlines()[1:2]:
+        entry = self.batch_offsets(batch_id)
+        for line in (entry or "").splitlines()[1:2]:
             value = json.loads(line).get("conf", {}).get(SHUFFLE_PARTITIONS)
             return int(value) if value is not None else None
         return None
@@ -474,23 +477,6 @@ class CheckpointFile:
             return "\n".join(iter(reader.readLine, None))
         finally:
             stream.close()
-
-    def last_batches(self) -> tuple[int | None, int | None]:
-        """The newest micro-batch Spark planned (``offsets/N``) and the newest it committed
-        (``commits/N``); None where there is none."""
-        return self._newest("offsets"), self._newest("commits")
-
-    def _newest(self, folder: str) -> int | None:
-        if self._local:
-            directory = os.path.join(self._dir, folder)
-            names = [n for n in os.listdir(directory) if n.isdigit()] if os.path.isdir(directory) else []
-        else:
-            jvm = self._spark._jvm
-            path = jvm.org.apache.hadoop.fs.Path(self.location.rstrip("/") + "/" + folder)
-            fs = path.getFileSystem(self._spark._jsc.hadoopConfiguration())
-            names = [st.getPath().getName() for st in fs.listStatus(path)] if fs.exists(path) else []
-            names = [n for n in names if n.isdigit()]
-        return max(map(int, names)) if names else None
 
     def has_state(self) -> bool:
         """Spark has committed at least one micro-batch here."""

@@ -36,11 +36,14 @@ class RescaleError(PlanError):
 
 def rescale(settings: Settings, plan, partitions: int, spark_session=None) -> str:
     """Rescale the checkpoint ``settings`` names to ``partitions`` tasks; returns what was done, one
-    line. ``plan``: the join's plan as the planner builds it (its buckets are the checkpoint's)."""
+    line. ``plan``: the join's plan as the planner builds it; ``spark_session``: a callable giving
+    the Spark session (by default one started with the service's properties, when first needed)."""
     location = settings.checkpoint_location
-    store = checkpoint.CheckpointFile(location, spark_session)
+    session = spark_session or _lazily(lambda: _spark(settings))
+    store = checkpoint.CheckpointFile(location, session)
     stored = store.read()
-    if stored is None or not store.has_state():
+    committed = store.newest_batch("commits")
+    if stored is None or committed is None:
         raise RescaleError(f"CHECKPOINT_LOCATION={location} holds no committed micro-batch: a new checkpoint takes "
                            f"SHUFFLE_PARTITIONS={partitions} at its first micro-batch, nothing to rescale")
     buckets = stored["facts"].get("state_buckets", 0)
@@ -49,27 +52,47 @@ def rescale(settings: Settings, plan, partitions: int, spark_session=None) -> st
                            f"(STATE_BUCKETS), at most one task each: at most --partitions {buckets}")
     lock = checkpoint.CheckpointLock(location).acquire("changejoin rescale")
     try:
-        was = store.shuffle_partitions()
-        if was == partitions:
+        was = store.batch_partitions(committed)
+        planned = store.pending_batch()
+        if planned is not None:
+            # Spark's repartition plans its own micro-batch (offsets, then state, then commit): one
+            # stopped half way is finished by the same count, and refused by another.
+            interrupted = store.batch_partitions(planned)
+            if interrupted == was:
+                raise RescaleError(
+                    f"CHECKPOINT_LOCATION={location}: micro-batch {planned} was started and not committed (the service "
+                    f"stopped in it): run `changejoin run` until it logs 'batch {planned} committed', stop it with "
+                    "SIGTERM (it stops after the micro-batch in flight), then rescale")
+            if interrupted != partitions:
+                raise RescaleError(
+                    f"CHECKPOINT_LOCATION={location}: a rescale to {interrupted} task partitions was interrupted: finish "
+                    f"it first with `changejoin rescale --partitions {interrupted}`, then rescale to {partitions}")
+        elif was == partitions:
             return f"CHECKPOINT_LOCATION={location} has {partitions} task partitions already: nothing to do"
-        planned, committed = store.last_batches()
-        if planned != committed:
-            raise RescaleError(
-                f"CHECKPOINT_LOCATION={location}: micro-batch {planned} was started and not committed (the service "
-                f"stopped in it): run `changejoin run` until it logs 'batch {planned} committed', stop it with "
-                "SIGTERM (it stops after the micro-batch in flight), then rescale")
         started = time.monotonic()
         if settings.exactly_once:
             _prepare_delivery(settings, store, was or settings.shuffle_partitions, partitions)
-        spark = spark_session() if spark_session else _spark(settings)
-        spark._jsparkSession.streamingCheckpointManager().repartition(location, partitions, True)
+        session()._jsparkSession.streamingCheckpointManager().repartition(location, partitions, True)
         checkpoint.record_task_partitions(store, partitions)
         _remove_pins(location)
-        return (f"CHECKPOINT_LOCATION={location}: {was} -> {partitions} task partitions, state rewritten by Spark "
+        return (f"CHECKPOINT_LOCATION={location}: {was} -> {partitions} task partitions"
+                f"{' (an interrupted rescale finished)' if planned is not None else ''}, state rewritten by Spark "
                 f"in {time.monotonic() - started:.1f} s; start the service with SHUFFLE_PARTITIONS unset or "
                 f"{partitions}")
     finally:
         lock.release()
+
+
+def _lazily(make):
+    """``make``, called once, when first asked for."""
+    made = []
+
+    def get():
+        if not made:
+            made.append(make())
+        return made[0]
+
+    return get
 
 
 def _spark(settings: Settings):
