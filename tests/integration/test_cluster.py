@@ -67,7 +67,23 @@ def killed_executor_network_error(line: str, killed_ports: set) -> bool:
 
 START_TIMEOUT_S = 300.0
 CATCH_UP_TIMEOUT_S = 300.0
+TASKS = 8  # task partitions (SHUFFLE_PARTITIONS), over two executors
+BALANCE_KEYS = 4_000  # join keys of the last phase's one micro-batch: every bucket in every reading task
 
+
+def join_stage_reads(s: "ClusterService", batch: int) -> dict[int, int]:
+    """{task partition: shuffle records read} of micro-batch ``batch``'s stateful join stage (the
+    stage of its job that reads the shuffle on every task partition), from the driver's REST API
+    (Spark's task metrics)."""
+    jobs = [j for j in s.api("jobs?status=succeeded") if re.search(rf"\bbatch = {batch}\b", j.get("description", ""))]
+    stages = [st for st in s.api("stages?status=complete") if any(st["stageId"] in j["stageIds"] for j in jobs)
+              and st["numTasks"] == TASKS and st.get("shuffleReadRecords", 0) > 0]
+    assert stages, (f"no join stage of batch {batch} in the driver's REST API; jobs "
+                    f"{[(j['jobId'], j.get('description')) for j in s.api('jobs')][-6:]}")
+    stage = stages[0]
+    tasks = s.api(f"stages/{stage['stageId']}/{stage['attemptId']}/taskList?length=1000")
+    return {t["index"]: t["taskMetrics"]["shuffleReadMetrics"]["recordsRead"] for t in tasks
+            if t["status"] == "SUCCESS"}
 
 class ClusterService(ServiceProcess):
     """The service process, with the driver's REST API (its UI, on loopback) to see its executors."""
@@ -108,7 +124,7 @@ def test_left_join_on_a_standalone_cluster_survives_a_killed_executor(
         shutil.copy(SCHEMAS / name, schema_dir / name)
     ui_port = free_port()
     h = JoinHarness(kafka_bootstrap, None, tmp_path, new_topic, PARTITIONS, **service_env(
-        SPARK_MASTER=cluster.url,
+        SPARK_MASTER=cluster.url, SHUFFLE_PARTITIONS=str(TASKS),
         MAX_RECORDS_PER_TRIGGER="40",  # several micro-batches per phase, so that the kill lands mid-stream
         DELIVERY="exactly-once",  # an executor killed mid-produce: its transaction is aborted, not replayed
         LEFT_SCHEMA_FILE=str(schema_dir / "orders.avsc"), RIGHT_SCHEMA_FILE=str(schema_dir / "prices.avsc"),
@@ -217,8 +233,28 @@ def test_left_join_on_a_standalone_cluster_survives_a_killed_executor(
         driver_log = svc.log_path.read_text(errors="replace")
         stages = svc.api("stages?status=complete")
         assert svc.stop() == 0, f"graceful stop failed; log tail:\n{svc.log_tail()}"
+
+        # Phase 3: balanced tasks. One micro-batch of orders of many new products, read by a
+        # task per input partition, reaches every bucket from each: Spark's task metrics show
+        # every join task reading as many rows (bucket packs) as the others, within 1.15x.
+        schema_dir.mkdir()
+        for name in ("orders.avsc", "prices.avsc"):
+            shutil.copy(SCHEMAS / name, schema_dir / name)
+        svc.env = {**svc.env, "MAX_RECORDS_PER_TRIGGER": "100000"}
+        base = 10**6
+        h.send_orders([("+I", {"order_id": base + i, "product": f"balance-{i}", "quantity": 1}, i % PARTITIONS)
+                       for i in range(BALANCE_KEYS)])
+        log.sent["orders"].update(i % PARTITIONS for i in range(BALANCE_KEYS))
+        balance_batch = svc.next_batch()
+        svc.start()
+        drive({svc: caught_up(log.sent)}, "the balance phase's micro-batch to be joined", START_TIMEOUT_S)
+        reads = join_stage_reads(svc, balance_batch)
+        assert svc.stop() == 0, f"graceful stop failed; log tail:\n{svc.log_tail()}"
     finally:
         svc.close()
+    assert sorted(reads) == list(range(TASKS)), reads
+    mean = sum(reads.values()) / TASKS
+    assert max(reads.values()) <= 1.15 * mean, f"unbalanced join tasks: {reads}"
 
     lost_executor = re.findall(rf"Lost executor {killed['executor']}\b", driver_log)
     # "[batchId = B] Lost task 1.0 in stage 21.0 (TID 53) (127.0.0.1 executor 1): ExecutorLostFailure ..."
@@ -260,4 +296,5 @@ def test_left_join_on_a_standalone_cluster_survives_a_killed_executor(
             context += [*lines[i:i + 10], "..."]
     assert not noise, "\n".join(noise) + "\n--- in context:\n" + "\n".join(context[:300])
     assert not consume_all(kafka_bootstrap, svc.settings_dlq), "dead letters"
-    assert retract_table(kept) == log.retract_table(), f"phase 2: not the expected table; {summary}"
+    expected = log.retract_table() + Counter({(base + i, f"balance-{i}", 1, None): 1 for i in range(BALANCE_KEYS)})
+    assert retract_table(kept) == expected, f"not the expected table; {summary}"
