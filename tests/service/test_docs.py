@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 MAP_HEADING = "## Map of the code"
 # Packages whose modules the map names one by one.
-LISTED = ("service", "operators")
+LISTED = ("service", "operators", "expressions")
 # Not modules with a job of their own: a package marker (a package is named by its folder, or its
 # modules are) and the ``python -m`` shim (``service/__main__.py`` only calls ``cli.main``).
 NOT_MODULES = {"__init__.py", "__main__.py"}

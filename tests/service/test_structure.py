@@ -241,7 +241,7 @@ def test_every_package_is_in_the_wheel():
     root = SERVICE.parent
     found = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
     shipped = set(find_packages(where=str(root), include=found["include"]))
-    packages = {".".join(p.parent.relative_to(root).parts) for top in ("operators", "service", "devkit")
+    packages = {".".join(p.parent.relative_to(root).parts) for top in ("expressions", "operators", "service", "devkit")
                 for p in (root / top).rglob("__init__.py")}
     assert packages == shipped
 
