@@ -439,7 +439,7 @@ _register("NULLIF", _infer_nullif, None, strict=False, arity=(2, 2), signature="
 
 # -- CAST ---------------------------------------------------------------------------------------------
 _CAST_TARGETS = ("BOOLEAN", "TINYINT", "SMALLINT", "INT", "BIGINT", "FLOAT", "DOUBLE", "DECIMAL", "CHAR", "VARCHAR",
-                 "BINARY", "VARBINARY", "DATE", "TIME", "TIMESTAMP")
+                 "BINARY", "VARBINARY", "DATE", "TIMESTAMP")
 
 
 def castable(source: SqlType, target: SqlType) -> bool:
@@ -460,9 +460,7 @@ def castable(source: SqlType, target: SqlType) -> bool:
         return source.root in ("DATE", "TIMESTAMP")
     if target.root == "TIMESTAMP":
         return source.root in ("DATE", "TIMESTAMP")
-    if target.root == "TIME":
-        return source.root in ("TIME", "TIMESTAMP")
-    return False
+    return False  # TIME is read from Avro columns and cast to strings, not cast to
 
 
 def _infer_cast(try_cast: bool):
@@ -496,7 +494,6 @@ def cast_expression(gen, atom: str, source: SqlType, target: SqlType) -> str:
                 "DECIMAL": f"_rt.string_to_decimal({atom}, {target.precision}, {target.scale})",
                 "BOOLEAN": f"_rt.string_to_boolean({atom})", "DATE": f"_rt.string_to_date({atom})",
                 "TIMESTAMP": f"_rt.string_to_timestamp({atom}, {target.precision})",
-                "TIME": f"_rt.string_to_time({atom})",
                 "BINARY": f"_rt.string_to_bytes({atom})", "VARBINARY": f"_rt.string_to_bytes({atom})"}[r]
     if r == "BOOLEAN":
         return atom if s == "BOOLEAN" else f"({atom} != 0)"

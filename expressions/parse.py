@@ -48,7 +48,7 @@ def supported_names() -> list[str]:
     """Every function name a query may call (operators excepted)."""
     names = {n for n in CATALOG if n.replace("_", "").isalpha() and n not in ("AND", "OR", "NOT", "IN", "LIKE",
                                                                               "ILIKE", "BETWEEN", "CASE")}
-    return sorted(names | set(ALIASES) - {"NEGATE"})
+    return sorted((names | set(ALIASES)) - {"NEGATE"})
 
 
 def nearest(name: str) -> str | None:
@@ -252,13 +252,10 @@ def _data_type(t: _Translator, node, dtype: exp.DataType) -> SqlType:
             return T.parse_type(f"{name}({params[0] if params else (T.MAX_LENGTH if name.startswith('VAR') else 1)})")
         if kind == D.TIMESTAMP:
             return T.timestamp(params[0] if params else 6)
-        if kind == D.TIME:
-            return T.parse_type(f"TIME({params[0] if params else 0})")
     except TypeError_ as err:
         raise Refused(f"'{sql_of(node)}': {err}") from None
-    t.fail(node, f"casts to {dtype.sql(dialect=DIALECT)}; the types of an expression are BOOLEAN, INT, BIGINT, "
-                 "TINYINT, SMALLINT, FLOAT, DOUBLE, DECIMAL(p, s), CHAR(n), VARCHAR(n), STRING, BYTES, DATE, "
-                 "TIME(p) and TIMESTAMP(p)")
+    t.fail(node, f"casts to {dtype.sql(dialect=DIALECT)}; a CAST is to BOOLEAN, INT, BIGINT, TINYINT, SMALLINT, "
+                 "FLOAT, DOUBLE, DECIMAL(p, s), CHAR(n), VARCHAR(n), STRING, BYTES, DATE or TIMESTAMP(p)")
 
 
 def _cast(t: _Translator, node) -> list:
@@ -266,13 +263,13 @@ def _cast(t: _Translator, node) -> list:
     value = node.this
     is_try = type(node) is exp.TryCast
     if not is_try and isinstance(value, exp.Literal) and value.is_string and target.root in ("DATE", "TIMESTAMP",
-                                                                                              "TIME", "DECIMAL"):
+                                                                                              "DECIMAL"):
         return _typed_literal(t, node, value.this, target, node.args["to"])
     return t.call(node, "TRY_CAST" if is_try else "CAST", [t(value), ["sym", None, str(target)]])
 
 
 def _typed_literal(t: _Translator, node, text: str, target: SqlType, dtype) -> list:
-    """DATE '...', TIMESTAMP '...', TIME '...', DECIMAL '...' (and CASTs of a string literal to them)."""
+    """DATE '...', TIMESTAMP '...', DECIMAL '...' (and CASTs of a string literal to them)."""
     from . import runtime as R
 
     if target.root == "DATE":
@@ -302,13 +299,7 @@ def _typed_literal(t: _Translator, node, text: str, target: SqlType, dtype) -> l
                 t.fail(node, f"does not fit {target}")
             return ["lit", str(target.not_null()), str(fitted)]
         return ["lit", str(T.decimal(max(len(digit_tuple), scale, 1), scale, False)), str(value)]
-    import datetime as _dt
-
-    try:
-        value = _dt.time.fromisoformat(text.strip())
-    except ValueError:
-        t.fail(node, "is not a time (hh:mm:ss)")
-    return ["lit", str(SqlType("TIME", target.precision or 0, None, False)), value.isoformat()]
+    t.fail(node, f"casts a literal to {target}, which changejoin does not take")
 
 
 def _column(t: _Translator, node: exp.Column) -> list:

@@ -24,8 +24,10 @@ pickled, as Spark does. Nothing here is used by the service.
 """
 from __future__ import annotations
 
+import datetime as _dt
 import pickle
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any, Callable, Hashable, Iterable, Iterator
 
 from .state import EVENT, PROC, Context, KeyedOperator, Output, Record
@@ -165,8 +167,10 @@ class StateProtocolError(AssertionError):
     """An operator broke the state protocol of ``operators/state.py``."""
 
 
-_BUILTINS = (tuple, list, dict, int, float, str, bytes, bool, type(None))
-_HASHABLE = (tuple, int, float, str, bytes, bool, type(None))
+# Besides builtins, the values rows hold as Avro decodes them (DECIMAL, DATE, TIME, TIMESTAMP).
+_VALUES = (Decimal, _dt.date, _dt.datetime, _dt.time)
+_BUILTINS = (tuple, list, dict, int, float, str, bytes, bool, type(None), *_VALUES)
+_HASHABLE = (tuple, int, float, str, bytes, bool, type(None), *_VALUES)
 
 
 def _builtins_only(value: Any, allowed: tuple = _BUILTINS) -> bool:

@@ -13,34 +13,17 @@ from typing import NoReturn
 
 import sqlglot
 from sqlglot import exp
-from sqlglot.dialects.spark import Spark
 from sqlglot.errors import ParseError, TokenError
-from sqlglot.tokens import Tokenizer, TokenType
+from sqlglot.tokens import Tokenizer
 
-from operators.condition import SUPPORTED as CONDITION_SUPPORTED
-from operators.condition import SUPPORTED_NODES
+from expressions.dialect import FlinkSQL
+from expressions.parse import Refused, translate
 
 from .model import QueryError
 
 
-class _FlinkSQL(Spark):
-    """Spark's grammar with Flink's lexical rules for quotes (see module docstring), and Flink's
-    ``TABLE <name>`` table argument of the window table functions."""
-
-    class Tokenizer(Spark.Tokenizer):
-        QUOTES = ["'"]
-        IDENTIFIERS = ["`", '"']
-        STRING_ESCAPES = ["'"]
-
-    class Parser(Spark.Parser):
-        def _parse_lambda(self, alias: bool = False):
-            # TUMBLE(TABLE orders, ...): a function argument that is a table, which Spark's grammar
-            # does not know. TABLE(...) (a call) is left to the usual rules.
-            if (self._curr is not None and self._curr.token_type == TokenType.TABLE
-                    and self._next is not None and self._next.token_type != TokenType.L_PAREN):
-                self._advance()
-                return self._parse_table_parts()
-            return super()._parse_lambda(alias)
+# The Flink dialect over sqlglot is the expressions' (every SQL text of changejoin is read in it).
+_FlinkSQL = FlinkSQL
 
 
 _DIALECT = _FlinkSQL()
@@ -62,14 +45,10 @@ _SUPPORTED = (
     "/ [NOT] EXISTS (SELECT 1 FROM <right> [AS b] WHERE b.k = a.k ...), where <left> and <right> may be "
     "window table functions (window semi/anti joins, with the window equalities in the subquery's WHERE)."
 )
-_SUPPORTED_CONDITION = f"conditions may use {CONDITION_SUPPORTED}"
 _SUPPORTED_SELECT = (
-    "the select list may contain column references (a.col or col) with optional AS <name>, "
-    "a.* and *"
+    "the select list may contain column references (a.col or col), expressions of the functions in "
+    "docs/sql.md, each with an optional AS <name>, a.* and *"
 )
-
-# IS NOT DISTINCT FROM's negation is rewritten into NOT (... IS NOT DISTINCT FROM ...) for the compiler.
-_CONDITION_NODES = tuple(getattr(exp, name) for name in SUPPORTED_NODES) + (exp.NullSafeNEQ,)
 
 _CLAUSE_NAMES = {
     "with": "WITH (common table expressions)",
@@ -100,7 +79,16 @@ _SIDE_WORD = {"L": "left", "R": "right"}
 
 
 def _fail(message: str) -> NoReturn:
+    """The one way the SQL front end refuses a query (its message: what is wrong, what is supported)."""
     raise QueryError(message)
+
+
+def _translate(node: exp.Expression, resolve) -> list:
+    """An expression as a typed node of ``expressions`` (its columns by ``resolve``), or a refusal."""
+    try:
+        return translate(node, resolve)
+    except Refused as err:
+        _fail(str(err))
 
 
 def _arg(node: exp.Expression, *names: str):

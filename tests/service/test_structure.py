@@ -13,7 +13,7 @@ STEPS = ("source", "decode", "lookup", "processor", "encode", "sink")
 WORKERS = STEPS + ("shipping", "transactions", "faults", "database")
 SQL = SERVICE / "sql"
 # The SQL front end's modules, each importing only modules before it here.
-SQL_LAYERS = ("model", "dialect", "resolve", "intervals", "windows", "joins")
+SQL_LAYERS = ("model", "dialect", "resolve", "inputs", "intervals", "windows", "where", "joins")
 
 
 def imports(path: Path, package: str = "service") -> list[tuple[str, bool]]:
