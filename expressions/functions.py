@@ -129,7 +129,37 @@ def arithmetic_type(op: str, a: SqlType, b: SqlType) -> SqlType:
 
 def coerce(gen, atom: str, source: SqlType, target: SqlType) -> str:
     """A Python expression of ``atom`` (a non-NULL value of ``source``) as a value of ``target``,
-    for the implicit conversions of arithmetic, comparisons and CASE branches."""
+    for the implicit conversions of arithmetic, comparisons and CASE branches. A literal is
+    converted once, here (the generated code holds the converted constant)."""
+    expression = _coerce(gen, atom, source, target)
+    if expression != atom and gen is not None and _is_constant(gen, atom):
+        from . import runtime as _rt
+        from decimal import Decimal as _Decimal
+
+        try:
+            value = eval(expression, {"_rt": _rt, "_Decimal": _Decimal, "float": float, **gen.constants})  # noqa: S307
+        except Exception:  # noqa: BLE001 - it fails per row then, as Flink's would
+            return expression
+        if value is None or isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
+            return gen.const(value)
+        return gen.const(value) if not isinstance(value, (int, float, str)) or isinstance(value, bool) else repr(value)
+    return expression
+
+
+def _is_constant(gen, atom: str) -> bool:
+    """``atom`` is a literal: a constant of the generated code, or a Python literal it wrote."""
+    if atom in gen.constants:
+        return True
+    import ast
+
+    try:
+        ast.literal_eval(atom)
+    except (ValueError, SyntaxError):
+        return False
+    return True
+
+
+def _coerce(gen, atom: str, source: SqlType, target: SqlType) -> str:
     if source.root == target.root or source.is_null:
         if target.is_decimal and source.is_decimal and (source.precision, source.scale) != (target.precision,
                                                                                              target.scale):

@@ -271,3 +271,76 @@ def test_a_computed_output_key_needs_the_upsert_materializer_and_a_kept_primary_
     computed = plan_for("SELECT l.order_id + 0 AS id, c.name FROM lines l JOIN customers c ON l.order_id = c.customer_id",
                         OUTPUT_KEY="id", **upsert)
     assert computed.upsert_materializer
+
+
+# -- the other kinds of join ------------------------------------------------------------------------
+TIMED = {"KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1", "LEFT_TOPIC": "orders", "OUTPUT_TOPIC": "out",
+         "LEFT_SCHEMA_FILE": str(DATA / "orders_timed.avsc")}
+
+
+def timed_plan(sql: str, **env) -> JoinPlan:
+    return build_plan(load_settings({**TIMED, "JOIN_SQL": sql, **env}))
+
+
+def test_a_temporal_join_takes_a_subquery_of_its_probe_side_and_expressions():
+    plan = timed_plan(
+        "SELECT o.order_id, ROUND(o.doubled * r.rate, 2) AS eur FROM (SELECT order_id, currency, amount * 2 AS doubled, "
+        "order_time FROM orders WHERE amount > 0) AS o JOIN rates FOR SYSTEM_TIME AS OF o.order_time AS r "
+        "ON UPPER(o.currency) = r.currency",
+        RIGHT_TOPIC="rates", RIGHT_SCHEMA_FILE=str(DATA / "rates.avsc"), RIGHT_PRIMARY_KEY="currency",
+        RIGHT_EVENT_TIME_COLUMN="rate_time")
+    assert plan.kind.value == "temporal_event_time" and plan.left.columns[plan.left.time_column] == "order_time"
+    assert plan.left.calc["filter_sql"] == "amount > 0" and plan.right.calc is None
+    assert fields(plan)["eur"] == "double"  # an inner join of NOT NULL columns: NOT NULL
+
+
+def test_a_temporal_join_refuses_what_would_change_its_versions():
+    env = dict(RIGHT_TOPIC="rates", RIGHT_SCHEMA_FILE=str(DATA / "rates.avsc"), RIGHT_PRIMARY_KEY="currency",
+               RIGHT_EVENT_TIME_COLUMN="rate_time")
+    with pytest.raises(PlanError, match="versioned table"):
+        timed_plan("SELECT o.order_id FROM orders o JOIN rates FOR SYSTEM_TIME AS OF o.order_time AS r "
+                   "ON o.currency = LOWER(r.currency)", **env)
+    # a WHERE on the versioned table of a LEFT temporal join is applied to the output, not to the versions
+    plan = timed_plan("SELECT o.order_id, r.rate FROM orders o LEFT JOIN rates FOR SYSTEM_TIME AS OF o.order_time AS r "
+                      "ON o.currency = r.currency WHERE r.rate IS NULL OR r.rate < 2", **env)
+    assert plan.right.calc is None and plan.output["where_sql"] == "r.rate IS NULL OR r.rate < 2"
+
+
+SHIPMENTS = dict(RIGHT_TOPIC="shipments", RIGHT_SCHEMA_FILE=str(DATA / "shipments.avsc"), LEFT_CHANGELOG_MODE="append",
+                 RIGHT_CHANGELOG_MODE="append", LEFT_EVENT_TIME_COLUMN="order_time", RIGHT_EVENT_TIME_COLUMN="ship_time")
+
+
+def test_an_interval_join_with_expressions_in_every_place():
+    plan = timed_plan(
+        "SELECT o.order_id, s.ship_time / 60000 - EXTRACT(EPOCH FROM o.order_time) / 60 AS waited "
+        "FROM orders o LEFT JOIN (SELECT ship_id, order_id, UPPER(carrier) AS carrier, ship_time FROM shipments) s "
+        "ON o.order_id = s.order_id AND s.ship_time BETWEEN o.order_time - INTERVAL '10' MINUTE "
+        "AND o.order_time + INTERVAL '1' HOUR AND s.carrier <> 'NONE' WHERE o.amount > 1", **SHIPMENTS)
+    assert plan.kind.value == "interval_event_time" and plan.interval_ms == (-3_600_000, 600_000)
+    assert plan.left.calc["filter_sql"] == "o.amount > 1" and plan.right.calc["kept"] == ["ship_id", "order_id", "ship_time"]
+    assert plan.condition_sql == "r.\"$c0\" <> 'NONE'" and plan.output is not None
+
+
+def test_a_computed_stream_key_of_a_lookup_join():
+    from test_lookup_plan import plan as lookup_plan
+
+    plan = lookup_plan(JOIN_SQL="SELECT o.order_id, UPPER(p.name) AS name FROM orders o JOIN products FOR SYSTEM_TIME "
+                                "AS OF PROCTIME() AS p ON LOWER(o.product) = p.product")
+    assert plan.lookup["left_key"] == [3] and plan.left.state_columns[3] == "$k0"
+    assert plan.lookup["key_columns"] == ["product"]
+    with pytest.raises(PlanError, match="columns of the versioned table products"):
+        lookup_plan(JOIN_SQL="SELECT o.order_id FROM orders o JOIN products FOR SYSTEM_TIME AS OF PROCTIME() AS p "
+                             "ON o.product = LOWER(p.product)")
+
+
+def test_a_window_join_computes_from_its_window_columns_after_the_join():
+    tvf = "TABLE(TUMBLE(TABLE {}, DESCRIPTOR({}), INTERVAL '5' MINUTE))"
+    plan = timed_plan(
+        f"SELECT o.order_id, DATE_FORMAT(o.window_start, 'HH:mm') AS slot, s.ship_id FROM {tvf.format('orders', 'order_time')} o "
+        f"LEFT JOIN {tvf.format('shipments', 'ship_time')} s ON o.order_id + 0 = s.order_id "
+        "AND o.window_start = s.window_start AND o.window_end = s.window_end "
+        "WHERE o.amount > 1 AND HOUR(o.window_end) < 23", **SHIPMENTS)
+    assert plan.kind.value == "window" and plan.left.computed[0][0] == "$k0"
+    # the window columns exist only in the join: a WHERE on them is applied after it
+    assert plan.left.calc["filter_sql"] == "o.amount > 1" and plan.output["where_sql"] == "HOUR(o.window_end) < 23"
+    assert fields(plan)["slot"] == "string"
