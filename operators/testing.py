@@ -16,7 +16,7 @@ On every call it checks the state protocol, and fails with a :class:`StateProtoc
 ``AssertionError``) that names the operator, the call and the key: the key's value is read at
 most once and written (``put`` or ``clear``) at most once; in a map, an entry is read at most
 once and not after the whole map was read, the whole map is read at most once, an entry is
-written (``put`` or ``remove``) at most once; what is stored is plain builtins; timers are
+written (``put`` or ``remove``) at most once; what is stored is plain builtins (and the values rows hold: Decimal, dates, times); timers are
 ``PROC`` or ``EVENT``. ``check=False`` leaves the checks out (benchmarks).
 
 The state lives in an :class:`InMemoryState`; ``pickled=True`` keeps values and map entries

@@ -232,11 +232,8 @@ class InputDecoder:
                                         f"column {self.side_plan.columns[index]} is NULL")
             row[index] = value
         row = tuple(row)
-        if self.calc is not None:  # computed columns of a key-only row (a direct upsert input has no filter)
-            try:
-                row = self._calculated(row)
-            except DeadLetterError as dead:
-                return self.dead_letter(record, dead.reason, dead.detail)
+        if self.calc is not None:  # the join reads only the unique key of a delete: no computed value
+            row += (None,) * len(self.side_plan.computed)
         return _entry(join_key_group(self.key_of(row)), self.side, int(RowKind.DELETE), row, None, record)
 
     def _check_key(self, record, row: tuple) -> None:

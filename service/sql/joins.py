@@ -297,6 +297,21 @@ def _regular_join(select: exp.Select, join: exp.Join, res: _Resolver, left_windo
     )
 
 
+def _in_key(res: _Resolver, side: _Side, item: exp.Expression, scope) -> str:
+    """The joined column an ``IN`` compares: a column, or an expression computed before the join."""
+    if isinstance(item, exp.Column):
+        code, column = res.resolve(item, scope)
+        if code != side.code:
+            _fail(f"the {'left side of IN' if side.code == 'L' else 'IN subquery'} must be of the "
+                  f"{'left' if side.code == 'L' else 'right'} table, got '{_sql(item)}'")
+        return column
+    if not side.typed:
+        _fail(f"'{_sql(item)}' in IN needs the inputs' column types")
+    if res.sides_of(item, scope) != {side.code}:
+        _fail(f"'{_sql(item)}' in IN must read the {'left' if side.code == 'L' else 'right'} table only")
+    return side.add_computed(res.input_expression(item, side, scope), _sql(item), "$k")
+
+
 def _push(res: _Resolver, side: _Side, conjuncts: list, scope) -> None:
     """WHERE conjuncts that filter ``side`` before the join."""
     for conjunct in conjuncts:
@@ -410,15 +425,13 @@ def _semi_anti_join(select: exp.Select, res: _Resolver, left_window: dict | None
             )
         for l_item, r_item in zip(lhs_items, rhs_items):
             l_item, r_item = _unparen(l_item), _unparen(r_item)
-            if not isinstance(l_item, exp.Column) or isinstance(l_item.this, exp.Star):
-                _fail(f"the left side of IN must be left-table columns, got '{_sql(l_item)}'")
-            if not isinstance(r_item, exp.Column) or isinstance(r_item.this, exp.Star):
-                _fail(f"the IN subquery must select right-table columns, got '{_sql(r_item)}'")
-            l_side, l_col = res.resolve(l_item, outer_scope)
-            r_side, r_col = res.resolve(r_item, inner_scope)
-            if r_side != "R":
+            if isinstance(l_item, exp.Star) or isinstance(l_item, exp.Column) and isinstance(l_item.this, exp.Star):
+                _fail(f"the left side of IN must be left-table columns or expressions, got '{_sql(l_item)}'")
+            if isinstance(r_item, exp.Star) or isinstance(r_item, exp.Column) and isinstance(r_item.this, exp.Star):
+                _fail(f"the IN subquery must select right-table columns or expressions, got '{_sql(r_item)}'")
+            if res.sides_of(r_item, inner_scope) - {"R"}:
                 _fail(f"the IN subquery must select columns of the right table '{right.table}', got '{_sql(r_item)}'")
-            keys.append((l_col, r_col))
+            keys.append((_in_key(res, left, l_item, outer_scope), _in_key(res, right, r_item, inner_scope)))
             null_safe.append(False)
     else:
         for item in inner.expressions:

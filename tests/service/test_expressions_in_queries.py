@@ -344,3 +344,13 @@ def test_a_window_join_computes_from_its_window_columns_after_the_join():
     # the window columns exist only in the join: a WHERE on them is applied after it
     assert plan.left.calc["filter_sql"] == "o.amount > 1" and plan.output["where_sql"] == "HOUR(o.window_end) < 23"
     assert fields(plan)["slot"] == "string"
+
+
+def test_a_semi_join_on_expressions_and_an_input_subquery_in_its_subquery():
+    plan = plan_for("SELECT l.order_id FROM lines l WHERE LOWER(l.email) IN "
+                    "(SELECT LOWER(c.email) FROM (SELECT email FROM customers WHERE tier = 'gold') c)")
+    assert plan.join_type == "SEMI" and plan.right.calc["filter_sql"] == "tier = 'gold'"
+    assert [c[3] for c in plan.left.computed] == ["LOWER(l.email)"]
+    changes, _ = run(plan, [(1, I, customer(7)), (1, I, customer(8, email="b@x.io", tier="silver")), (0, I, line(1)),
+                            (0, I, line(2, email="B@x.io"))])
+    assert changes == [(I, (1,))]
