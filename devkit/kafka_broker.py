@@ -11,6 +11,12 @@ never uses it.
     broker.start()                        # same ports, same data: topics, records, producer ids
     broker.close()                        # stop and remove the data directory (if it made it)
 
+Besides its PLAINTEXT listener it may have, for tests of what clients meet (``tls=True``) an SSL
+listener with a self-signed certificate for 127.0.0.1 made by the JDK's keytool (``ca_file`` is that
+certificate, for a client's ``ssl.ca.location``), and (``sasl_users={"alice": "secret"}``) a
+SASL_PLAINTEXT listener with the PLAIN mechanism letting those users in; ``address("SSL")`` and
+``address("SASL_PLAINTEXT")`` are where they listen.
+
 Loopback only, on free ports picked at the first start and kept for restarts. One partition per
 topic by default, replication factor 1 everywhere (internal topics included), no automatic topic
 creation unless asked for. The JVM is stopped when the Python process exits (atexit; on Linux the
@@ -37,6 +43,7 @@ __all__ = ["KafkaBroker", "KafkaBrokerError", "free_port"]
 
 BROKER_JARS = "kafka-broker"  # the jar group (jars/kafka-broker/pom.xml)
 NODE_ID = 1
+TLS_PASSWORD = "changejoin-test"  # the TLS listener's keystore: a throwaway certificate
 
 
 class KafkaBrokerError(RuntimeError):
@@ -95,8 +102,17 @@ class KafkaBroker(BrokerProcess):
         auto_create_topics: bool = False,
         properties: Optional[Dict[str, str]] = None,
         startup_timeout: float = 180.0,
+        tls: bool = False,
+        sasl_users: Optional[Dict[str, str]] = None,
     ):
         super().__init__(port, host, startup_timeout)
+        #: The extra listeners' ports by name (``SSL``, ``SASL_PLAINTEXT``), picked at the first start.
+        self.listener_ports: Dict[str, Optional[int]] = {}
+        if tls:
+            self.listener_ports["SSL"] = None
+        if sasl_users:
+            self.listener_ports["SASL_PLAINTEXT"] = None
+        self.sasl_users = dict(sasl_users or {})
         self._port_given = port is not None
         self.controller_port: Optional[int] = None
         self.advertised = advertised
@@ -113,16 +129,67 @@ class KafkaBroker(BrokerProcess):
     def log_path(self) -> Optional[Path]:
         return self.data_dir / "broker.log" if self.data_dir else None
 
+    def address(self, listener: str) -> str:
+        """``host:port`` of an extra listener (``SSL``, ``SASL_PLAINTEXT``) once started."""
+        port = self.listener_ports.get(listener)
+        if port is None:
+            raise KafkaBrokerError(f"no {listener} listener (started?)")
+        return f"{self.host}:{port}"
+
+    @property
+    def ca_file(self) -> Path:
+        """The TLS listener's certificate (PEM), the CA a client trusts it by (``ssl.ca.location``)."""
+        assert self.data_dir is not None
+        return self.data_dir / "tls" / "broker.pem"
+
+    def _keystore(self) -> Path:
+        """A PKCS12 keystore with a self-signed certificate for this host (made once, by keytool)."""
+        assert self.data_dir is not None
+        store = self.data_dir / "tls" / "broker.p12"
+        if store.is_file():
+            return store
+        store.parent.mkdir(parents=True, exist_ok=True)
+        keytool = os.path.join(os.path.dirname(os.path.realpath(java_executable())), "keytool")
+        common = ["-alias", "broker", "-keystore", str(store), "-storetype", "PKCS12", "-storepass", TLS_PASSWORD]
+        for args in (["-genkeypair", "-keyalg", "RSA", "-keysize", "2048", "-validity", "30",
+                      "-dname", f"CN={self.host}", "-ext", f"SAN=IP:{self.host},DNS:localhost",
+                      "-keypass", TLS_PASSWORD, *common],
+                     ["-exportcert", "-rfc", "-file", str(self.ca_file), *common]):
+            proc = subprocess.run([keytool, *args], stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                                  timeout=120)
+            if proc.returncode != 0:
+                raise KafkaBrokerError(f"keytool {args[0]} failed: {proc.stdout}{proc.stderr}")
+        return store
+
+    def _listener_properties(self) -> Dict[str, str]:
+        """The extra listeners' own properties (the TLS keystore, the SASL users)."""
+        props: Dict[str, str] = {}
+        if "SSL" in self.listener_ports:
+            store = self._keystore()
+            props.update({"listener.name.ssl.ssl.keystore.location": str(store),
+                          "listener.name.ssl.ssl.keystore.type": "PKCS12",
+                          "listener.name.ssl.ssl.keystore.password": TLS_PASSWORD,
+                          "listener.name.ssl.ssl.key.password": TLS_PASSWORD})
+        if "SASL_PLAINTEXT" in self.listener_ports:
+            users = " ".join(f'user_{name}="{password}"' for name, password in self.sasl_users.items())
+            props.update({"sasl.enabled.mechanisms": "PLAIN",
+                          "listener.name.sasl_plaintext.sasl.enabled.mechanisms": "PLAIN",
+                          "listener.name.sasl_plaintext.plain.sasl.jaas.config":
+                              f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};"})
+        return props
+
     def server_properties(self) -> Dict[str, str]:
         assert self.data_dir is not None and self.port is not None and self.controller_port is not None
         advertised = self.advertised or self.bootstrap
+        extra = "".join(f",{name}://{self.host}:{port}" for name, port in self.listener_ports.items())
         props = {
             "process.roles": "broker,controller",
             "node.id": str(NODE_ID),
             "controller.quorum.voters": f"{NODE_ID}@{self.host}:{self.controller_port}",
-            "listeners": f"PLAINTEXT://{self.host}:{self.port},CONTROLLER://{self.host}:{self.controller_port}",
-            "advertised.listeners": f"PLAINTEXT://{advertised}",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "listeners": f"PLAINTEXT://{self.host}:{self.port},CONTROLLER://{self.host}:{self.controller_port}{extra}",
+            "advertised.listeners": f"PLAINTEXT://{advertised}{extra}",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
+                                              + "".join(f",{name}:{name}" for name in self.listener_ports),
             "controller.listener.names": "CONTROLLER",
             "inter.broker.listener.name": "PLAINTEXT",
             "log.dirs": str(self.data_dir / "logs"),
@@ -148,6 +215,7 @@ class KafkaBroker(BrokerProcess):
             "num.recovery.threads.per.data.dir": "1",
             "log.cleaner.threads": "1",
         }
+        props.update(self._listener_properties())
         props.update(self.extra_properties)
         return props
 
@@ -197,6 +265,9 @@ class KafkaBroker(BrokerProcess):
                 self.port = free_port(self.host)
             if self.controller_port is None or attempt:
                 self.controller_port = free_port(self.host)
+            for name, port in self.listener_ports.items():
+                if port is None or attempt:
+                    self.listener_ports[name] = free_port(self.host)
             config = self._write_config()
             self._format(config)
             self._spawn(self._java("kafka.Kafka", str(config)))

@@ -113,7 +113,7 @@ class _Translator:
             return self.call(node, target, [self(a) for a in args])
         close = nearest(name)
         hint = f"; the nearest supported function is {close}" if close else ""
-        self.fail(node, f"calls {name}, which changejoin does not support{hint} (docs/sql.md, Functions)")
+        self.fail(node, f"calls {name}, which changejoin does not support{hint}")
 
     def literal_int(self, node, what: str) -> int:
         value = self(node)

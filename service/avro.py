@@ -72,16 +72,82 @@ class SchemaError(ValueError):
 
 
 class SchemaRegistryError(Exception):
-    """The Schema Registry could not be reached or refused a request (not a per-record problem)."""
+    """The Schema Registry could not be reached or refused a request (not a per-record problem).
 
-    def __init__(self, message: str, status: int | None = None, error_code: int | None = None):
+    ``kind`` says which, for whoever must act on it: ``connection`` (no answer: refused, unknown
+    host, TLS, timeout), ``credentials`` (HTTP 401 or 403), ``content`` (the registry answered, and
+    what was asked is not there or not acceptable: HTTP 404, 409, 422, a schema that is no Avro) or
+    ``server`` (HTTP 5xx, or an answer that is no registry's)."""
+
+    def __init__(self, message: str, status: int | None = None, error_code: int | None = None,
+                 kind: str | None = None):
         super().__init__(message, status, error_code)
         self.message = message
         self.status = status
         self.error_code = error_code
+        self.kind = kind or _kind_of_status(status)
 
     def __str__(self) -> str:
         return self.message
+
+
+def _kind_of_status(status: int | None) -> str:
+    if status in (401, 403):
+        return "credentials"
+    if status is not None and 400 <= status < 500:
+        return "content"
+    return "server"
+
+
+def _without_user_info(url: str) -> str:
+    parts = urllib.parse.urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.hostname or ""
+    netloc = f"[{host}]" if ":" in host else host
+    if parts.port is not None:
+        netloc += f":{parts.port}"
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
+
+
+def connection_failure(exc: BaseException, timeout_s: float | None = None) -> str:
+    """What an HTTP request's failure says about the connection, in the words an operator looks
+    for: ``connection refused``, ``unknown host <host>``, ``TLS handshake failed: <why>``, ``no
+    answer within <n> s``, ``connection closed by the server``; otherwise the innermost error's
+    text (never requests' and urllib3's wrapping of it)."""
+    import socket
+    import ssl
+
+    chain, todo = [], [exc]
+    while todo:
+        e = todo.pop()
+        if e is None or any(e is seen for seen in chain):
+            continue
+        chain.append(e)
+        todo += [getattr(e, "reason", None) if isinstance(getattr(e, "reason", None), BaseException) else None,
+                 e.__cause__, e.__context__, *(a for a in e.args if isinstance(a, BaseException))]
+    names = {type(e).__name__ for e in chain}
+    for e in chain:
+        if isinstance(e, ssl.SSLError):
+            why = getattr(e, "verify_message", None) or getattr(e, "reason", None) or str(e)
+            return f"TLS handshake failed: {why}"
+    if "SSLError" in names:
+        return "TLS handshake failed"
+    for e in chain:
+        if isinstance(e, socket.gaierror) or type(e).__name__ == "NameResolutionError":
+            host = re.search(r"host='?([^',)]+)", str(exc))
+            return f"unknown host{' ' + host.group(1) if host else ''}"
+        if isinstance(e, ConnectionRefusedError):
+            return "connection refused"
+    for e in chain:
+        if isinstance(e, (TimeoutError, socket.timeout)) or type(e).__name__ in ("ConnectTimeout", "ReadTimeout",
+                                                                               "ConnectTimeoutError",
+                                                                               "ReadTimeoutError"):
+            return f"no answer within {timeout_s:g} s" if timeout_s else "no answer"
+        if isinstance(e, ConnectionResetError) or type(e).__name__ == "RemoteDisconnected":
+            return "connection closed by the server"
+    innermost = chain[-1]
+    return " ".join(str(innermost).split()) or type(innermost).__name__
 
 
 @dataclass(frozen=True)
@@ -326,7 +392,9 @@ class SchemaRegistry:
                 timeout=self.timeout,
             )
         except requests.RequestException as e:
-            raise SchemaRegistryError(f"schema registry {method} {path}: {e}") from e
+            raise SchemaRegistryError(
+                f"cannot connect to the Schema Registry at {_without_user_info(self.url)}: "
+                f"{connection_failure(e, self.timeout)} ({method} {path})", kind="connection") from e
         try:
             payload = resp.json()
         except ValueError:
@@ -336,10 +404,16 @@ class SchemaRegistry:
     def _fail(self, method: str, path: str, status: int, payload) -> SchemaRegistryError:
         code = payload.get("error_code") if isinstance(payload, dict) else None
         msg = payload.get("message") if isinstance(payload, dict) else None
+        kind = _kind_of_status(status)
+        if kind == "content" and not isinstance(payload, dict):
+            kind = "server"  # an answer that is no registry's (a proxy's page, another service)
+        why = {"credentials": "; the registry refused the credentials (SCHEMA_REGISTRY_BASIC_AUTH_USER_INFO)",
+               "server": "; the registry failed, or what answered is no Schema Registry"}.get(kind, "")
         return SchemaRegistryError(
-            f"schema registry {method} {path}: HTTP {status}" + (f": {msg}" if msg else ""),
+            f"schema registry {method} {path}: HTTP {status}" + (f": {msg}" if msg else "") + why,
             status,
             code,
+            kind,
         )
 
     @staticmethod
@@ -397,6 +471,14 @@ class SchemaRegistry:
         self._by_id[schema_id] = entry
         return entry
 
+    def subjects(self) -> list[str]:
+        """The registered subjects (``GET /subjects``): a request any registry answers, which checks
+        the connection and the credentials."""
+        status, payload = self._request("GET", "/subjects")
+        if status != 200 or not isinstance(payload, list):
+            raise self._fail("GET", "/subjects", status, payload)
+        return [str(s) for s in payload]
+
     def latest(self, subject: str) -> tuple[int, dict]:
         """(id, schema) of the latest version registered under ``subject`` (not cached)."""
         path = self._subject_path(subject) + "/versions/latest"
@@ -405,7 +487,7 @@ class SchemaRegistry:
             raise self._fail("GET", path, status, payload)
         if payload.get("schemaType", "AVRO") != "AVRO":
             raise SchemaRegistryError(
-                f"subject {subject!r} holds a {payload['schemaType']} schema, not Avro"
+                f"subject {subject!r} holds a {payload['schemaType']} schema, not Avro", kind="content"
             )
         schema = self._load(payload["schema"], f"for subject {subject!r}")
         self._by_id.setdefault(

@@ -265,12 +265,7 @@ def reconcile(plan: JoinPlan, location: str, store=None, buckets_set: bool = Fal
     else:
         problems = differences(stored["facts"], current, plan)
         if problems:
-            raise CheckpointMismatch(
-                f"CHECKPOINT_LOCATION={location}: its join state was made for another join:\n    - "
-                + "\n    - ".join(problems)
-                + "\n  That state cannot serve this configuration. Start from a new CHECKPOINT_LOCATION (the join "
-                "then reads its inputs again from STARTING_OFFSETS), or restore the previous configuration."
-            )
+            raise CheckpointMismatch(_refusal(location, problems))
         generations = [list(map(list, g)) for g in stored["generations"]]
         if generations[-1] != _columns(plan):
             generations.append(_columns(plan))
@@ -302,6 +297,26 @@ def _checkpoint_buckets(plan: JoinPlan, stored: dict | None, store, buckets_set:
                  f"in {was} buckets" if was else "per key", was)
         plan = dataclasses.replace(plan, state_buckets=was)
     return plan
+
+
+def check(plan: JoinPlan, location: str, buckets_set: bool = False) -> None:
+    """Raise :class:`CheckpointMismatch` where a local checkpoint's state was made for another join,
+    without writing anything (``run`` says so before it waits for any server; :func:`reconcile`
+    checks every checkpoint, remote ones included, when the service starts)."""
+    store = CheckpointFile(location)
+    stored = store.read() if store._local else None
+    if stored is None:
+        return
+    problems = differences(stored["facts"], facts(_checkpoint_buckets(plan, stored, store, buckets_set, location)), plan)
+    if problems:
+        raise CheckpointMismatch(_refusal(location, problems))
+
+
+def _refusal(location: str, problems: list[str]) -> str:
+    return (f"CHECKPOINT_LOCATION={location}: its join state was made for another join:\n    - "
+            + "\n    - ".join(problems)
+            + "\n  That state cannot serve this configuration. Start from a new CHECKPOINT_LOCATION (the join "
+            "then reads its inputs again from STARTING_OFFSETS), or restore the previous configuration.")
 
 
 def describe(plan: JoinPlan, location: str, buckets_set: bool = False) -> str:

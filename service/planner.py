@@ -54,9 +54,9 @@ def load_input_schemas(settings: Settings, registry: SchemaRegistry | None, tabl
             try:
                 schemas.append(registry.latest(f"{topic}-value")[1])
             except Exception as err:
+                advice = f"; register it or set {var}" if getattr(err, "kind", None) == "content" else ""
                 raise PlanError(
-                    f"SCHEMA_REGISTRY_URL: cannot get the latest schema of subject {topic}-value ({err}); "
-                    f"register it or set {var}"
+                    f"SCHEMA_REGISTRY_URL: cannot get the latest schema of subject {topic}-value ({err}){advice}"
                 ) from None
     if table is not None:
         schemas.append(table_schema(table))

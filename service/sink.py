@@ -22,6 +22,8 @@ import re
 import time
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
+from .logs import kafka_logger
+
 log = logging.getLogger(__name__)
 
 DEFAULT_DELIVERY_TIMEOUT_MS = 300_000
@@ -96,6 +98,7 @@ def producer_config(
     conf["enable.idempotence"] = True
     conf["acks"] = "all"
     conf["bootstrap.servers"] = bootstrap
+    conf["logger"] = kafka_logger(props)
     return conf
 
 
@@ -294,8 +297,7 @@ def ensure_topics(
     the broker's default; ``configs``: topic configs by name) and wait until their metadata is visible. Topics that exist already,
     or that another client creates meanwhile, are left as they are (a different partition count
     is only logged). Returns the names created here."""
-    from confluent_kafka import KafkaError, KafkaException
-    from confluent_kafka.admin import AdminClient, NewTopic
+    from confluent_kafka.admin import AdminClient
 
     if not topics:
         return []
@@ -303,8 +305,19 @@ def ensure_topics(
         validate_topic_name(name)
         if int(partitions) < 1:
             raise ValueError(f"topic {name!r}: partitions must be at least 1, got {partitions}")
-    conf = {"bootstrap.servers": bootstrap, **admin_props(client_props)}
+    conf = {"bootstrap.servers": bootstrap, **admin_props(client_props), "logger": kafka_logger(client_props)}
     admin = AdminClient(conf)
+    try:
+        return _ensure_topics(admin, topics, replication_factor, timeout, configs)
+    finally:
+        admin.poll(0)  # hands its log lines to the logger
+
+
+def _ensure_topics(admin: Any, topics: Mapping[str, int], replication_factor: int, timeout: float,
+                   configs: Optional[Mapping[str, Mapping[str, str]]]) -> List[str]:
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import NewTopic
+
     # list_topics() without a topic name: naming a missing topic may auto-create it.
     existing = admin.list_topics(timeout=timeout).topics
     for name, partitions in topics.items():
@@ -347,9 +360,13 @@ def topic_partitions(
     """How many partitions ``topic`` has, or None if it does not exist (never creates it)."""
     from confluent_kafka.admin import AdminClient
 
-    admin = AdminClient({"bootstrap.servers": bootstrap, **admin_props(client_props)})
-    # All topics' metadata: naming one topic in the request may auto-create it.
-    md = admin.list_topics(timeout=timeout).topics.get(topic)
+    admin = AdminClient({"bootstrap.servers": bootstrap, **admin_props(client_props),
+                         "logger": kafka_logger(client_props)})
+    try:
+        # All topics' metadata: naming one topic in the request may auto-create it.
+        md = admin.list_topics(timeout=timeout).topics.get(topic)
+    finally:
+        admin.poll(0)  # hands its log lines to the logger
     if md is None or md.error is not None:
         return None
     return len(md.partitions)
@@ -363,7 +380,8 @@ def newest_values(bootstrap: str, client_props: Optional[Mapping[str, Any]], top
     from confluent_kafka import Consumer, TopicPartition
 
     consumer = Consumer({"bootstrap.servers": bootstrap, **dict(client_props or {}), "group.id": "changejoin-peek",
-                         "enable.auto.commit": False, "enable.partition.eof": True})
+                         "enable.auto.commit": False, "enable.partition.eof": True,
+                         "logger": kafka_logger(client_props)})
     try:
         md = consumer.list_topics(topic, timeout=timeout).topics.get(topic)
         if md is None or md.error is not None:

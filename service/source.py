@@ -96,6 +96,8 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from .logs import kafka_logger
+
 log = logging.getLogger(__name__)
 
 SHORT_NAME = "changejoin_kafka"
@@ -116,6 +118,7 @@ KafkaRecord = namedtuple(
 KAFKA_PREFIX = "kafka."
 DEFAULT_READ_TIMEOUT_S = 300.0
 DEFAULT_OFFSETS_TIMEOUT_S = 300.0
+_RETRY_WARNING_INTERVAL_S = 60.0  # while the brokers do not answer, one warning a minute
 _ARROW_BATCH_ROWS = 10_000
 _CONSUME_BATCH = 1_000
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
@@ -227,6 +230,7 @@ class SourceOptions:
         # unless the kafka.log_level option says otherwise.
         conf: Dict[str, Any] = {"bootstrap.servers": self.bootstrap, "log_level": 4}
         conf.update(_only_common_props(self.client_props))
+        conf["logger"] = kafka_logger(self.client_props)
         return conf
 
     def consumer_config(self) -> Dict[str, Any]:
@@ -244,6 +248,7 @@ class SourceOptions:
             "fetch.queue.backoff.ms": 20,
         }
         conf.update(self.client_props)
+        conf["logger"] = kafka_logger(self.client_props)
         # Not overridable: the reader depends on these.
         conf["enable.auto.commit"] = False
         conf["enable.auto.offset.store"] = False
@@ -420,6 +425,7 @@ class _OffsetsClient:
         self._opts = opts
         self._admin = self._new_admin()
         self._warned_missing = False
+        self._warned_at = -_RETRY_WARNING_INTERVAL_S  # when a retry was last warned of
         #: The topic's id as of the latest look-up of its partitions (None while it does not exist).
         self.topic_id: Optional[str] = None
 
@@ -429,23 +435,37 @@ class _OffsetsClient:
         return AdminClient(self._opts.admin_config())
 
     def _retrying(self, what: str, fn: Callable[[], Any]) -> Any:
-        deadline = time.monotonic() + self._opts.offsets_timeout_s
+        started = time.monotonic()
+        deadline = started + self._opts.offsets_timeout_s
         delay = 0.2
         while True:
             try:
                 return fn()
             except Exception as exc:  # noqa: BLE001 - retried, then re-raised
+                self._admin.poll(0)  # hands the client's log lines (why it failed) to the logger
                 if _is_permanent(exc) or time.monotonic() + delay > deadline:
                     raise KafkaSourceError(
                         f"{what} for topic {self._opts.topic!r} failed: {exc}"
                     ) from exc
-                log.warning("%s for topic %s failed, retrying: %s", what, self._opts.topic, exc)
+                self._warn_retrying(what, exc, time.monotonic() - started)
                 time.sleep(delay)
                 delay = min(delay * 2, 5.0)
                 # A fresh client: librdkafka's admin client keeps the partition leaders and
                 # leader epochs it cached, and after a leader change (a broker restart) it
                 # sends the stale epoch again and again (FENCED_LEADER_EPOCH) for minutes.
                 self._admin = self._new_admin()
+
+    def _warn_retrying(self, what: str, exc: BaseException, waited_s: float) -> None:
+        """One warning a minute while the brokers do not answer (an outage is ridden out, for up to
+        ``offsetsTimeoutSeconds``; the client's own lines say why, once per 30 s)."""
+        now = time.monotonic()
+        if now - self._warned_at < _RETRY_WARNING_INTERVAL_S:
+            return
+        self._warned_at = now
+        error = exc.args[0] if getattr(exc, "args", None) else exc
+        reason = error.str() if hasattr(error, "str") else str(exc)
+        log.warning("topic %s: %s failed, retrying (for %.0f s so far, up to %.0f s): %s", self._opts.topic, what,
+                    waited_s, self._opts.offsets_timeout_s, reason)
 
     def partitions(self) -> List[int]:
         """The topic's partitions; empty if the topic does not exist (yet). Also updates

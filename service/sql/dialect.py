@@ -29,26 +29,28 @@ _FlinkSQL = FlinkSQL
 _DIALECT = _FlinkSQL()
 _OUT_DIALECT = None  # condition_sql: sqlglot's default dialect, as operators.condition parses it
 
-_SUPPORTED = (
-    "Supported queries: SELECT <columns> FROM <left> [AS a] "
-    "[INNER|LEFT [OUTER]|RIGHT [OUTER]|FULL [OUTER]] JOIN <right> "
-    "[FOR SYSTEM_TIME AS OF a.<time column> | PROCTIME()] [AS b] ON a.k = b.k [AND ...]; "
-    "interval joins: ... JOIN <right> [AS b] ON a.k = b.k AND b.<time> BETWEEN a.<time> - INTERVAL 'n' <unit> "
-    "AND a.<time> + INTERVAL 'n' <unit> [AND ...] (or the two bounds with >=, >, <=, <; a.proctime and "
-    "b.proctime for processing time); "
-    "window joins: SELECT ... FROM TABLE(TUMBLE(TABLE <left>, DESCRIPTOR(<time>), INTERVAL 'n' <unit>)) a "
-    "[LEFT|RIGHT|FULL] JOIN TABLE(TUMBLE(TABLE <right>, DESCRIPTOR(<time>), INTERVAL 'n' <unit>)) b "
-    "ON a.window_start = b.window_start AND a.window_end = b.window_end AND a.k = b.k [AND ...] "
-    "(or HOP(TABLE t, DESCRIPTOR(c), <slide>, <size>), CUMULATE(TABLE t, DESCRIPTOR(c), <step>, <max size>), "
-    "each with an optional last <offset> interval; each side may be wrapped as (SELECT * FROM TABLE(...)) a); "
-    "or SELECT <left columns> FROM <left> [AS a] WHERE a.k [NOT] IN (SELECT b.k FROM <right> [AS b] ...) "
-    "/ [NOT] EXISTS (SELECT 1 FROM <right> [AS b] WHERE b.k = a.k ...), where <left> and <right> may be "
-    "window table functions (window semi/anti joins, with the window equalities in the subquery's WHERE)."
-)
-_SUPPORTED_SELECT = (
-    "the select list may contain column references (a.col or col), expressions of the functions in "
-    "docs/sql.md, each with an optional AS <name>, a.* and *"
-)
+# A refusal is three lines (each constant below is the last two): what is wrong, what is supported
+# instead, and the section of docs/sql.md that says it all (tests/service/test_query.py).
+SQL_DOC = "docs/sql.md"
+
+
+def _supported(what: str, section: str) -> str:
+    return f"\n{what}\nSee {SQL_DOC}#{section}"
+
+
+_FORMS = ("one SELECT of columns from two tables: [INNER|LEFT|RIGHT|FULL] JOIN <right> ON a.k = b.k "
+          "[AND ...], also FOR SYSTEM_TIME AS OF (temporal and lookup joins), time ranges (interval joins), "
+          "TUMBLE, HOP, CUMULATE (window joins), [NOT] IN / [NOT] EXISTS (semi and anti joins)")
+_SUPPORTED = _supported(f"Supported queries: {_FORMS}", "supported-forms")
+# Where a construct outside the join itself is refused (aggregation, sorting, more tables).
+_REFUSED = _supported(f"Supported queries: {_FORMS}", "refused")
+_SUPPORTED_SELECT = _supported(
+    "The select list may contain column references (a.col or col) and expressions, each with an optional "
+    "AS <name>, a.* and *", "expressions")
+# Where an expression (in the select list, ON, WHERE or an input subquery) is refused.
+_SUPPORTED_EXPRESSION = _supported(
+    "Expressions may use Flink SQL 2.3's operators and deterministic functions that docs/sql.md lists, "
+    "on columns of the two inputs", "functions")
 
 _CLAUSE_NAMES = {
     "with": "WITH (common table expressions)",
@@ -79,8 +81,10 @@ _SIDE_WORD = {"L": "left", "R": "right"}
 
 
 def _fail(message: str) -> NoReturn:
-    """The one way the SQL front end refuses a query (its message: what is wrong, what is supported)."""
-    raise QueryError(message)
+    """The one way the SQL front end refuses a query: what is wrong, and where the message holds a
+    line break, what is supported and the docs/sql.md section (the constants above)."""
+    # What is wrong ends its line where the supported forms begin.
+    raise QueryError(re.sub(r"[ ;,.]*\n", ".\n", message, count=1) if "\n" in message else message)
 
 
 def _translate(node: exp.Expression, resolve) -> list:
@@ -88,7 +92,7 @@ def _translate(node: exp.Expression, resolve) -> list:
     try:
         return translate(node, resolve)
     except Refused as err:
-        _fail(str(err))
+        _fail(f"{err}{_SUPPORTED_EXPRESSION}")
 
 
 def _arg(node: exp.Expression, *names: str):
@@ -153,7 +157,7 @@ def _nesting(sql: str) -> int:
 
 def _parse_statement(sql: str) -> exp.Expression:
     if not sql or not sql.strip():
-        _fail(f"JOIN_SQL is empty. {_SUPPORTED}")
+        _fail(f"it is empty. {_SUPPORTED}")
     if _nesting(sql) > MAX_NESTING:
         _fail(f"its parentheses nest {_nesting(sql)} deep; at most {MAX_NESTING}")
     try:
@@ -164,22 +168,22 @@ def _parse_statement(sql: str) -> exp.Expression:
             desc = re.sub(r"<Token token_type: [^,]+, text: (.*?), line: .*?>", r"'\1'", err.get("description", ""))
             near = (err.get("start_context") or "")[-30:] + (err.get("highlight") or "")
             details.append(f"{desc} at line {err.get('line')}, column {err.get('col')} (near '{near}')")
-        _fail(f"JOIN_SQL is not valid SQL: {'; '.join(details) or e}. {_SUPPORTED}")
+        _fail(f"not valid SQL: {'; '.join(details) or e}. {_SUPPORTED}")
     except TokenError as e:
-        _fail(f"JOIN_SQL is not valid SQL ({e}; check quotes: strings use '...', identifiers `...` or \"...\"). {_SUPPORTED}")
+        _fail(f"not valid SQL ({e}; check quotes: strings use '...', identifiers `...` or \"...\"). {_SUPPORTED}")
     except RecursionError:
-        _fail("JOIN_SQL is too long or too deeply nested to parse; simplify the condition")
+        _fail("too long or too deeply nested to parse; simplify the condition")
     if not statements:
-        _fail(f"JOIN_SQL is empty. {_SUPPORTED}")
+        _fail(f"it is empty. {_SUPPORTED}")
     if len(statements) > 1:
-        _fail(f"JOIN_SQL must be a single SELECT statement, found {len(statements)} statements. {_SUPPORTED}")
+        _fail(f"it must be a single SELECT statement, found {len(statements)} statements. {_SUPPORTED}")
     stmt = statements[0]
     if isinstance(stmt, exp.Insert):
         _fail(f"give only the SELECT query in JOIN_SQL, without INSERT INTO (the output topic is configured separately). {_SUPPORTED}")
     if isinstance(stmt, exp.SetOperation if hasattr(exp, "SetOperation") else exp.Union):
         _fail(f"UNION / INTERSECT / EXCEPT are not supported; JOIN_SQL must be one SELECT. {_SUPPORTED}")
     if not isinstance(stmt, exp.Select):
-        _fail(f"JOIN_SQL must be a SELECT query, got {stmt.key.upper()}. {_SUPPORTED}")
+        _fail(f"it must be a SELECT query, got {stmt.key.upper()}. {_SUPPORTED}")
     return stmt
 
 
@@ -190,7 +194,7 @@ def _check_clauses(select: exp.Select, context: str, allowed: set[str]) -> None:
         clause = _CLAUSE_NAMES.get(key, key.rstrip("_").upper())
         _fail(
             f"{clause} is not supported in {context}: this service only joins the two tables "
-            f"(no aggregation, de-duplication, sorting or limiting). {_SUPPORTED}"
+            f"(no aggregation, de-duplication, sorting or limiting). {_REFUSED}"
         )
 
 

@@ -118,6 +118,7 @@ from operators.spec import WINDOW_COLUMNS
 
 from .dialect import (
     _PROCTIME_NAMES,
+    _REFUSED,
     _SUPPORTED,
     _check_clauses,
     _conjuncts,
@@ -186,7 +187,7 @@ def parse_join_sql(
     if len(joins) > 1:
         _fail(
             f"the query joins {len(joins) + 1} tables; exactly two are supported (the left table "
-            f"'{left_table}' and the right table '{right_table}'). {_SUPPORTED}"
+            f"'{left_table}' and the right table '{right_table}'). {_REFUSED}"
         )
     if joins:
         return _regular_join(select, joins[0], res, left_window)

@@ -286,6 +286,36 @@ def test_schema_files_configmap_mounted(rendered):
     assert volumes["schemas"]["configMap"]["name"] == "orders-schemas"
 
 
+@pytest.mark.parametrize("name, sets, message", [
+    ("default", ("config.leftSchemaFile=/etc/changejoin/schemas/order.avsc",),
+     "config.leftSchemaFile=/etc/changejoin/schemas/order.avsc names no file of schemas.files (customers.avsc, "
+     "orders.avsc): add order.avsc to schemas.files, or name one of those"),
+    ("default", ("config.rightSchemaFile=/schemas/customers.avsc",),
+     "config.rightSchemaFile=/schemas/customers.avsc is no file the chart mounts: schema files are mounted at "
+     "schemas.mountPath, as /etc/changejoin/schemas/<name>, from schemas.files or schemas.existingConfigMap"),
+    ("default", ("config.leftSchemaFile=/etc/changejoin/schemas/v1/orders.avsc",), "is no file the chart mounts"),
+    ("default", ("schemas.files=null",),
+     "config.leftSchemaFile=/etc/changejoin/schemas/orders.avsc: no schema file is mounted: put the schema in "
+     "schemas.files as orders.avsc (or name a ConfigMap holding it in schemas.existingConfigMap)"),
+    ("default", ("schemas.mountPath=/schemas",), "is no file the chart mounts"),
+    ("default", ("schemas.mountPath=/schemas", "config.leftSchemaFile=/schemas/orders.avsc",
+                 "config.rightSchemaFile=/schemas/customers.avsc"), None),
+    # An existing ConfigMap's keys are looked up at install; helm template sees no cluster.
+    ("secure", ("config.leftSchemaFile=/etc/changejoin/schemas/anything.avsc",), None),
+    ("secure", ("config.leftSchemaFile=/opt/orders.avsc",), "is no file the chart mounts"),
+    ("default", ("config.schemaRegistryUrl=http://registry:8081", "config.leftSchemaFile=",
+                 "config.rightSchemaFile="), None),
+])
+def test_a_schema_file_no_mounted_file_provides_is_refused(helm, name, sets, message):
+    """It rendered, and the pod stopped at once on 'LEFT_SCHEMA_FILE: no such file'."""
+    proc, _ = template(helm, values_file(name), sets=sets, check=False)
+    if message is None:
+        assert proc.returncode == 0, proc.stderr
+    else:
+        assert proc.returncode != 0
+        assert message in proc.stderr, proc.stderr
+
+
 # --------------------------------------------------------------------------------------------
 # checkpoint storage
 
@@ -790,6 +820,7 @@ def test_lookup_join_in_cluster_mode_shares_the_checkpoint_volume(helm, rendered
     ("kafka:\n  properties:\n    ssl.key.pem: xyz\n", "ssl.key.pem"),          # inline secret
     ("kafka:\n  sasl:\n    password: hunter2\n", "password"),            # inline secret
     ("networkPolicy:\n  enabled: yes please\n", "enabled"),              # wrong type
+    ("config:\n  stateTtl: '10'\n", "stateTtl"),                         # a duration without its unit
 ])
 def test_schema_rejects_bad_values(helm, tmp_path, bad, fragment):
     bad_file = tmp_path / "bad.yaml"
@@ -956,8 +987,8 @@ def test_every_config_key_maps_to_a_service_variable(helm):
             values[key] = [v for v in prop["enum"] if v][-1 if key == "lookupCache" else 0]  # partial
         elif "ms|s|sec" in prop.get("pattern", ""):  # a duration
             values[key] = "5s"
-        elif key.endswith("SchemaFile"):
-            values[key] = f"/etc/changejoin/schemas/{key}.avsc"
+        elif key.endswith("SchemaFile"):  # files the values files mount (the chart refuses others)
+            values[key] = "/etc/changejoin/schemas/" + ("orders.avsc" if key.startswith("left") else "customers.avsc")
         elif key == "schemaRegistryUrl":
             values[key] = "http://registry:8081"
         elif key == "rightLookupUrl":

@@ -34,9 +34,27 @@ def test_defaults_and_derived_values():
     assert s.spark_master == "local[*]" and s.output_mode == "retract" and s.rowkind_header == "rowkind"
 
 
-@pytest.mark.parametrize("text, ms", [("250", 250), ("500ms", 500), ("5s", 5000), ("2m", 120_000), ("1h", 3_600_000)])
+@pytest.mark.parametrize("text, ms", [("0", 0), ("250ms", 250), ("500ms", 500), ("5s", 5000), ("2m", 120_000),
+                                      ("1h", 3_600_000), ("2 sec", 2000), ("1min", 60_000), ("1d", 86_400_000)])
 def test_durations(text, ms):
     assert parse_duration_ms(text) == ms
+
+
+@pytest.mark.parametrize("text", ["10", "250", "1.5", "007"])
+def test_a_duration_without_a_unit_is_refused_unless_it_is_0(text):
+    with pytest.raises(ValueError, match="a duration needs a unit"):
+        parse_duration_ms(text)
+
+
+def test_a_duration_without_a_unit_is_refused_naming_the_variable_and_the_units():
+    """STATE_TTL=10 was 10 ms, whatever its writer meant: now what the user reads says what to write."""
+    proc = changejoin("check-config", env={**VALID, "STATE_TTL": "10"})
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.splitlines() == [
+        "changejoin: invalid configuration:",
+        "  STATE_TTL: a duration needs a unit: ms, s, m, h or d (sec and min too), as in 10s or 10ms; only 0 goes "
+        "without (got '10')"]
+    assert changejoin("check-config", env={**VALID, "TRIGGER_INTERVAL": "0"}).returncode == 0
 
 
 @pytest.mark.parametrize(
@@ -587,7 +605,7 @@ def schema_files(tmp_path):
         "o.product = p.product", "(" * 3000 + "o.product = p.product" + ")" * 3000)}, "JOIN_SQL: its parentheses nest 3000 deep"),
     ("3,000 conjuncts", {"JOIN_SQL": VALID["JOIN_SQL"] + " AND " + " AND ".join(["o.quantity > 1"] * 3000)},
      "JOIN_SQL: too long or too deeply nested"),
-    ("huge TTL", {"STATE_TTL": "8639999999999998865759266668544"}, "STATE_TTL: longer than the longest duration taken, 36500d"),
+    ("huge TTL", {"STATE_TTL": "8639999999999998865759266668544ms"}, "STATE_TTL: longer than the longest duration taken, 36500d"),
     ("fractional TTL", {"STATE_TTL": "1.9ms"}, "STATE_TTL: not a whole number of milliseconds"),
     ("shuffle", {"SHUFFLE_PARTITIONS": "100000000"}, "SHUFFLE_PARTITIONS: .*10000"),
     ("duplicated key", {"LEFT_PRIMARY_KEY": "order_id,order_id"}, "LEFT_PRIMARY_KEY: order_id listed more than once"),

