@@ -29,6 +29,8 @@ from setuptools.command.editable_wheel import editable_wheel
 log = logging.getLogger("changejoin.setup")
 
 COMPILED = (
+    # the functions compiled expressions call per row (the generated code itself is plain Python)
+    "expressions/runtime.py",
     # the join operators: per record, per key of a bucket
     "operators/layouts.py", "operators/minibatch.py", "operators/normalize.py", "operators/regular.py",
     "operators/rows.py", "operators/splitside.py", "operators/state.py", "operators/stateformat.py",

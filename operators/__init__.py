@@ -6,6 +6,7 @@ in-memory state (``operators.testing.LocalRunner``, not imported here). Every op
 :class:`KeyedOperator` (``state.py`` states the contract); what each stores per key is the
 checkpoint format (``stateformat.py``).
 """
+from .calc import OutputCalc
 from .condition import ConditionError, compile_condition
 from .interval import IntervalJoin, NegativeSizeIntervalJoin, make_interval_join
 from .lookup import Identity, LookupJoin, LookupJoinSpec, make_lookup_join
@@ -38,7 +39,7 @@ __all__ = [
     "ConfigurationError", "Context", "EventTimeTemporalJoin", "Identity", "InputSpec", "IntervalJoin",
     "IntervalJoinSpec", "JoinSpec", "JoinType", "KeyState", "KeyedOperator", "LookupJoin", "LookupJoinSpec",
     "MiniBatchJoin",
-    "NegativeSizeIntervalJoin", "Output", "ProcessingTimeTemporalJoin", "Record", "RegularJoin", "RowKind",
+    "NegativeSizeIntervalJoin", "Output", "OutputCalc", "ProcessingTimeTemporalJoin", "Record", "RegularJoin", "RowKind",
     "SemiAntiJoin", "StateLayout", "TemporalJoinSpec", "TemporalKind", "UpsertMaterializer", "WindowJoin",
     "WindowJoinSpec", "WindowKind", "WindowSpec", "choose_layout", "compile_condition", "make_interval_join",
     "make_join", "make_lookup_join", "make_temporal_join", "make_window_join", "upsert_changes",

@@ -104,7 +104,7 @@ class Output:
     The lists hold ``(RowKind value, row)`` pairs, shaped as :class:`Change`; operators append
     plain tuples on their hot paths."""
 
-    __slots__ = ("rows", "late", "unmatched")
+    __slots__ = ("rows", "late", "unmatched", "failed")
 
     def __init__(self):
         self.rows: list[Change] = []  # the output changelog
@@ -112,6 +112,8 @@ class Output:
         # retractions of input rows the operator holds no record of (a lookup join's state expired
         # or never saw the row): dropped, and reported
         self.unmatched: list[Change] = []
+        # output changes whose computed output failed (operators/calc.py): (kind, joined row, why)
+        self.failed: list = []
 
 
 class KeyedOperator(Protocol):

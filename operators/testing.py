@@ -16,7 +16,7 @@ On every call it checks the state protocol, and fails with a :class:`StateProtoc
 ``AssertionError``) that names the operator, the call and the key: the key's value is read at
 most once and written (``put`` or ``clear``) at most once; in a map, an entry is read at most
 once and not after the whole map was read, the whole map is read at most once, an entry is
-written (``put`` or ``remove``) at most once; what is stored is plain builtins; timers are
+written (``put`` or ``remove``) at most once; what is stored is plain builtins (and the values rows hold: Decimal, dates, times); timers are
 ``PROC`` or ``EVENT``. ``check=False`` leaves the checks out (benchmarks).
 
 The state lives in an :class:`InMemoryState`; ``pickled=True`` keeps values and map entries
@@ -24,8 +24,10 @@ pickled, as Spark does. Nothing here is used by the service.
 """
 from __future__ import annotations
 
+import datetime as _dt
 import pickle
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any, Callable, Hashable, Iterable, Iterator
 
 from .state import EVENT, PROC, Context, KeyedOperator, Output, Record
@@ -165,8 +167,10 @@ class StateProtocolError(AssertionError):
     """An operator broke the state protocol of ``operators/state.py``."""
 
 
-_BUILTINS = (tuple, list, dict, int, float, str, bytes, bool, type(None))
-_HASHABLE = (tuple, int, float, str, bytes, bool, type(None))
+# Besides builtins, the values rows hold as Avro decodes them (DECIMAL, DATE, TIME, TIMESTAMP).
+_VALUES = (Decimal, _dt.date, _dt.datetime, _dt.time)
+_BUILTINS = (tuple, list, dict, int, float, str, bytes, bool, type(None), *_VALUES)
+_HASHABLE = (tuple, int, float, str, bytes, bool, type(None), *_VALUES)
 
 
 def _builtins_only(value: Any, allowed: tuple = _BUILTINS) -> bool:

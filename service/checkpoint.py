@@ -52,11 +52,14 @@ def facts(plan: JoinPlan) -> dict:
             "topic": s.topic,
             "changelog_mode": s.changelog_mode,
             "normalized": s.normalized,
-            "join_key": [s.columns[i] for i in s.join_key],
+            "join_key": [s.state_columns[i] for i in s.join_key],
             "primary_key": None if s.primary_key is None else [s.columns[i] for i in s.primary_key],
             "time_column": None if s.time_column is None else s.columns[s.time_column],
             "columns": {name: avro_type for name, avro_type in zip(s.columns, s.avro_types)},
         })
+        if s.calc:  # what JOIN_SQL computes before the join: the stored rows hold its results
+            sides[-1]["calc"] = {"computed": [[c[0], c[3], c[1]] for c in s.computed],
+                                 "filter": s.calc.get("filter_sql"), "kept": s.calc.get("kept")}
         if lookup_table is not None:  # the columns the join reads (only those: planner._read_columns)
             pg_types = {c["name"]: c["pg_type"] for c in lookup_table["columns"]}
             sides[-1]["table"] = lookup_table["table"]
@@ -66,6 +69,8 @@ def facts(plan: JoinPlan) -> dict:
         materializer = {"output_key": [plan.output_names[i] for i in plan.output_key],
                         "output_schema": plan.output_schema,
                         "sources": [list(source) for source in plan.output_sources]}
+        if plan.output and plan.output.get("where_sql"):  # its stored rows are those the WHERE kept
+            materializer["where"] = plan.output["where_sql"]
     return {
         "state_format": STATE_FORMAT_VERSION, "kind": plan.kind.value, "join_type": plan.join_type.value,
         "condition": plan.condition_sql, "filter_nulls": list(plan.filter_nulls), "sides": sides,
@@ -106,6 +111,10 @@ def differences(old: dict, new: dict, plan: JoinPlan) -> list[str]:
         if was["time_column"] != now["time_column"]:
             problems.append(f"JOIN_SQL / {name}_EVENT_TIME_COLUMN: the {label} time column changed from "
                             f"{was['time_column']!r} to {now['time_column']!r}")
+        if was.get("calc") != now.get("calc"):
+            problems.append(f"JOIN_SQL: what the {label} input goes through before the join (its subquery, a WHERE "
+                            f"on it, a computed equi-key) changed from {_calc_text(was.get('calc'))} to "
+                            f"{_calc_text(now.get('calc'))}: the stored {label} rows hold what the old one computed")
         if was["normalized"] != now["normalized"] and not problems:
             problems.append(f"the {label} input is now {'normalized' if now['normalized'] else 'joined directly'}")
         if now["changelog_mode"] == "lookup":
@@ -127,7 +136,7 @@ def _materializer_changes(was: dict | None, now: dict | None, old_sides: list, p
                "output (or there was none), which no longer match the output"]
     if was == now:
         return []
-    if was is None or now is None or was["output_key"] != now["output_key"]:
+    if was is None or now is None or was["output_key"] != now["output_key"] or was.get("where") != now.get("where"):
         return refused
     if "sources" not in was:  # facts of an earlier changejoin: the same output, or nothing known
         return [] if was["output_schema"] == now["output_schema"] else refused
@@ -135,6 +144,10 @@ def _materializer_changes(was: dict | None, now: dict | None, old_sides: list, p
     old = {(source[0], source[1]) for source in was["sources"]}
     for side, column, _ in now["sources"]:
         if (side, column) in old:
+            continue
+        if side == "expr":
+            problems.append(f"JOIN_SQL: the output gained the expression {column}; the upsert materializer's stored "
+                            "output rows have no value for it")
             continue
         label = ("left", "right")[side]
         if column in old_sides[side]["columns"]:
@@ -145,6 +158,17 @@ def _materializer_changes(was: dict | None, now: dict | None, old_sides: list, p
                             f"NULLs, and no non-nullable {label} column in the previous output tells a stored padded "
                             "row from a real one (the upsert materializer could not give it its default or NULL)")
     return problems
+
+
+def _calc_text(calc: dict | None) -> str:
+    if not calc:
+        return "nothing"
+    parts = [f"{name} = {sql}" for name, sql, _ in calc.get("computed", ())]
+    if calc.get("filter"):
+        parts.append(f"WHERE {calc['filter']}")
+    if calc.get("kept") is not None:
+        parts.append(f"keeping {', '.join(calc['kept']) or 'no column'}")
+    return "(" + "; ".join(parts) + ")"
 
 
 def _schema_changes(name: str, was: dict, now: dict, side_plan) -> list[str]:

@@ -240,16 +240,17 @@ def _delivery(settings) -> list[str]:
 
 
 def compiled_modules() -> list[str]:
-    """The modules of ``operators`` and ``service`` that run as compiled extensions (a wheel holds
-    those setup.py compiles; Python imports an extension before the ``.py`` beside it)."""
+    """The modules of ``expressions``, ``operators`` and ``service`` that run as compiled extensions
+    (a wheel holds those setup.py compiles; Python imports an extension before the ``.py`` beside it)."""
     import importlib.machinery
     from pathlib import Path
 
+    import expressions
     import operators
 
     suffixes = tuple(importlib.machinery.EXTENSION_SUFFIXES)
     return sorted(f"{package.__name__}.{path.name.partition('.')[0]}"
-                  for package in (operators, sys.modules[__package__])
+                  for package in (expressions, operators, sys.modules[__package__])
                   for path in Path(package.__path__[0]).iterdir() if path.name.endswith(suffixes))
 
 

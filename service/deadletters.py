@@ -45,6 +45,7 @@ class Reason(StrEnum):
     LOOKUP_RETRACTION_UNKNOWN = "lookup_retraction_unknown"  # a lookup join's retraction of a row it does not remember
     LOOKUP_ROW_INVALID = "lookup_row_invalid"  # a table row matched holds a value the join cannot take ('infinity', NaN)
     LATE = "late"  # a temporal join's probe row at or behind the watermark, a window join's row for a fired window
+    EXPRESSION_ERROR = "expression_error"  # an expression of JOIN_SQL failed on the row (a CAST Flink fails on...)
 
 
 class DeadLetterError(Exception):

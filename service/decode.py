@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 from typing import Iterable, Iterator
 
+from expressions import ExpressionError
 from operators import RowKind
 
 from .avro import SchemaRegistry, ValueDecoder, to_epoch_millis
@@ -76,6 +77,9 @@ class InputDecoder:
         self.key_format_warned = False
         self.buckets = plan.state_buckets
         self.bucket_keys = plan.bucket_keys
+        # What JOIN_SQL computes and filters before the join (SidePlan.calc), after the checks
+        # above on the input row; a normalized input's rows go through it after the normalize stage.
+        self.calc = sp.input_calc() if not sp.normalized else None
         self.debezium = None
         # A keyed versioned table timed by source.ts_ms: a delete carries its key-only row with its
         # time to the normalize stage, which dates the -D it derives by it (plan.dated_deletes).
@@ -131,9 +135,12 @@ class InputDecoder:
             yield tally_envelope(self.side, read[0], read[1])
 
     def _entries(self, record) -> tuple | list:
-        """The record's rows as packed envelopes' entries, or its dead letter."""
+        """The record's rows as packed envelopes' entries, or its dead letter (nothing for a row
+        JOIN_SQL filters out before the join; an event-time join gets its time as a heartbeat, so
+        the watermark moves as if the row had come)."""
         if self.debezium is None:
-            return (self._entry(record),)
+            entry = self._entry(record)
+            return () if entry is None else (entry,)
         try:
             changes, skipped = self.debezium.changes(record.value)
         except DeadLetterError as dead:
@@ -158,6 +165,17 @@ class InputDecoder:
                 payload = (row if self.delete_times else None) if delete else row
             else:
                 group, payload = join_key_group(self.key_of(row)), row
+            if self.calc is not None and payload is not None:
+                try:
+                    calculated = self.calc(payload)
+                except ExpressionError as err:
+                    return (self.dead_letter(record, Reason.EXPRESSION_ERROR, str(err)),)
+                if calculated is None:
+                    if time is not None:
+                        entries.append(heartbeat_envelope(time))
+                    continue
+                payload = calculated
+                group = join_key_group(self.key_of(payload))
             if self.keep_original and payload is not None and not delete:
                 payload = (payload, original(record))
             entries.append(_entry(group, self.side, kind, payload, time, record))
@@ -181,6 +199,10 @@ class InputDecoder:
                 if row[index] is None:
                     raise DeadLetterError(Reason.NULL_IN_REQUIRED_COLUMN, f"column {self.side_plan.columns[index]} is NULL")
             time = None if self.time_column is None else self._event_time(row[self.time_column])
+            if self.calc is not None:
+                row = self._calculated(row)
+                if row is None:
+                    return None if time is None else heartbeat_envelope(time)
         except DeadLetterError as dead:
             return self.dead_letter(record, dead.reason, dead.detail)
         payload = (row, original(record)) if self.keep_original else row
@@ -190,6 +212,13 @@ class InputDecoder:
         normalized = self.mode == "upsert" and self.keys is None
         group = message_key_group(record.key) if normalized else join_key_group(self.key_of(row))
         return _entry(group, self.side, int(kind), payload, time, record)
+
+    def _calculated(self, row: tuple) -> tuple | None:
+        """The row as JOIN_SQL gives it to the join (None: filtered out), or a dead letter."""
+        try:
+            return self.calc(row)
+        except ExpressionError as err:
+            raise DeadLetterError(Reason.EXPRESSION_ERROR, str(err)) from None
 
     def _event_time(self, value) -> int:
         """The row's event time in epoch milliseconds, or a dead letter for a value that is no time
@@ -217,6 +246,8 @@ class InputDecoder:
                                         f"column {self.side_plan.columns[index]} is NULL")
             row[index] = value
         row = tuple(row)
+        if self.calc is not None:  # the join reads only the unique key of a delete: no computed value
+            row += (None,) * len(self.side_plan.computed)
         return _entry(join_key_group(self.key_of(row)), self.side, int(RowKind.DELETE), row, None, record)
 
     def _check_key(self, record, row: tuple) -> None:

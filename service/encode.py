@@ -57,12 +57,11 @@ class OutputEncoder:
             # Built from the inputs' column types (self-contained), not from the output schema's
             # fields, where a named type used twice is only referenced by name after its first use.
             fields = []
-            # A column of a side the outer join pads is nullable in the key as in the value.
-            padded = plan.null_padded_sides
+            # A column of a side the outer join pads is nullable in the key as in the value
+            # (plan.output_column_type says so).
             for i in plan.output_key:
-                side, index = plan.projection[i]
-                avro_type, nullable = plan.column_type(side, index)
-                fields.append((plan.output_names[i], avro_type, nullable or side in padded))
+                avro_type, nullable = plan.output_column_type(i)
+                fields.append((plan.output_names[i], avro_type, nullable))
             key_schema = output_schema(plan.output_schema["name"] + "_key", fields)
             self.keys = ValueEncoder(key_schema, registry, f"{output_topic}-key" if registry else None)
 

@@ -112,7 +112,7 @@ class LookupStage:
         self.columns = tuple((name, avro_type, nullable, pg_types.get(name))
                              for name, avro_type, nullable in zip(right.columns, right.avro_types, right.nullable))
         # What a pin's keys are: the stream's columns and the table's they are looked up in.
-        self.key = (tuple(plan.left.columns[i] for i in indexes), tuple(lookup["key_columns"]))
+        self.key = (tuple(plan.left.state_columns[i] for i in indexes), tuple(lookup["key_columns"]))
 
     def answers(self, keys: set, pin: str | None) -> tuple[dict, dict, dict, bool]:
         """(matches by key, invalid keys with their reason, keys whose rows cannot be joined with

@@ -22,6 +22,7 @@ from operators import (
     JoinSpec,
     JoinType,
     LookupJoinSpec,
+    OutputCalc,
     StateLayout,
     TemporalJoinSpec,
     TemporalKind,
@@ -37,6 +38,8 @@ from operators import (
     make_window_join,
 )
 from operators.spec import WINDOW_COLUMNS
+
+from expressions.types import parse_type
 
 from .avro import field_defaults, to_epoch_millis, type_family
 
@@ -110,22 +113,66 @@ class SidePlan:
     # the topic's schema told it (its values' encodings).
     format: str = "rowkind"
     source_types: dict | None = None
+    # What the rows go through before the join (JOIN_SQL's input subquery, a WHERE pushed down,
+    # computed equi-keys; ``service.sql.InputCalc``): "computed" [[name, type, typed node, SQL]],
+    # "filter" (a typed node) and "filter_sql", "kept" (the input columns kept, None for all).
+    # The join sees the input row, the columns not kept NULL, then the computed columns.
+    calc: dict | None = None
 
     @property
     def name(self) -> str:
         return "left" if self.side == 0 else "right"
 
     @property
+    def computed(self) -> tuple:
+        return tuple(tuple(c) for c in self.calc["computed"]) if self.calc else ()
+
+    @property
+    def state_columns(self) -> tuple[str, ...]:
+        """The columns of the rows the join receives and keeps: the input's, then the computed ones."""
+        return self.columns + tuple(c[0] for c in self.computed)
+
+    @property
     def families(self) -> tuple[str, ...]:
-        """Each column's type family (``avro.type_family``), for type checks."""
-        return tuple(type_family(t) for t in self.avro_types)
+        """Each column's type family (``avro.type_family``), for type checks; the computed ones' too."""
+        return tuple(type_family(t) for t in self.avro_types) + tuple(parse_type(c[1]).family for c in self.computed)
+
+    @property
+    def unique_key(self) -> tuple[int, ...] | None:
+        """The primary key, when the rows the join receives still hold it (an input subquery that
+        does not select every primary-key column leaves none: Flink's unique key does not survive
+        a projection that drops it)."""
+        if self.primary_key is None or not self.calc or self.calc.get("kept") is None:
+            return self.primary_key
+        kept = set(self.calc["kept"])
+        return self.primary_key if all(self.columns[i] in kept for i in self.primary_key) else None
 
     @property
     def layout(self) -> StateLayout:
-        return choose_layout(self.join_key, self.primary_key)
+        return choose_layout(self.join_key, self.unique_key)
 
     def input_spec(self) -> InputSpec:
-        return InputSpec(self.columns, self.join_key, self.primary_key, self.state_ttl_ms, upsert=self.direct_upsert)
+        return InputSpec(self.state_columns, self.join_key, self.unique_key, self.state_ttl_ms,
+                         upsert=self.direct_upsert)
+
+    def input_calc(self):
+        """``calc(row) -> row | None``: an input row as the join receives it (None: filtered
+        out), compiled once; None when the input goes to the join as it is. Raises
+        ``expressions.ExpressionError`` naming the expression that failed."""
+        if not self.calc:
+            return None
+        from expressions import compile_projection
+
+        kept = self.calc.get("kept")
+        kept = set(self.columns) if kept is None else set(kept)
+        columns, sqls = [], []
+        for i, (name, avro_type, nullable) in enumerate(zip(self.columns, self.avro_types, self.nullable)):
+            columns.append(["col", "NULL", "I", i] if name in kept else ["lit", "NULL", None])
+            sqls.append(name)
+        for name, sql_type, node, sql in self.computed:
+            columns.append(node)
+            sqls.append(sql)
+        return compile_projection(columns, sqls, self.calc.get("filter"), self.calc.get("filter_sql") or "")
 
     @property
     def source_time(self) -> bool:
@@ -187,6 +234,15 @@ class JoinPlan:
     # database's catalog: service.database.TableInfo.to_dict()), "url" (no password), "left_key"
     # (stream column indexes), "key_columns" (table columns), "identity", and the options.
     lookup: dict | None = None
+    # The extra condition, typed (``expressions``: over the joined rows "L" and "R"), compiled on
+    # the workers; ``condition_sql`` is its text. None with ``condition_sql`` set: the text is
+    # compiled untyped (tests).
+    condition: list | None = None
+    # The output when it is computed (expressions in the select list, a WHERE kept after the
+    # join), else None (the output columns are ``projection``'s): "columns", per output column
+    # {"at": i} (the i-th of ``projection``, copied) or {"expr": a typed node over the row of
+    # ``projection``'s columns ("I"), "sql", "type"}; "where" (a typed node) and "where_sql".
+    output: dict | None = None
     description: str = field(default="", compare=False)
 
     @property
@@ -206,6 +262,11 @@ class JoinPlan:
         added = [c for c in side_plan.columns if c not in old]
         defaults = field_defaults(side_plan.reader_schema, added) if added else {}
         picks = tuple((old.index(c), None) if c in old else (None, defaults[c]) for c in side_plan.columns)
+        tail = len(side_plan.computed)  # computed columns follow the input's (the checkpoint keeps their SQL)
+        if tail:
+            start = len(old)
+            return lambda row: tuple(row[i] if i is not None else default for i, default in picks) + \
+                tuple(row[start:start + tail])
         return lambda row: tuple(row[i] if i is not None else default for i, default in picks)
 
     @property
@@ -266,11 +327,38 @@ class JoinPlan:
             return (0, 1)
         return ()
 
+    def output_source(self, i: int) -> tuple[int, int] | None:
+        """(side, joined column index) of output column ``i`` when it copies a column, else None
+        (an expression)."""
+        if self.output is None:
+            return tuple(self.projection[i])
+        column = self.output["columns"][i]
+        return tuple(self.projection[column["at"]]) if "at" in column else None
+
+    def output_column_type(self, i: int) -> tuple[object, bool]:
+        """(Avro type, nullable) of output column ``i`` (a padded side's columns are nullable)."""
+        source = self.output_source(i)
+        if source is None:
+            sql_type = parse_type(self.output["columns"][i]["type"])
+            return sql_type.avro(), sql_type.nullable
+        side, index = source
+        avro_type, nullable = self.column_type(side, index)
+        return avro_type, bool(nullable) or side in self.null_padded_sides
+
     @property
-    def output_sources(self) -> tuple[tuple[int, str, bool], ...]:
-        """Per output column: (side, the joined column it is, whether that column is nullable)."""
-        return tuple((side, self.joined_columns(side)[i], bool(self.column_type(side, i)[1]))
-                     for side, i in self.projection)
+    def output_sources(self) -> tuple[tuple, ...]:
+        """Per output column: (side, the joined column it is, whether that column is nullable), or
+        for an expression ("expr", its SQL, nullable)."""
+        sources = []
+        for i in range(len(self.output_names)):
+            source = self.output_source(i)
+            if source is None:
+                column = self.output["columns"][i]
+                sources.append(("expr", column["sql"], parse_type(column["type"]).nullable))
+                continue
+            side, index = source
+            sources.append((side, self.joined_columns(side)[index], bool(self.column_type(side, index)[1])))
+        return tuple(sources)
 
     @property
     def output_generation(self) -> int:
@@ -300,9 +388,10 @@ class JoinPlan:
                                  for i, default, probe in picks)
 
     def joined_columns(self, side: int) -> tuple[str, ...]:
-        """The columns the condition and the projection see on ``side``: a window join adds
-        ``window_start``, ``window_end`` and ``window_time`` to every input row."""
-        columns = self.sides[side].columns
+        """The columns the condition and the projection see on ``side``: the input's, the computed
+        ones (``SidePlan.calc``), and for a window join ``window_start``, ``window_end`` and
+        ``window_time``, which the join adds to every row."""
+        columns = self.sides[side].state_columns
         return columns + WINDOW_COLUMNS if self.kind is PlanKind.WINDOW else columns
 
     def joined_families(self, side: int) -> tuple[str, ...]:
@@ -315,6 +404,10 @@ class JoinPlan:
         s = self.sides[side]
         if index < len(s.columns):
             return s.avro_types[index], s.nullable[index]
+        computed = s.computed
+        if index < len(s.columns) + len(computed):
+            sql_type = parse_type(computed[index - len(s.columns)][1])
+            return sql_type.avro(), sql_type.nullable
         return _WINDOW_COLUMN_TYPE, False
 
     @property
@@ -338,11 +431,10 @@ class JoinPlan:
         holds that column from a side that is never null-padded."""
         if self.output_mode is not OutputMode.UPSERT or not self.output_key:
             return False
+        keyed = {self.output_source(i) for i in self.output_key} - {None}
         if self.kind is PlanKind.LOOKUP:  # grouped by the stream row's identity, never padded
-            keyed = {self.projection[i] for i in self.output_key}
             return not all((0, i) in keyed for i in self.left.join_key)
         unpadded = [side for side in (0, 1) if side not in self.null_padded_sides]
-        keyed = {self.projection[i] for i in self.output_key}
         return any(
             not any((side, self.sides[side].join_key[j]) in keyed for side in unpadded)
             for j in range(len(self.left.join_key))
@@ -393,6 +485,8 @@ class JoinPlan:
             sides.append(SidePlan(**s))
         data["filter_nulls"] = tuple(data["filter_nulls"])
         data["projection"] = tuple(tuple(p) for p in data["projection"])
+        data.setdefault("condition", None)
+        data.setdefault("output", None)
         data["output_names"] = tuple(data["output_names"])
         if data["output_key"] is not None:
             data["output_key"] = tuple(data["output_key"])
@@ -406,9 +500,30 @@ class JoinPlan:
     @cached_property
     def operator(self):
         """The join operator for this plan (built lazily, once per process)."""
+        operator = self._join_operator()
+        if self.output is None:
+            return operator
+        from expressions import compile_projection
+
+        columns, sqls = [], []
+        for column in self.output["columns"]:
+            if "at" in column:
+                columns.append(["col", "NULL", "I", column["at"]])
+                sqls.append("")
+            else:
+                columns.append(column["expr"])
+                sqls.append(column["sql"])
+        calc = compile_projection(columns, sqls, self.output.get("where"), self.output.get("where_sql") or "")
+        return OutputCalc(operator, calc)
+
+    def _join_operator(self):
         left, right = self.left.input_spec(), self.right.input_spec()
         condition = None
-        if self.condition_sql:
+        if self.condition is not None:
+            from expressions import compile_condition as compile_typed
+
+            condition = compile_typed(self.condition, self.condition_sql or "the join condition")
+        elif self.condition_sql:
             condition = compile_condition(self.condition_sql, self.joined_columns(0), self.joined_columns(1),
                                           left_types=self.joined_families(0), right_types=self.joined_families(1))
         append_only = tuple(s.changelog_mode == "append" for s in self.sides)

@@ -14,6 +14,8 @@ from operators import ConditionError, ConfigurationError, JoinType, TemporalKind
 from operators.condition import comparable
 from operators.spec import WINDOW_COLUMNS
 
+from expressions import from_avro
+
 from .avro import SchemaError, SchemaRegistry, load_schema_file, output_schema, record_columns
 from .config import Settings
 from .debezium import SOURCE_TIME, source_types
@@ -193,19 +195,33 @@ def _lookup(settings: Settings, table, keys, sides) -> dict:
     }
 
 
-def _read_columns(query: JoinQuery) -> set[str]:
-    """The table columns a lookup join reads: its keys, the SELECT list's and the condition's.
+def _read_columns(query: JoinQuery, names: tuple[str, ...]) -> set[str]:
+    """The table columns a lookup join reads: its keys, the SELECT list's, the condition's and
+    the WHERE's.
 
     Only these are asked of the database and kept in the join's state and in the checkpoint's
     facts, so that what happens to the table's other columns (dropped, added NOT NULL, retyped)
     never concerns the join."""
-    import sqlglot
-    from sqlglot import exp
-
+    if query.inputs[1] is not None:
+        raise PlanError("JOIN_SQL: a lookup join looks up the table by its columns: an equality with the table's "
+                        "side computed (or a filter of the table before the join) cannot be asked of it; compare "
+                        "the table's column with an expression of the stream, and filter in ON")
     read = {right for _, right in query.equi_keys} | {c.column for c in query.projection if c.side == "R"}
-    if query.condition_sql:
-        read |= {c.name for c in sqlglot.parse_one(query.condition_sql).find_all(exp.Column) if c.table == "r"}
+    nodes = [query.condition, query.where] + [c.expression for c in query.projection]
+    for node in nodes:
+        read |= {names[i] for i in _columns_of(node, "R")}
     return read
+
+
+def _columns_of(node, row: str) -> set[int]:
+    """The indexes of the columns of ``row`` a typed expression reads."""
+    if not node:
+        return set()
+    if node[0] == "col":
+        return {node[3]} if node[2] == row else set()
+    if node[0] == "call":
+        return set().union(*(_columns_of(o, row) for o in node[3:]))
+    return set()
 
 
 def _seconds(ms: int | None) -> float | None:
@@ -239,12 +255,14 @@ def build_plan(settings: Settings, schemas: tuple[dict, dict] | None = None, tab
     if table is not None:
         _unsupported_columns(settings, table)
     _unreadable_debezium_columns(settings, schemas)
-    query = _parse_query(settings, names, configured_times)
+    query = _parse_query(settings, names, configured_times, _types(columns))
     kind = _plan_kind(query, settings)
     if kind is PlanKind.LOOKUP:  # the table's side: the columns the query reads, and nothing else
-        schemas = (schemas[0], table_schema(table, _read_columns(query)))
+        schemas = (schemas[0], table_schema(table, _read_columns(query, names[1])))
         columns = _input_columns(settings, schemas)
         names = [tuple(c.name for c in cols) for cols in columns]
+        query = _parse_query(settings, names, configured_times, _types(columns))  # its columns' positions
+    names = _joined_names(query, names)
     keys = _join_keys(query, names)
     pks = _primary_keys(settings, names)
     if kind is PlanKind.LOOKUP:
@@ -252,13 +270,14 @@ def build_plan(settings: Settings, schemas: tuple[dict, dict] | None = None, tab
     time_columns = _time_columns(settings, kind, query, names, configured_times)
     _check_mini_batch(settings, kind)
     _check_time_bounded_inputs(settings, kind)
-    sides = _side_plans(settings, kind, schemas, columns, names, keys, pks, time_columns)
-    projection, output_names = _projection(query, kind, names)
-    schema = _output_schema(settings.output_topic, kind, query.join_type, sides, projection, output_names)
+    sides = _side_plans(settings, kind, schemas, columns, names, keys, pks, time_columns, query.inputs)
+    projection, output_names, output = _projection(query, kind, names)
+    schema = _output_schema(settings.output_topic, kind, query.join_type, sides, projection, output_names, output)
     output_key = _output_key(settings, output_names)
     plan = JoinPlan(
         kind=kind, join_type=query.join_type, left=sides[0], right=sides[1],
         filter_nulls=tuple(not ns for ns in query.null_safe_keys), condition_sql=query.condition_sql,
+        condition=query.condition, output=output,
         projection=projection, output_names=output_names, output_schema=schema, output_key=output_key,
         mini_batch_size=settings.mini_batch_size, retention_ms=_retention(settings, kind),
         output_mode=OutputMode(settings.output_mode), interval_ms=_interval_ms(query), window=_window(query),
@@ -278,10 +297,11 @@ def _check_upsert_key(plan: JoinPlan) -> None:
     outer join pads with NULLs, every padded row's upserts and deletes would share one NULL key."""
     if plan.output_mode is not OutputMode.UPSERT or not plan.output_key:
         return
-    sides = {plan.projection[i][0] for i in plan.output_key}
+    sources = [plan.output_source(i) for i in plan.output_key]
+    sides = {source[0] if source is not None else None for source in sources}
     padded = {0: plan.join_type.right_outer, 1: plan.join_type.left_outer}
     side = next(iter(sides))
-    if len(sides) == 1 and padded.get(side):
+    if len(sides) == 1 and side is not None and padded.get(side):
         other = "right" if side == 0 else "left"
         names = ", ".join(plan.output_names[i] for i in plan.output_key)
         raise PlanError(
@@ -321,12 +341,25 @@ def _configured_time_columns(settings: Settings, names) -> tuple[str | None, str
     )
 
 
-def _parse_query(settings: Settings, names, configured_times) -> JoinQuery:
+def _types(columns) -> list[list]:
+    """Each input's columns as Flink types (what an expression over them is typed with)."""
+    return [[from_avro(c.avro_type, c.nullable) for c in cols] for cols in columns]
+
+
+def _joined_names(query: JoinQuery, names) -> list[tuple[str, ...]]:
+    """Each input's columns as the join receives them: the input's, then those JOIN_SQL computes
+    before the join (an input subquery's expressions, computed equi-keys)."""
+    return [names[i] + tuple(c[0] for c in query.inputs[i].computed) if query.inputs[i] else names[i]
+            for i in (0, 1)]
+
+
+def _parse_query(settings: Settings, names, configured_times, types=None) -> JoinQuery:
     """JOIN_SQL, parsed against the two inputs' columns."""
     try:
         return parse_join_sql(
             settings.join_sql, settings.left_table_name, list(names[0]), settings.right_table_name, list(names[1]),
-            time_columns=configured_times,
+            time_columns=configured_times, left_types=types[0] if types else None,
+            right_types=types[1] if types else None,
         )
     except QueryError as err:
         raise PlanError(f"JOIN_SQL: {err}") from None
@@ -472,7 +505,8 @@ def _check_time_bounded_inputs(settings: Settings, kind: PlanKind) -> None:
             )
 
 
-def _joins_upsert_directly(kind: PlanKind, mode: str, key: tuple[int, ...], pk: tuple[int, ...] | None) -> bool:
+def _joins_upsert_directly(kind: PlanKind, mode: str, key: tuple[int, ...], pk: tuple[int, ...] | None,
+                           filtered: bool = False, keeps_key: bool = True) -> bool:
     """Whether an input goes to the join without a normalize stage.
 
     An upsert input goes to the join directly when its join key is its primary key: every change
@@ -480,16 +514,21 @@ def _joins_upsert_directly(kind: PlanKind, mode: str, key: tuple[int, ...], pk: 
     tombstones into a full changelog. Otherwise it is normalized first: with join-key columns
     beyond the primary key a row can move to another join key, where only a stage keyed by the
     primary key can retract it; with primary-key columns beyond the join key direct feeding would
-    be correct too, but the normalize stage needs no key format to route tombstones."""
+    be correct too, but the normalize stage needs no key format to route tombstones. An input
+    JOIN_SQL filters before the join is normalized first too (a row that leaves the filter must
+    retract the row it replaces), and so is one whose primary key its input subquery drops."""
+    if filtered or not keeps_key:
+        return False
     return kind is PlanKind.REGULAR and mode == "upsert" and pk is not None and set(key) == set(pk)
 
 
 def _side_plans(settings: Settings, kind: PlanKind, schemas, columns, names, keys, pks,
-                time_columns) -> list[SidePlan]:
+                time_columns, inputs=(None, None)) -> list[SidePlan]:
     """Each input's plan: its topic, columns, keys, time column, state TTL and how its rows reach the join."""
     ttls = (settings.left_ttl_ms, settings.right_ttl_ms) if kind is PlanKind.REGULAR else (None, None)
+    calcs = [_calc(i, columns) for i in inputs]
     if kind is PlanKind.LOOKUP:
-        return _lookup_sides(settings, schemas, columns, names, keys, pks)
+        return _lookup_sides(settings, schemas, columns, names, keys, pks, calcs[0])
     modes = (settings.left_changelog_mode, settings.right_changelog_mode)
     delays = (settings.left_watermark_delay_ms, settings.right_watermark_delay_ms)
     topics = (settings.left_topic, settings.right_topic)
@@ -500,10 +539,13 @@ def _side_plans(settings: Settings, kind: PlanKind, schemas, columns, names, key
     modes = tuple(_debezium_mode(m, f, pk, g) for m, f, pk, g in zip(modes, formats, pks, given))
     sides = []
     for i in (0, 1):
-        direct = formats[i] == "rowkind" and _joins_upsert_directly(kind, modes[i], keys[i], pks[i])
+        calc = inputs[i]
+        keeps_key = calc is None or calc.kept is None or pks[i] is None or all(names[i][j] in calc.kept for j in pks[i])
+        direct = formats[i] == "rowkind" and _joins_upsert_directly(
+            kind, modes[i], keys[i], pks[i], filtered=calc is not None and calc.filter is not None, keeps_key=keeps_key)
         sides.append(
             SidePlan(
-                side=i, topic=topics[i], table=tables[i], columns=names[i],
+                side=i, topic=topics[i], table=tables[i], columns=names[i][:len(columns[i])], calc=calcs[i],
                 avro_types=tuple(c.avro_type for c in columns[i]), nullable=tuple(c.nullable for c in columns[i]),
                 reader_schema=schemas[i], join_key=keys[i], primary_key=pks[i], changelog_mode=modes[i],
                 time_column=time_columns[i], watermark_delay_ms=delays[i], state_ttl_ms=ttls[i],
@@ -532,14 +574,22 @@ def _debezium_mode(mode: str, fmt: str, pk, given: bool) -> str:
     return "upsert" if pk else "retract"
 
 
-def _lookup_sides(settings: Settings, schemas, columns, names, keys, pks) -> list[SidePlan]:
+def _calc(calc, columns) -> dict | None:
+    """An input's ``SidePlan.calc`` from JOIN_SQL's ``InputCalc``."""
+    if calc is None:
+        return None
+    return {"computed": [list(c) for c in calc.computed], "filter": calc.filter, "filter_sql": calc.filter_sql,
+            "kept": list(calc.kept) if calc.kept is not None else None}
+
+
+def _lookup_sides(settings: Settings, schemas, columns, names, keys, pks, calc=None) -> list[SidePlan]:
     """A lookup join's stream, grouped by its rows' identity (its primary key, else every column),
     and its table, asked by the lookup key."""
     mode = _debezium_mode(settings.left_changelog_mode, settings.left_format, pks[0],
                           "left_changelog_mode" in settings.model_fields_set)
-    identity = pks[0] if pks[0] else tuple(range(len(names[0])))
+    identity = pks[0] if pks[0] else tuple(range(len(names[0])))  # every column the join receives
     left = SidePlan(
-        side=0, topic=settings.left_topic, table=settings.left_table_name, columns=names[0],
+        side=0, topic=settings.left_topic, table=settings.left_table_name, columns=names[0][:len(columns[0])], calc=calc,
         avro_types=tuple(c.avro_type for c in columns[0]), nullable=tuple(c.nullable for c in columns[0]),
         reader_schema=schemas[0], join_key=identity, primary_key=pks[0], changelog_mode=mode,
         state_ttl_ms=settings.left_ttl_ms if mode != "append" else None, key_format=settings.left_key_format,
@@ -554,25 +604,55 @@ def _lookup_sides(settings: Settings, schemas, columns, names, keys, pks) -> lis
     return [left, right]
 
 
-def _projection(query: JoinQuery, kind: PlanKind, names) -> tuple[tuple[tuple[int, int], ...], tuple[str, ...]]:
-    """The output columns: per column (side, index of the joined column it copies), and the names."""
+def _projection(query: JoinQuery, kind: PlanKind, names):
+    """The output: per output column (side, index of the joined column it copies), the names,
+    and ``JoinPlan.output`` when the output is computed (expressions, a WHERE after the join): the
+    projection then holds the joined columns those read, each once, and ``output`` the columns
+    computed from that row."""
     joined = [names[i] + (WINDOW_COLUMNS if kind is PlanKind.WINDOW else ()) for i in (0, 1)]
-    projection = tuple((0 if c.side == "L" else 1, _index(joined[0 if c.side == "L" else 1], c.column, "JOIN_SQL"))
-                       for c in query.projection)
-    return projection, tuple(c.name for c in query.projection)
+    output_names = tuple(c.name for c in query.projection)
+
+    def pair(c) -> tuple[int, int]:
+        side = 0 if c.side == "L" else 1
+        return side, _index(joined[side], c.column, "JOIN_SQL")
+
+    if query.where is None and all(c.expression is None for c in query.projection):
+        return tuple(pair(c) for c in query.projection), output_names, None
+    read: list[tuple[int, int]] = []
+
+    def position(side: int, index: int) -> int:
+        if (side, index) not in read:
+            read.append((side, index))
+        return read.index((side, index))
+
+    def over_read(node):
+        if node[0] == "col":
+            return ["col", node[1], "I", position(0 if node[2] == "L" else 1, node[3])]
+        if node[0] == "call":
+            return [*node[:3], *(over_read(o) for o in node[3:])]
+        return node
+
+    columns = []
+    for c in query.projection:
+        if c.expression is None:
+            columns.append({"at": position(*pair(c))})
+        else:
+            columns.append({"expr": over_read(c.expression), "sql": c.sql, "type": c.type})
+    where = over_read(query.where) if query.where is not None else None
+    output = {"columns": columns, "where": where, "where_sql": query.where_sql}
+    return tuple(read), output_names, output
 
 
-def _output_schema(topic: str, kind: PlanKind, join_type: JoinType, sides, projection, output_names) -> dict:
-    """The output's Avro schema: each column's input type, nullable where the input column is or
-    where an outer join pads its side with NULLs."""
+def _output_schema(topic: str, kind: PlanKind, join_type: JoinType, sides, projection, output_names,
+                   output=None) -> dict:
+    """The output's Avro schema: a copied column keeps its input's type, nullable where the
+    input column is or where an outer join pads its side with NULLs; a computed one has the Avro
+    type of its derived type (DECIMAL as bytes with the decimal logical type, TIMESTAMP(3) as
+    timestamp-millis, DATE as date), nullable as Flink derives it."""
     draft = JoinPlan(kind=kind, join_type=join_type, left=sides[0], right=sides[1], filter_nulls=(),
                      condition_sql=None, projection=projection, output_names=output_names, output_schema={},
-                     output_key=None)
-    fields = []
-    for (side, index), name in zip(projection, output_names):
-        avro_type, nullable = draft.column_type(side, index)
-        padded = join_type.left_outer if side == 1 else join_type.right_outer
-        fields.append((name, avro_type, nullable or padded))
+                     output_key=None, output=output)
+    fields = [(name, *draft.output_column_type(i)) for i, name in enumerate(output_names)]
     return output_schema(_record_name(topic), fields)
 
 
@@ -679,7 +759,7 @@ def explain(plan: JoinPlan) -> str:
         if plan.kind is PlanKind.LOOKUP:
             lines += _explain_lookup(plan, s)
             continue
-        keys = ", ".join(s.columns[i] for i in s.join_key)
+        keys = ", ".join(s.state_columns[i] for i in s.join_key)
         pk = ", ".join(s.columns[i] for i in s.primary_key) if s.primary_key else "none"
         extra = f", event time {s.columns[s.time_column]}" if s.time_column is not None else ""
         if plan.kind is PlanKind.INTERVAL_PROCESSING_TIME:
@@ -691,6 +771,9 @@ def explain(plan: JoinPlan) -> str:
         elif s.normalized:
             upsert = ", normalized per primary key before the join"
         layout = "" if plan.kind in TIME_BOUNDED_KINDS else f"; state layout {s.layout.value}"
+        if s.primary_key and s.unique_key is None and plan.kind not in TIME_BOUNDED_KINDS:
+            layout += " (JOIN_SQL's subquery does not keep the whole primary key: no unique key)"
+        before = _explain_calc(s)
         mode = s.changelog_mode
         if s.format != "rowkind":
             mode = (f"{s.format}: upserts of the primary key (c, r, u: its row; d: its delete)" if s.changelog_mode == "upsert"
@@ -706,13 +789,21 @@ def explain(plan: JoinPlan) -> str:
                 mode += f"; column {SOURCE_TIME}: the envelope's source.ts_ms"
         lines.append(
             f"{s.name}: topic {s.topic} as {s.table} ({mode}{upsert}); join key ({keys}); "
-            f"primary key ({pk}){layout}{extra}{ttl}"
+            f"primary key ({pk}){layout}{extra}{ttl}{before}"
         )
     if plan.mini_batch_size:
         lines.append(f"mini-batch: fold up to {plan.mini_batch_size} records per key")
     lines += _explain_time(plan)
     key = ", ".join(plan.output_names[i] for i in plan.output_key) if plan.output_key else "none"
     lines.append(f"output: {', '.join(plan.output_names)}; message key ({key}); {plan.output_mode.value}")
+    if plan.output is not None:
+        computed = [f"{name} = {c['sql']} ({c['type']})" for name, c in zip(plan.output_names, plan.output["columns"])
+                    if "expr" in c]
+        if computed:
+            lines.append("output computed from the joined rows: " + "; ".join(computed))
+        if plan.output.get("where_sql"):
+            lines.append(f"output filtered after the join: WHERE {plan.output['where_sql']} (each change, its "
+                         "retraction as the row it retracts)")
     lines.append("stages: " + "; then ".join(plan.stages()))
     if plan.state_buckets:
         lines.append(f"state: the keys of every stage in {plan.state_buckets} buckets (STATE_BUCKETS; state calls "
@@ -720,6 +811,21 @@ def explain(plan: JoinPlan) -> str:
     else:
         lines.append("state: one Spark grouping key per key (STATE_BUCKETS=0)")
     return "\n".join(lines)
+
+
+def _explain_calc(s) -> str:
+    """What JOIN_SQL does to an input's rows before the join, for ``check-config``."""
+    if not s.calc:
+        return ""
+    parts = []
+    if s.calc.get("filter_sql"):
+        parts.append(f"filtered by {s.calc['filter_sql']}")
+    if s.computed:
+        parts.append("computes " + ", ".join(f"{name} = {sql} ({sql_type})" for name, sql_type, _, sql in s.computed))
+    if s.calc.get("kept") is not None:
+        parts.append(f"keeps {', '.join(s.calc['kept']) or 'no input column'} (the others NULL in the join's state)")
+    where = "after the normalize stage" if s.normalized else "before the shuffle"
+    return f"; {where}: " + "; ".join(parts)
 
 
 def _explain_lookup(plan: JoinPlan, s) -> list[str]:
@@ -730,7 +836,7 @@ def _explain_lookup(plan: JoinPlan, s) -> list[str]:
                  "row": "grouped by the whole row (no LEFT_PRIMARY_KEY: a multiset of rows)",
                  "none": "append-only: no state"}[lookup["identity"]]
         ttl = f", state TTL {s.state_ttl_ms} ms" if s.state_ttl_ms else ""
-        key = ", ".join(s.columns[i] for i in lookup["left_key"])
+        key = ", ".join(s.state_columns[i] for i in lookup["left_key"])
         return [f"left: topic {s.topic} as {s.table} ({s.changelog_mode}); {keyed}; looks up ({key}){ttl}"]
     table = lookup["table"]
     unique = "; ".join(", ".join(u) for u in table["unique_keys"]) or "none"

@@ -25,6 +25,7 @@ from typing import Iterator
 from pyspark.sql import Row
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
 
+from expressions import ExpressionError
 from operators import EVENT, PROC, ChangelogNormalize, Context, Output, RowKind, UpsertMaterializer
 
 from . import deadletters
@@ -47,6 +48,7 @@ from .envelope import (
     Target,
     bucket_group,
     bucket_of,
+    dead_letter_group,
     dumps,
     join_key_group,
     loads,
@@ -204,6 +206,8 @@ class JoinProcessor(StatefulProcessor):
         yield from self._late(out, originals, context)
         if out.unmatched:
             yield from self._unmatched(out, entries)
+        if out.failed:
+            yield from self._failed(out)
 
     def _unmatched(self, out: Output, entries: list) -> Iterator[Row]:
         """A lookup join's retractions of rows it does not remember (its state TTL expired, or it
@@ -255,6 +259,15 @@ class JoinProcessor(StatefulProcessor):
         state.flush()
         changes += out.rows
         yield from self._late(out, None, context)
+        if out.failed:
+            yield from self._failed(out)
+
+    def _failed(self, out: Output) -> Iterator[Row]:
+        """Output changes whose computed output failed (operators/calc.py): dead letters naming the
+        expression, with the joined row the expressions read."""
+        for kind, row, why in out.failed:
+            letter = deadletters.from_row(Reason.EXPRESSION_ERROR, why, kind, row)
+            yield Row(target=_DEAD_LETTER, kind=kind, payload=dumps(letter), okey=b"expression", seq=self.seq.take())
 
     def _join_error(self, jk: bytes, err: Exception) -> str:
         """Log a key's failure once, with the micro-batch id; the dead letters' detail."""
@@ -397,6 +410,11 @@ class UpsertProcessor(StatefulProcessor):
 _DELETE_KIND = int(RowKind.DELETE)
 
 
+def _letter_envelope(letter: dict, ts: int, part: int, offset: int) -> tuple:
+    """A dead letter found by the normalize stage, as an envelope for the join stage to pass on."""
+    return (dead_letter_group(part), int(Tag.DEAD_LETTER), 0, dumps(letter), None, ts, part, offset)
+
+
 class NormalizeProcessor(StatefulProcessor):
     """The normalize stage of an upsert input, keyed by message key (see ``operators/normalize.py``)
     or by a bucket of message keys: emits envelopes of a full changelog, keyed by join key (packed
@@ -416,6 +434,11 @@ class NormalizeProcessor(StatefulProcessor):
         self.state = normalize_state(handle, plan, self.side, self.operator)
         self.buckets = plan.state_buckets
         self.bucket_keys = plan.bucket_keys
+        self.topic = plan.sides[self.side].topic
+        self.calc = plan.sides[self.side].input_calc()  # JOIN_SQL's filter and computed columns, after normalizing
+        if self.calc is not None:
+            self._plain_normalize = self._normalize
+            self._normalize = self._normalize_calculated
         if self.side in plan.dated_deletes:  # chosen once: the other inputs' records take the plain path
             self.source_time = plan.sides[self.side].time_column
             self._normalize = self._normalize_dated
@@ -431,6 +454,9 @@ class NormalizeProcessor(StatefulProcessor):
                 yield r
                 continue
             for kind, row, offset in self._normalize(state, r[KIND], loads(r[PAYLOAD]), r[OFFSET]):
+                if kind < 0:  # a dead letter (_normalize_calculated)
+                    yield _EnvelopeRow(*_letter_envelope(row, r[TS], r[PART], r[OFFSET]))
+                    continue
                 yield Row(jk=self.join_key(row), tag=self.side, kind=kind, payload=dumps(row),
                           event_time=r[EVENT_TIME], ts=r[TS], part=r[PART], offset=offset)
         state.flush()
@@ -450,6 +476,9 @@ class NormalizeProcessor(StatefulProcessor):
             state = Pending(bucket.key(message_key))
             for e in ordered_records(entries):
                 for kind, row, offset in self._normalize(state, e[KIND], e[PAYLOAD], e[OFFSET]):
+                    if kind < 0:  # a dead letter (_normalize_calculated)
+                        yield _EnvelopeRow(*_letter_envelope(row, e[TS], e[PART], e[OFFSET]))
+                        continue
                     jk = self.join_key(row)
                     packs.setdefault(bucket_of(jk, self.buckets), []).append(
                         (jk, self.side, kind, row, e[EVENT_TIME], e[TS], e[PART], offset))
@@ -467,6 +496,22 @@ class NormalizeProcessor(StatefulProcessor):
         out = Output()
         self.operator.process(state, [(self.side, kind, payload)], Context(), out)
         return [(int(k), row, offset * 4 + i) for i, (k, row) in enumerate(out.rows)]
+
+    def _normalize_calculated(self, state, kind: int, payload, offset: int) -> list[tuple[int, tuple, int]]:
+        """:meth:`_normalize`, each change then as JOIN_SQL gives it to the join: filtered out, or
+        with its computed columns; a change whose expression fails is a dead letter (its kind
+        -1, :meth:`handleInputRows` writes it)."""
+        out = []
+        for k, row, o in self._plain_normalize(state, kind, payload, offset):
+            try:
+                calculated = self.calc(row)
+            except ExpressionError as err:
+                out.append((-1, deadletters.from_row(Reason.EXPRESSION_ERROR, str(err), k, row,
+                                                     source=(self.topic, None, offset)), o))
+                continue
+            if calculated is not None:
+                out.append((k, calculated, o))
+        return out
 
     def _normalize_dated(self, state, kind: int, payload, offset: int) -> list[tuple[int, tuple, int]]:
         """:meth:`_normalize` of a versioned table whose deletes are dated (``plan.dated_deletes``):

@@ -15,6 +15,7 @@ TESTS_DIR = Path(__file__).resolve().parent
 #: The tests' folders, mirroring the code; each folder's tests carry its name as a marker
 #: (``pytest -m operators``, ``-m "not integration"``).
 FOLDERS = {
+    "expressions": "Flink's scalar expressions in expressions/: types, functions, compiled code (no Spark, no Kafka)",
     "operators": "the join state machines in operators/, on the in-memory host (no Spark, no Kafka)",
     "service": "service/ without a broker or a Spark query: config, SQL, plan, formats, state bytes, layout",
     "integration": "a real Kafka broker and a real Spark query (or cluster)",

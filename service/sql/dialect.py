@@ -13,34 +13,17 @@ from typing import NoReturn
 
 import sqlglot
 from sqlglot import exp
-from sqlglot.dialects.spark import Spark
 from sqlglot.errors import ParseError, TokenError
-from sqlglot.tokens import Tokenizer, TokenType
+from sqlglot.tokens import Tokenizer
 
-from operators.condition import SUPPORTED as CONDITION_SUPPORTED
-from operators.condition import SUPPORTED_NODES
+from expressions.dialect import FlinkSQL
+from expressions.parse import Refused, translate
 
 from .model import QueryError
 
 
-class _FlinkSQL(Spark):
-    """Spark's grammar with Flink's lexical rules for quotes (see module docstring), and Flink's
-    ``TABLE <name>`` table argument of the window table functions."""
-
-    class Tokenizer(Spark.Tokenizer):
-        QUOTES = ["'"]
-        IDENTIFIERS = ["`", '"']
-        STRING_ESCAPES = ["'"]
-
-    class Parser(Spark.Parser):
-        def _parse_lambda(self, alias: bool = False):
-            # TUMBLE(TABLE orders, ...): a function argument that is a table, which Spark's grammar
-            # does not know. TABLE(...) (a call) is left to the usual rules.
-            if (self._curr is not None and self._curr.token_type == TokenType.TABLE
-                    and self._next is not None and self._next.token_type != TokenType.L_PAREN):
-                self._advance()
-                return self._parse_table_parts()
-            return super()._parse_lambda(alias)
+# The Flink dialect over sqlglot is the expressions' (every SQL text of changejoin is read in it).
+_FlinkSQL = FlinkSQL
 
 
 _DIALECT = _FlinkSQL()
@@ -61,13 +44,13 @@ _FORMS = ("one SELECT of columns from two tables: [INNER|LEFT|RIGHT|FULL] JOIN <
 _SUPPORTED = _supported(f"Supported queries: {_FORMS}", "supported-forms")
 # Where a construct outside the join itself is refused (aggregation, sorting, more tables).
 _REFUSED = _supported(f"Supported queries: {_FORMS}", "refused")
-_SUPPORTED_CONDITION = _supported(f"Conditions may use {CONDITION_SUPPORTED}", "conditions")
 _SUPPORTED_SELECT = _supported(
-    "The select list may contain column references (a.col or col) with optional AS <name>, a.* and *",
-    "supported-forms")
-
-# IS NOT DISTINCT FROM's negation is rewritten into NOT (... IS NOT DISTINCT FROM ...) for the compiler.
-_CONDITION_NODES = tuple(getattr(exp, name) for name in SUPPORTED_NODES) + (exp.NullSafeNEQ,)
+    "The select list may contain column references (a.col or col) and expressions, each with an optional "
+    "AS <name>, a.* and *", "expressions")
+# Where an expression (in the select list, ON, WHERE or an input subquery) is refused.
+_SUPPORTED_EXPRESSION = _supported(
+    "Expressions may use Flink SQL 2.3's operators and deterministic functions that docs/sql.md lists, "
+    "on columns of the two inputs", "functions")
 
 _CLAUSE_NAMES = {
     "with": "WITH (common table expressions)",
@@ -98,8 +81,18 @@ _SIDE_WORD = {"L": "left", "R": "right"}
 
 
 def _fail(message: str) -> NoReturn:
-    # What is wrong ends its line where the supported forms begin (the constants above).
+    """The one way the SQL front end refuses a query: what is wrong, and where the message holds a
+    line break, what is supported and the docs/sql.md section (the constants above)."""
+    # What is wrong ends its line where the supported forms begin.
     raise QueryError(re.sub(r"[ ;,.]*\n", ".\n", message, count=1) if "\n" in message else message)
+
+
+def _translate(node: exp.Expression, resolve) -> list:
+    """An expression as a typed node of ``expressions`` (its columns by ``resolve``), or a refusal."""
+    try:
+        return translate(node, resolve)
+    except Refused as err:
+        _fail(f"{err}{_SUPPORTED_EXPRESSION}")
 
 
 def _arg(node: exp.Expression, *names: str):

@@ -114,6 +114,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 from operators import JoinType, TemporalKind
+from operators.spec import WINDOW_COLUMNS
 
 from .dialect import (
     _PROCTIME_NAMES,
@@ -128,9 +129,11 @@ from .dialect import (
     _sql,
     _unparen,
 )
+from .inputs import _input_source
 from .intervals import _interval, _take_bounds
 from .model import JoinQuery
-from .resolve import _bind_table, _check_distinct_qualifiers, _condition_sql, _projection, _Resolver, _Side
+from .resolve import _bind_table, _check_distinct_qualifiers, _condition_sql, _conjunction, _projection, _Resolver, _Side
+from .where import describe_where, place_where
 from .windows import _window, _window_keys, _window_source
 
 __all__ = ["describe", "parse_join_sql"]
@@ -153,6 +156,8 @@ def parse_join_sql(
     right_table: str,
     right_columns: list[str],
     time_columns: tuple[str | None, str | None] = (None, None),
+    left_types: list | None = None,
+    right_types: list | None = None,
 ) -> JoinQuery:
     """Parse ``sql`` into a :class:`JoinQuery` or raise :class:`QueryError`.
 
@@ -163,16 +168,20 @@ def parse_join_sql(
     of exactly these two columns in ON is an interval join's bound even without an INTERVAL.
     See the module docstring for the supported subset and the decisions on ambiguous points;
     in short, ``NOT IN`` is planned like ``NOT EXISTS`` (identical unless the keys contain NULLs).
+    ``left_types`` / ``right_types`` are the columns' types (``expressions.SqlType``); without
+    them only the query's form is checked (every column takes part in every operation), and
+    what needs the types (expressions in the select list, input subqueries, computed keys) is
+    refused.
     """
-    left = _Side("L", left_table, list(left_columns))
-    right = _Side("R", right_table, list(right_columns))
+    left = _Side("L", left_table, list(left_columns), types=list(left_types) if left_types is not None else None)
+    right = _Side("R", right_table, list(right_columns), types=list(right_types) if right_types is not None else None)
     res = _Resolver(left, right)
     res.time_columns = time_columns
     select = _parse_statement(sql)
     _check_clauses(select, "the query", {"expressions", "from", "from_", "joins", "where"})
     source = _from_table(select, "the query")
     left_window = _window_source(source, left, right, "FROM")
-    if left_window is None:
+    if left_window is None and not _input_source(source, res, left, right, "FROM"):
         _bind_table(source, left, right, "FROM")
     joins = select.args.get("joins") or []
     if len(joins) > 1:
@@ -210,7 +219,7 @@ def _regular_join(select: exp.Select, join: exp.Join, res: _Resolver, left_windo
 
     version = None
     right_window = _window_source(join.this, right, left, "JOIN")
-    if right_window is None:
+    if right_window is None and not _input_source(join.this, res, right, left, "the JOIN"):
         version = _bind_table(join.this, right, left, "JOIN", allow_version=True)
     if (left_window is None) != (right_window is None):
         _fail(
@@ -229,24 +238,29 @@ def _regular_join(select: exp.Select, join: exp.Join, res: _Resolver, left_windo
     if on is None or isinstance(on, exp.Boolean):  # sqlglot's Spark parser reads a missing ON as ON TRUE
         _fail(f"the JOIN has no ON condition; add ON a.k = b.k. {_SUPPORTED}")
     where = select.args.get("where")
-    if where is not None and join_type != "INNER":
-        _fail(
-            f"WHERE is not supported with a {join_type} join (it would filter the joined rows, "
-            "which this service does not do); WHERE is only allowed for INNER joins, where it is "
-            "merged into the join condition. Put join conditions into ON"
-        )
     on_conjuncts = _conjuncts(on)
     where_conjuncts = _conjuncts(where.this) if where is not None else []
-    # An interval join's time bounds are not part of the extra condition: take them out first.
+    # An interval join's time bounds are not part of the extra condition: take them out first
+    # (from WHERE too on an inner join, where WHERE is the condition's).
     bounds: list = []
     if version is None and left_window is None:
-        (on_conjuncts, where_conjuncts), bounds = _take_bounds([on_conjuncts, where_conjuncts], res, scope)
+        groups = [on_conjuncts, where_conjuncts] if join_type == "INNER" else [on_conjuncts]
+        taken, bounds = _take_bounds(groups, res, scope)
+        on_conjuncts = taken[0]
+        if join_type == "INNER":
+            where_conjuncts = taken[1]
+    after: list = []
+    if where_conjuncts:
+        placement = place_where(where_conjuncts, res, scope, join_type, temporal=version is not None,
+                                windowed=left_window is not None)
+        join_type = placement.join_type
+        if temporal and join_type not in ("INNER", "LEFT"):
+            join_type = "INNER"
+        on_conjuncts = on_conjuncts + placement.on
+        _push(res, left, placement.left, scope)
+        _push(res, right, placement.right, scope)
+        after = placement.after
     keys, null_safe, residual = res.split(on_conjuncts, scope, "the ON condition")
-    if where is not None:
-        more_keys, more_null_safe, more_residual = res.split(where_conjuncts, scope, "the WHERE clause")
-        keys += more_keys
-        null_safe += more_null_safe
-        residual += more_residual
     window = None
     if left_window is not None:
         keys, null_safe = _window_keys(keys, null_safe, "the window join")
@@ -255,6 +269,13 @@ def _regular_join(select: exp.Select, join: exp.Join, res: _Resolver, left_windo
     what = ("the temporal join" if temporal else "the window join" if window
             else "the interval join" if interval else "the join")
     _require_keys(keys, what)
+    if temporal and right.computed:
+        _fail(f"the temporal join's equalities must compare columns of the versioned table {right.label()} (its "
+              f"primary key), not expressions of them ({', '.join(c[3] for c in right.computed)}), as in Flink")
+    typed = left.typed and right.typed
+    padded = frozenset({"LEFT": "R", "RIGHT": "L", "FULL": "LR"}.get(join_type, ""))
+    for conjunct in after:
+        res.check(conjunct, scope, "the WHERE clause")
 
     return JoinQuery(
         join_type=JoinType(join_type),
@@ -265,12 +286,41 @@ def _regular_join(select: exp.Select, join: exp.Join, res: _Resolver, left_windo
         right_alias=right.qualifier,
         equi_keys=tuple(keys),
         null_safe_keys=tuple(null_safe),
-        condition_sql=_condition_sql(residual),
+        condition_sql=_condition_sql([res.render(c, scope) for c in residual]),
         left_time_column=time_column,
-        projection=_projection(select, res, scope, semi=False),
+        projection=_projection(select, res, scope, semi=False, padded=padded),
         interval=interval,
         window=window,
+        condition=res.condition(residual, scope) if typed else None,
+        where=_conjunction([res.expression(c, scope, padded) for c in after]) if after and typed else None,
+        where_sql=describe_where(after) if after else None,
+        inputs=(left.calc(), right.calc()),
     )
+
+
+def _in_key(res: _Resolver, side: _Side, item: exp.Expression, scope) -> str:
+    """The joined column an ``IN`` compares: a column, or an expression computed before the join."""
+    if isinstance(item, exp.Column):
+        code, column = res.resolve(item, scope)
+        if code != side.code:
+            _fail(f"the {'left side of IN' if side.code == 'L' else 'IN subquery'} must be of the "
+                  f"{'left' if side.code == 'L' else 'right'} table, got '{_sql(item)}'")
+        return column
+    if not side.typed:
+        _fail(f"'{_sql(item)}' in IN needs the inputs' column types")
+    if res.sides_of(item, scope) != {side.code}:
+        _fail(f"'{_sql(item)}' in IN must read the {'left' if side.code == 'L' else 'right'} table only")
+    return side.add_computed(res.input_expression(item, side, scope), _sql(item), "$k")
+
+
+def _push(res: _Resolver, side: _Side, conjuncts: list, scope) -> None:
+    """WHERE conjuncts that filter ``side`` before the join."""
+    for conjunct in conjuncts:
+        res.check(conjunct, scope, "the WHERE clause")
+        if side.typed:
+            side.filters.append((res.input_expression(conjunct, side, scope), _sql(conjunct)))
+        else:
+            side.filters.append((["lit", "BOOLEAN", True], _sql(conjunct)))
 
 
 def _temporal(
@@ -333,12 +383,6 @@ def _semi_anti_join(select: exp.Select, res: _Resolver, left_window: dict | None
         predicate = _unparen(predicate.this)
     join_type = "ANTI" if anti else "SEMI"
     others = [c for c in outer if c is not predicates[0]]
-    if others and anti:
-        _fail(
-            "other WHERE conditions next to NOT IN / NOT EXISTS are not supported (they would filter "
-            "the left input, not the anti-join match); move conditions that are part of the match into "
-            "the subquery's WHERE"
-        )
 
     if isinstance(predicate, exp.Exists):
         inner = predicate.this
@@ -356,7 +400,7 @@ def _semi_anti_join(select: exp.Select, res: _Resolver, left_window: dict | None
         )
     inner_source = _from_table(inner, "the subquery")
     right_window = _window_source(inner_source, right, left, "the subquery's FROM")
-    if right_window is None:
+    if right_window is None and not _input_source(inner_source, res, right, left, "the subquery's FROM"):
         _bind_table(inner_source, right, left, "the subquery's FROM")
     if (left_window is None) != (right_window is None):
         _fail(
@@ -382,15 +426,13 @@ def _semi_anti_join(select: exp.Select, res: _Resolver, left_window: dict | None
             )
         for l_item, r_item in zip(lhs_items, rhs_items):
             l_item, r_item = _unparen(l_item), _unparen(r_item)
-            if not isinstance(l_item, exp.Column) or isinstance(l_item.this, exp.Star):
-                _fail(f"the left side of IN must be left-table columns, got '{_sql(l_item)}'")
-            if not isinstance(r_item, exp.Column) or isinstance(r_item.this, exp.Star):
-                _fail(f"the IN subquery must select right-table columns, got '{_sql(r_item)}'")
-            l_side, l_col = res.resolve(l_item, outer_scope)
-            r_side, r_col = res.resolve(r_item, inner_scope)
-            if r_side != "R":
+            if isinstance(l_item, exp.Star) or isinstance(l_item, exp.Column) and isinstance(l_item.this, exp.Star):
+                _fail(f"the left side of IN must be left-table columns or expressions, got '{_sql(l_item)}'")
+            if isinstance(r_item, exp.Star) or isinstance(r_item, exp.Column) and isinstance(r_item.this, exp.Star):
+                _fail(f"the IN subquery must select right-table columns or expressions, got '{_sql(r_item)}'")
+            if res.sides_of(r_item, inner_scope) - {"R"}:
                 _fail(f"the IN subquery must select columns of the right table '{right.table}', got '{_sql(r_item)}'")
-            keys.append((l_col, r_col))
+            keys.append((_in_key(res, left, l_item, outer_scope), _in_key(res, right, r_item, inner_scope)))
             null_safe.append(False)
     else:
         for item in inner.expressions:
@@ -403,16 +445,32 @@ def _semi_anti_join(select: exp.Select, res: _Resolver, left_window: dict | None
                     f"got '{_sql(item)}'"
                 )
 
-    residual: list[exp.Expression] = []
+    residual: list[tuple[exp.Expression, list]] = []
     inner_where = inner.args.get("where")
     if inner_where is not None:
-        more_keys, more_null_safe, residual = res.split(
+        more_keys, more_null_safe, inner_residual = res.split(
             _conjuncts(inner_where.this), inner_scope, "the subquery's WHERE clause"
         )
         keys += more_keys
         null_safe += more_null_safe
-    for conjunct in others:  # SEMI only: filters on the left input = extra match conditions
-        residual.append(res.render(conjunct, outer_scope, "the WHERE clause"))
+        residual += [(c, inner_scope) for c in inner_residual]
+    # The outer WHERE's other conjuncts: for a semi join part of the match (as they always were
+    # in changejoin: the same rows); for an anti join a filter of the left input before the join
+    # (not part of the match, which NOT would turn around).
+    for conjunct in others:
+        res.check(conjunct, outer_scope, "the WHERE clause")
+        windowed = left_window is not None and any(
+            res.resolve(c, outer_scope)[1] in WINDOW_COLUMNS for c in conjunct.find_all(exp.Column)
+            if not isinstance(c.this, exp.Star))
+        if anti and not windowed:
+            _push(res, left, [conjunct], outer_scope)
+        elif anti:
+            _fail(
+                f"'{_sql(conjunct)}' next to NOT IN / NOT EXISTS reads the window columns, which exist only in the "
+                "join: move it into the subquery's WHERE if it is part of the match"
+            )
+        else:
+            residual.append((conjunct, outer_scope))
     window = None
     if left_window is not None:
         keys, null_safe = _window_keys(keys, null_safe, f"the window {join_type.lower()} join")
@@ -428,11 +486,14 @@ def _semi_anti_join(select: exp.Select, res: _Resolver, left_window: dict | None
         right_alias=right.qualifier,
         equi_keys=tuple(keys),
         null_safe_keys=tuple(null_safe),
-        condition_sql=_condition_sql(residual),
+        condition_sql=_condition_sql([res.render(c, scope) for c, scope in residual]),
         left_time_column=None,
         # the right table is not in scope of the outer SELECT; it is searched only to explain errors
         projection=_projection(select, res, [["L"], ["R"]], semi=True),
         window=window,
+        condition=_conjunction([res.expression(c, scope) for c, scope in residual])
+        if residual and left.typed and right.typed else None,
+        inputs=(left.calc(), right.calc()),
     )
 
 
@@ -460,15 +521,21 @@ def describe(q: JoinQuery) -> str:
         w = q.window
         label = (f"window {label} ({w.sql(q.left_table, w.left_time_column)} with "
                  f"{w.sql(q.right_table, w.right_time_column)})")
+    computed = [{c[0]: c[3] for c in (calc.computed if calc else ())} for calc in q.inputs]
     keys = " AND ".join(
-        f"l.{lk} {'IS NOT DISTINCT FROM' if ns else '='} r.{rk}"
+        f"{computed[0].get(lk, f'l.{lk}')} {'IS NOT DISTINCT FROM' if ns else '='} {computed[1].get(rk, f'r.{rk}')}"
         for (lk, rk), ns in zip(q.equi_keys, q.null_safe_keys)
     )
     parts = [f"{label}: l = {q.left_table}, r = {q.right_table}", f"keys {keys}"]
     if q.condition_sql:
         parts.append(f"condition {q.condition_sql}")
+    if q.where_sql:
+        parts.append(f"then WHERE {q.where_sql}")
     cols = []
     for c in q.projection:
+        if c.side is None:
+            cols.append(f"{c.sql} AS {c.name}")
+            continue
         src = f"{c.side.lower()}.{c.column}"
         cols.append(src if c.name == c.column else f"{src} AS {c.name}")
     parts.append(f"output ({len(cols)}) {', '.join(cols)}")

@@ -15,9 +15,31 @@ class QueryError(ValueError):
 
 @dataclass(frozen=True)
 class OutputColumn:
-    name: str  # output field name (alias or the column name)
-    side: str  # "L" or "R"
-    column: str  # source column name on that side
+    """One column of the output: a column of one input copied (``side``, ``column``), or an
+    expression over the joined row (``expression``: a typed node of ``expressions``, its columns
+    ``["col", type, "L" | "R", index into that side's joined columns]``)."""
+
+    name: str  # output field name (alias, the column name, or EXPR$<position>)
+    side: str | None  # "L" or "R"; None for an expression
+    column: str | None  # source column name on that side
+    expression: list | None = None
+    sql: str | None = None  # the expression as written
+    type: str | None = None  # the expression's derived type
+
+
+@dataclass(frozen=True)
+class InputCalc:
+    """What an input goes through before the join: an input subquery's filter and projection
+    (``FROM (SELECT ... FROM t WHERE ...) AS a``), a pushed-down WHERE, computed equi-keys.
+
+    The joined row is the input row, the columns the query does not read set to NULL (``kept``:
+    the input columns kept, None for all), followed by the ``computed`` columns, each ``(name,
+    type, typed node over the input row "I", SQL)``; ``filter`` keeps the rows it is TRUE for."""
+
+    computed: tuple[tuple[str, str, list, str], ...] = ()
+    filter: list | None = None
+    filter_sql: str | None = None
+    kept: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -80,3 +102,7 @@ class JoinQuery:
     projection: tuple[OutputColumn, ...]
     interval: IntervalBounds | None = None  # an interval join's time range
     window: WindowTVF | None = None  # a window join's window table function
+    condition: list | None = None  # the residual condition, typed (over "L"/"R" joined columns)
+    where: list | None = None  # a WHERE kept after the join (over "L"/"R" joined columns, padded sides nullable)
+    where_sql: str | None = None
+    inputs: tuple = (None, None)  # per input, its InputCalc or None

@@ -82,13 +82,7 @@ def _window_source(node: exp.Expression, side: _Side, other: _Side, where: str) 
     table.set("alias", alias)
     _bind_table(table, side, other, where)
     time_column = side.column(descriptor.expressions[0].name)
-    clash = [c for c in side.columns if c.casefold() in WINDOW_COLUMNS]
-    if clash:
-        _fail(
-            f"the {_SIDE_WORD[side.code]} table {side.label()} has a column named {clash[0]}, which a window "
-            f"table function adds itself ({', '.join(WINDOW_COLUMNS)}); rename that column"
-        )
-    side.columns = side.columns + list(WINDOW_COLUMNS)
+    side.add_window_columns()
     return {"kind": name, "sizes": sizes, "time": time_column, "sql": _sql(call)}
 
 

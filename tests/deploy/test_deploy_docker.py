@@ -435,7 +435,7 @@ def test_the_image_copies_no_tooling(dockerfile):
         include = packages["find"]["include"]
         shipped = {top for top in copied if any(fnmatch.fnmatchcase(top, p) for p in include)}
         assert any(fnmatch.fnmatchcase("devkit", p) for p in include), "devkit is installed in a checkout"
-    assert shipped == {"operators", "service"}
+    assert shipped == {"expressions", "operators", "service"}
 
 
 def test_the_build_holds_the_files_the_service_opens_by_path(tmp_path):

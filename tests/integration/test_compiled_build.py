@@ -15,7 +15,8 @@ from compiled import BUILD_VARIABLE, REPO_ROOT, build, compiled_modules
 
 #: The record path's unit tests (no broker, no Spark query) that exercise compiled service modules.
 SERVICE_TESTS = ("test_avro.py", "test_avro_writer.py", "test_buckets.py", "test_deadletters.py", "test_debezium.py",
-                 "test_decode.py", "test_encode.py", "test_keys.py", "test_sparkstate.py", "test_split_side.py",
+                 "test_decode.py", "test_encode.py", "test_expressions_in_queries.py", "test_keys.py", "test_sparkstate.py",
+                 "test_split_side.py",
                  "test_window_late_rows.py", "test_compiled.py::test_check_config_says_whether_the_modules_run_compiled")
 #: End to end: retractions through a LEFT join, and bad records to the dead-letter topic.
 END_TO_END = ("test_left_join_with_retractions_materializes_to_the_joined_table",
@@ -29,7 +30,7 @@ def test_the_operators_record_path_and_end_to_end_tests_pass_through_the_compile
     build(dest, tmp_path / "temp")
     built = {p.name.split(".")[0] for p in dest.rglob("*.so")}
     assert built == {name.rsplit(".", 1)[1] for name in compiled_modules()}
-    tests = ["tests/operators", *(f"tests/service/{t}" for t in SERVICE_TESTS),
+    tests = ["tests/operators", "tests/expressions", *(f"tests/service/{t}" for t in SERVICE_TESTS),
              *(f"tests/integration/test_service_e2e.py::{t}" for t in END_TO_END)]
     env = {**os.environ, BUILD_VARIABLE: str(dest), "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap}
     proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-o", "addopts=", "-rA", *tests],

@@ -78,8 +78,11 @@ def doc_anchors(name: str) -> set[str]:
      "the query joins 3 tables; exactly two are supported", "refused"),
     ("SELEC o.order_id FRM orders", "not valid SQL: Invalid expression / Unexpected token at line 1, column 8",
      "supported-forms"),
-    ("SELECT o.order_id FROM orders o JOIN prices p ON o.product = p.product AND upper(o.product) = 'A'",
-     "unsupported function 'UPPER(o.product)' in the ON condition", "conditions"),
+    ("SELECT o.order_id FROM orders o JOIN prices p ON o.product = p.product AND uper(o.product) = 'A'",
+     "'UPER(o.product)' calls UPER, which changejoin does not support; the nearest supported function is UPPER",
+     "functions"),
+    ("SELECT o.order_id, RAND() AS r FROM orders o JOIN prices p ON o.product = p.product",
+     "'RAND()' is not deterministic", "functions"),
 ])
 def test_a_sql_refusal_is_three_lines_what_is_wrong_what_is_supported_and_where_the_docs_say_it(sql, wrong, section):
     """It was one line of 1,200 characters, the grammar of every form after the first sentence."""
@@ -88,7 +91,7 @@ def test_a_sql_refusal_is_three_lines_what_is_wrong_what_is_supported_and_where_
     lines = proc.stderr.splitlines()
     assert len(lines) == 3, proc.stderr
     assert lines[0].startswith(f"changejoin: JOIN_SQL: {wrong}")
-    assert re.match(r"  (Supported queries: |Conditions may use )", lines[1])
+    assert re.match(r"  (Supported queries: |Expressions may use )", lines[1])
     assert lines[2] == f"  See docs/sql.md#{section}" and section in doc_anchors("sql.md")
     assert all(len(line) < 400 for line in lines), [len(line) for line in lines]
 

@@ -22,7 +22,7 @@ README = ROOT / "README.md"
 MAP = ROOT / "docs" / "development.md"  # the map of every module; the README has a short one
 MAP_HEADING = "## Map of the code"
 # Packages whose modules the map names one by one.
-LISTED = ("service", "operators")
+LISTED = ("service", "operators", "expressions")
 # Not modules with a job of their own: a package marker (a package is named by its folder, or its
 # modules are) and the ``python -m`` shim (``service/__main__.py`` only calls ``cli.main``).
 NOT_MODULES = {"__init__.py", "__main__.py"}

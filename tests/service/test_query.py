@@ -377,15 +377,13 @@ def test_subquery_unqualified_columns_prefer_the_subquery_table():
     assert q.equi_keys == (("a", "b"),)
 
 
-def test_semi_join_extra_left_filter_merges_but_anti_rejects():
+def test_semi_join_extra_where_merges_and_anti_join_extra_where_filters_the_left_input():
     q = parse(
         "SELECT o.a FROM order_log o WHERE o.a > 0 AND o.order_id IN (SELECT p.order_id FROM price_log p WHERE p.b < 5)"
     )
-    assert q.condition_sql == "r.b < 5 AND l.a > 0"
-    rejects(
-        "SELECT o.a FROM order_log o WHERE o.a > 0 AND NOT EXISTS (SELECT 1 FROM price_log p WHERE p.b = o.a)",
-        "NOT IN / NOT EXISTS",
-    )
+    assert q.condition_sql == "r.b < 5 AND l.a > 0" and q.inputs == (None, None)
+    q = parse("SELECT o.a FROM order_log o WHERE o.a > 0 AND NOT EXISTS (SELECT 1 FROM price_log p WHERE p.b = o.a)")
+    assert q.join_type == "ANTI" and q.inputs[0].filter_sql == "o.a > 0" and q.condition_sql is None
 
 
 def test_semi_join_selects_only_left_columns():
@@ -410,7 +408,7 @@ def test_semi_join_shapes_rejected():
     )
     rejects("SELECT o.a FROM order_log o WHERE o.a IN (SELECT o2.a FROM order_log o2)", "configured left table")
     rejects("SELECT o.a FROM order_log o WHERE o.a IN (SELECT p.b FROM price_log p GROUP BY p.b)", "GROUP BY")
-    rejects("SELECT o.a FROM order_log o WHERE o.a IN (SELECT p.b + 1 FROM price_log p)", "right-table columns")
+    rejects("SELECT o.a FROM order_log o WHERE o.a IN (SELECT p.b + 1 FROM price_log p)", "needs the inputs' column types")
     rejects("SELECT o.a FROM order_log o WHERE o.a IN (SELECT o.a FROM price_log p)", "right table")
     rejects(
         "SELECT o.a FROM order_log o WHERE EXISTS (SELECT count(*) FROM price_log p WHERE p.b = o.a)",
@@ -472,6 +470,7 @@ def test_no_equi_key():
         "no equi-join condition",
         "Flink has the same restriction",
     )
+    # parsed for its form only (no column types), an equality of expressions is no key
     rejects("SELECT o.a FROM order_log o JOIN price_log p ON o.a + 1 = p.b", "no equi-join condition")
     rejects("SELECT o.a FROM order_log o JOIN price_log p", "no ON condition")
 
@@ -481,13 +480,8 @@ def test_aggregate_and_expressions_in_select():
     rejects(
         "SELECT SUM(p.rate) AS s FROM order_log o JOIN price_log p ON o.order_id = p.order_id", "aggregate", "SUM"
     )
-    rejects(
-        "SELECT o.a + 1 AS x FROM order_log o JOIN price_log p ON o.order_id = p.order_id",
-        "expression",
-        "column references",
-    )
-    rejects("SELECT UPPER(o.c) FROM order_log o JOIN price_log p ON o.order_id = p.order_id", "function")
-    rejects("SELECT 'x' FROM order_log o JOIN price_log p ON o.order_id = p.order_id", "select list")
+    # expressions need the column types (parse() gives none; test_expressions_in_queries.py has them)
+    rejects("SELECT o.a + 1 AS x FROM order_log o JOIN price_log p ON o.order_id = p.order_id", "types")
     rejects("SELECT DISTINCT o.a FROM order_log o JOIN price_log p ON o.order_id = p.order_id", "DISTINCT")
 
 
@@ -526,12 +520,9 @@ def test_group_by_and_other_clauses():
     )
 
 
-def test_where_only_for_inner_joins():
-    rejects(
-        "SELECT o.a FROM order_log o LEFT JOIN price_log p ON o.order_id = p.order_id WHERE o.a > 1",
-        "WHERE",
-        "INNER",
-    )
+def test_where_on_an_outer_join_filters_its_preserved_input():
+    q = parse("SELECT o.a FROM order_log o LEFT JOIN price_log p ON o.order_id = p.order_id WHERE o.a > 1")
+    assert q.join_type == "LEFT" and q.inputs[0].filter_sql == "o.a > 1" and q.where_sql is None
 
 
 def test_subqueries_elsewhere_rejected():
@@ -540,7 +531,7 @@ def test_subqueries_elsewhere_rejected():
         "AND o.a IN (SELECT p2.b FROM price_log p2)",
         "subquery",
     )
-    rejects("SELECT o.a FROM (SELECT * FROM order_log) o JOIN price_log p ON o.order_id = p.order_id", "subqueries")
+    rejects("SELECT o.a FROM (SELECT * FROM order_log) o JOIN price_log p ON o.order_id = p.order_id", "types")
     rejects(
         "WITH x AS (SELECT * FROM order_log) SELECT x.a FROM x JOIN price_log p ON x.order_id = p.order_id", "WITH"
     )
@@ -548,13 +539,12 @@ def test_subqueries_elsewhere_rejected():
 
 def test_unsupported_condition_syntax():
     rejects(
-        "SELECT o.a FROM order_log o JOIN price_log p ON o.order_id = p.order_id AND UPPER(p.c) = 'X'",
-        "unsupported function",
-        "LIKE",
+        "SELECT o.a FROM order_log o JOIN price_log p ON o.order_id = p.order_id AND UPPPER(p.c) = 'X'",
+        "UPPPER", "not support", "nearest supported function is UPPER",
     )
     rejects(
-        "SELECT o.a FROM order_log o JOIN price_log p ON o.order_id = p.order_id AND p.c IS TRUE",
-        "unsupported",
+        "SELECT o.a FROM order_log o JOIN price_log p ON o.order_id = p.order_id AND p.c > NOW()",
+        "not deterministic", "retraction",
     )
 
 

@@ -13,7 +13,7 @@ STEPS = ("source", "decode", "lookup", "processor", "encode", "sink")
 WORKERS = STEPS + ("shipping", "transactions", "faults", "database")
 SQL = SERVICE / "sql"
 # The SQL front end's modules, each importing only modules before it here.
-SQL_LAYERS = ("model", "dialect", "resolve", "intervals", "windows", "joins")
+SQL_LAYERS = ("model", "dialect", "resolve", "inputs", "intervals", "windows", "where", "joins")
 
 
 def imports(path: Path, package: str = "service") -> list[tuple[str, bool]]:
@@ -241,7 +241,7 @@ def test_every_package_is_in_the_wheel():
     root = SERVICE.parent
     found = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
     shipped = set(find_packages(where=str(root), include=found["include"]))
-    packages = {".".join(p.parent.relative_to(root).parts) for top in ("operators", "service", "devkit")
+    packages = {".".join(p.parent.relative_to(root).parts) for top in ("expressions", "operators", "service", "devkit")
                 for p in (root / top).rglob("__init__.py")}
     assert packages == shipped
 
