@@ -64,13 +64,18 @@ def test_progress_feeds_input_batch_and_state_metrics():
     m.observe_progress(progress(0, left=3, right=1, duration_ms=1500, state_rows=2,
                                 left_end={"0": 2, "1": 1}, left_latest={"0": 4, "1": 3}))
     m.observe_progress(progress(1, left=2, right=0, duration_ms=40))
-    assert value(m, "changejoin_input_records_total", side="left") == 5
-    assert value(m, "changejoin_input_records_total", side="right") == 1
+    # Spark's numInputRows counts rows, and a row packs a bucket's records: input counts come from
+    # the reading tasks' tallies (BatchCounts.input), never from the progress.
+    assert value(m, "changejoin_input_records_total", side="left") == 0
+    m.observe_batch(BatchCounts(0, input={"left": 3_000, "right": 1_000}))
+    m.observe_batch(BatchCounts(1, input={"left": 2_000}))
+    assert value(m, "changejoin_input_records_total", side="left") == 5_000
+    assert value(m, "changejoin_input_records_total", side="right") == 1_000
     assert value(m, "changejoin_batch_duration_seconds_count") == 2
     assert value(m, "changejoin_batch_duration_seconds_sum") == pytest.approx(1.54)
     assert value(m, "changejoin_batch_duration_seconds_bucket", le="0.05") == 1
     assert value(m, "changejoin_batch_input_records_count") == 2
-    assert value(m, "changejoin_batch_input_records_sum") == 6
+    assert value(m, "changejoin_batch_input_records_sum") == 6_000
     assert value(m, "changejoin_last_committed_batch_id") == 1
     op = "transformWithStateInPySparkExec"
     assert value(m, "changejoin_state_rows", operator=op) == 2
@@ -281,7 +286,7 @@ def test_http_serves_metrics_healthz_and_readyz_and_stops_cleanly():
         assert get(server.port, "/healthz") == (200, "ok\n")
         assert get(server.port, "/readyz") == (503, "no progress reported yet\n")
         m.observe_progress(progress(7, left=2, right=1))
-        m.observe_batch(BatchCounts(7, output={"+I": 2}))
+        m.observe_batch(BatchCounts(7, output={"+I": 2}, input={"left": 2, "right": 1}))
         assert get(server.port, "/readyz") == (200, "ready\n")
         clock.now += 6
         status, body = get(server.port, "/readyz")
@@ -370,7 +375,10 @@ def test_service_exposes_metrics_and_readiness_while_joining(kafka_bootstrap, sp
 
     h = JoinHarness(kafka_bootstrap, spark, tmp_path, new_topic, JOIN_SQL=(
         "SELECT o.order_id, o.product, p.price FROM orders AS o LEFT JOIN prices AS p ON o.product = p.product"))
-    h.send_orders([("+I", order(1, "book", 2)), ("+I", order(2, "pen", 3)), ("+I", order(3, "ink", 1))])
+    # Thousands of records per bucket (256 buckets, a packed row per bucket and reading task): the
+    # metrics and the batch log line must count records, not Spark's rows.
+    orders = [("+I", order(i, f"p{i % 500}", 1)) for i in range(4, 20_000)]
+    h.send_orders([("+I", order(1, "book", 2)), ("+I", order(2, "pen", 3)), ("+I", order(3, "ink", 1)), *orders])
     h.send_prices([("+I", price("book", 12.5))])
     port = free_port()
     # A 6 s readiness window (TRIGGER_INTERVAL=0 counts as 1 s): Spark's idle events (10 s apart by
@@ -392,12 +400,12 @@ def test_service_exposes_metrics_and_readiness_while_joining(kafka_bootstrap, sp
                 break
             assert time.monotonic() < deadline, f"metrics did not move: {samples}"
             time.sleep(0.2)
-        assert samples[("changejoin_input_records_total", (("side", "left"),))] == 3
+        assert samples[("changejoin_input_records_total", (("side", "left"),))] == 3 + len(orders)
         written = sum(sum(b.output.values()) for b in service.batches)
-        assert written >= 4  # the joined book may be padded first, then retracted (-D) and joined
+        assert written >= 4 + len(orders)  # the joined book may be padded first, then retracted (-D) and joined
         assert sum(v for (name, _), v in samples.items() if name == "changejoin_output_records_total") == written
         assert samples[("changejoin_batch_duration_seconds_count", ())] >= 1
-        assert samples[("changejoin_batch_input_records_sum", ())] == 4
+        assert samples[("changejoin_batch_input_records_sum", ())] == 4 + len(orders)
         assert samples[("changejoin_last_committed_batch_id", ())] >= 0
         assert samples[("changejoin_query_active", ())] == 1
         assert samples[("changejoin_input_lag_records", (("partition", "0"), ("side", "left")))] == 0
@@ -410,9 +418,9 @@ def test_service_exposes_metrics_and_readiness_while_joining(kafka_bootstrap, sp
     finally:
         service.stop()
     assert ready_seen
-    assert len(h.retract_table()) == 3
+    assert len(h.retract_table()) == 3 + len(orders)
     batch_lines = [r for r in caplog.records if getattr(r, "batch_id", None) is not None]
-    assert batch_lines and sum(r.input_left for r in batch_lines) == 3
+    assert batch_lines and sum(r.input_left for r in batch_lines) == 3 + len(orders)
     with pytest.raises(OSError):  # the HTTP server stopped with the service
         socket.create_connection(("127.0.0.1", port), timeout=2).close()
     assert service.metrics.readiness() == (False, "streaming query not active")
