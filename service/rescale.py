@@ -107,6 +107,7 @@ def _prepare_delivery(settings: Settings, store, was: int, partitions: int) -> N
     partition per new task (``transactions.py``)."""
     from confluent_kafka.admin import AdminClient, NewPartitions
 
+    from .logs import kafka_logger
     from .shipping import worker_secrets
     from .sink import admin_props, topic_partitions
     from .transactions import abort_transactional_ids, delivery_config, progress_topic, transactional_id
@@ -121,7 +122,7 @@ def _prepare_delivery(settings: Settings, store, was: int, partitions: int) -> N
     have = topic_partitions(bootstrap, kafka, topic) or 0
     if have < partitions:
         try:
-            admin = AdminClient({"bootstrap.servers": bootstrap, **admin_props(kafka)})
+            admin = AdminClient({"bootstrap.servers": bootstrap, **admin_props(kafka), "logger": kafka_logger(kafka)})
             admin.create_partitions([NewPartitions(topic, partitions)])[topic].result(timeout=60)
         except Exception as err:  # noqa: BLE001 - e.g. no ALTER on the topic: say what to run instead
             raise RescaleError(

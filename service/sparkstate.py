@@ -210,7 +210,7 @@ class WireCalls:
 def state_calls(handle, values: dict, maps: dict):
     """How a stage's state calls reach Spark: batched on the task's state socket when ``handle`` is
     PySpark's, else one by one through the state objects."""
-    api = getattr(handle, "_statefulProcessorApiClient", None)
+    api = handle._statefulProcessorApiClient if isinstance(handle, StatefulProcessorHandle) else None
     if api is None or not _PYSPARK.startswith("4.3."):  # the protocol statewire.py speaks
         return ObjectCalls(handle, values, maps)
     from .statewire import StateWire

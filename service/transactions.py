@@ -61,6 +61,7 @@ import warnings
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Iterable, Iterator, Optional
 
+from .logs import kafka_logger
 from .sink import admin_props, delivery_failure, failure_collector, produce_each, producer_config
 
 log = logging.getLogger(__name__)
@@ -193,7 +194,8 @@ def progress_origin(config: dict, topic: str, partitions: int) -> list:
 
     kafka = dict(config["kafka"])
     consumer = Consumer({"bootstrap.servers": kafka.pop("bootstrap.servers"), **admin_props(kafka),
-                         "group.id": "changejoin-progress-reader", "isolation.level": "read_uncommitted"})
+                         "group.id": "changejoin-progress-reader", "isolation.level": "read_uncommitted",
+                         "logger": kafka_logger(kafka)})
     try:
         return [consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=60, cached=False)[1]
                 for p in range(partitions)]
@@ -259,7 +261,7 @@ class ProgressReader:
         self.wait_s = delivery["timeout_ms"] / 1000.0 + 15.0
         self.scanned = 0  # offsets read, in all (for the tests)
         common = {"bootstrap.servers": kafka.pop("bootstrap.servers"), **admin_props(kafka),
-                  "group.id": "changejoin-progress-reader"}
+                  "group.id": "changejoin-progress-reader", "logger": kafka_logger(kafka)}
         self._consumer = Consumer({**common, **_READER})
         self._uncommitted = Consumer({**common, "isolation.level": "read_uncommitted"})
         self._lock = threading.Lock()

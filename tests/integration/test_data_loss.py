@@ -21,6 +21,8 @@ from typing import Dict, List
 
 import pytest
 
+from service.checkpoint import CheckpointLock
+
 from kafka_fixture import create_topic, end_offsets
 from service_harness import JoinHarness, order, price, start_service_process
 
@@ -53,7 +55,10 @@ def run_until_exit(env: Dict[str, str], workdir: Path, name: str):
 
 
 def checkpoint_files(checkpoint: Path) -> Dict[str, bytes]:
-    return {str(p.relative_to(checkpoint)): p.read_bytes() for p in sorted(checkpoint.rglob("*")) if p.is_file()}
+    """What the checkpoint holds (the lock a running process takes on it, and notes its pid in, is
+    none of it: checkpoint.CheckpointLock)."""
+    return {str(p.relative_to(checkpoint)): p.read_bytes() for p in sorted(checkpoint.rglob("*"))
+            if p.is_file() and p.name != CheckpointLock.NAME}
 
 
 def assert_stops_with_one_line(env: Dict[str, str], checkpoint: Path, workdir: Path, name: str, *expected: str):

@@ -18,6 +18,7 @@ import tempfile
 import threading
 
 from pyspark.sql.streaming.proto import StateMessage_pb2 as m
+from pyspark.sql.streaming.stateful_processor import StatefulProcessorHandle
 
 _HEADER = struct.Struct("!i")
 
@@ -186,21 +187,16 @@ def client(server: StateServer, key_schema=None):
     return api
 
 
-class WireHandle:
+class WireHandle(StatefulProcessorHandle):
     """A task of a ``transformWithState`` over the fake server, driven as PySpark's worker drives
-    it: the service's processors get PySpark's own handle and state client, so their state calls
-    go the way they go in Spark (``statewire.py`` included). Reads like ``spark_fakes.KeyedHandle``
-    for the tests that compare the layouts."""
+    it: PySpark's own handle and state client, so the service's processors make their state calls
+    the way they make them in Spark (``statewire.py`` included). Reads like
+    ``spark_fakes.KeyedHandle`` for the tests that compare the layouts."""
 
     def __init__(self):
-        from pyspark.sql.streaming.stateful_processor import StatefulProcessorHandle
-
         self.server = StateServer()
         self.api = client(self.server)
-        self.handle = StatefulProcessorHandle(self.api)
-
-    def __getattr__(self, name):  # what init() asks of a handle
-        return getattr(self.handle, name)
+        super().__init__(self.api)
 
     @property
     def calls(self) -> int:
