@@ -8,12 +8,13 @@ with nothing to emit yet) counts too: its micro-batch's output is what a consume
 moment is the same for every record of the micro-batch, an upper bound of when its own output
 became visible (the share holding it may have committed a little earlier in the same stage).
 
-A record's trip is three hops, and no hop keeps a Python object per record:
+A record's trip is three hops, and no hop makes or keeps a Python object per record:
 
-* the reading task (``decode.py``) notes each record's *age* at the task's start, ``reference -
-  timestamp`` in milliseconds, in a fine log-linear histogram (:class:`ReadTally`: exact below
-  16 ms, then 8 sub-buckets per power of two, at most 1/8 wide; a few integer operations and one
-  list increment per record); the task's tally envelope carries it with the record count;
+* the reading task (``decode.py``) keeps its records' timestamps (:class:`ReadTally`: 8 bytes
+  each in an ``array``, appended in the loop that counts the records) and, once it has read them
+  all, files their *ages* at the task's start, ``reference - timestamp`` in milliseconds, in a
+  fine log-linear histogram (exact below 16 ms, then 8 sub-buckets per power of two, at most 1/8
+  wide), in one vectorized pass (numpy); the task's tally envelope carries it with the record count;
 * the producing task that gets the tally (``encode.py``) adds it to its counts, under the reading
   task's reference time (:func:`count_ages`); counts travel to the driver as they did;
 * the driver (``pipeline.py``) adds to every age the time from its reference to the commit and
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import bisect
 import time
+from array import array
 from typing import Iterable, Iterator
 
 #: The histogram's upper bounds in seconds: micro-batches from sub-second to minutes behind.
@@ -45,7 +47,7 @@ FINE_BUCKETS = ((63 - _SUB_BITS) << _SUB_BITS) + _EXACT
 
 def fine_bucket(age_ms: int) -> int:
     """The fine bucket of an age (ms, at least 0): the age itself below 16, else 8 per power of
-    two. :meth:`ReadTally.counted` computes the same inline."""
+    two (:func:`fine_histogram` computes the same for a task's records at once)."""
     if age_ms < _EXACT:
         return age_ms
     shift = age_ms.bit_length() - _SUB_BITS - 1
@@ -67,45 +69,57 @@ def wall_clock_ms() -> int:
 
 class ReadTally:
     """What one reading task read: how many records, the partition of the last one (its tally's
-    grouping key), and their ages at :attr:`reference_ms` (the task's start) by fine bucket."""
+    grouping key), and their Kafka timestamps, to be filed as ages at :attr:`reference_ms` (the
+    task's start) when the task has read them all (:meth:`value`)."""
 
-    __slots__ = ("reference_ms", "records", "partition", "ages", "age_ms")
+    __slots__ = ("reference_ms", "records", "partition", "stamps")
 
     def __init__(self, reference_ms: int | None = None):
         self.reference_ms = wall_clock_ms() if reference_ms is None else reference_ms
         self.records = 0
         self.partition = 0
-        self.ages = [0] * FINE_BUCKETS
-        self.age_ms = 0
+        self.stamps = array("q")  # 8 bytes a record, no Python object kept
 
     def counted(self, records: Iterable) -> Iterator:
         """``records`` (``source.KafkaRecord``) as they come, tallied. The record path's hot loop:
-        the arithmetic of :func:`fine_bucket` inline, no object made per record."""
-        reference, ages = self.reference_ms, self.ages
-        n = total = partition = 0
+        a count, one attribute read and one append of 8 bytes per record; the arithmetic is done
+        once for all of them, vectorized (:func:`fine_histogram`)."""
+        append = self.stamps.append
+        n = 0
+        record = None
         for record in records:
             n += 1
-            partition = record.partition
             ts = record.timestamp_ms
             if ts is not None:
-                age = reference - ts
-                if age < _EXACT:
-                    if age < 0:
-                        age = 0
-                    ages[age] += 1
-                else:
-                    shift = age.bit_length() - 4  # _SUB_BITS + 1
-                    ages[(shift << 3) + (age >> shift)] += 1
-                total += age
+                append(ts)
             yield record
         self.records += n
-        self.partition = partition
-        self.age_ms += total
+        if record is not None:
+            self.partition = record.partition
 
     def value(self) -> tuple:
         """The tally as its envelope carries it (``envelope.tally_envelope``): (records, reference
         ms, {fine bucket: records}, sum of the ages in ms)."""
-        return (self.records, self.reference_ms, {b: n for b, n in enumerate(self.ages) if n}, self.age_ms)
+        ages, age_ms = fine_histogram(self.stamps, self.reference_ms)
+        return (self.records, self.reference_ms, ages, age_ms)
+
+
+def fine_histogram(stamps: array, reference_ms: int) -> tuple[dict[int, int], int]:
+    """Records by the :func:`fine_bucket` of their age at ``reference_ms``, and the sum of their
+    ages, for Kafka timestamps (``array('q')`` of Unix ms), with numpy: :func:`fine_bucket`'s
+    arithmetic on the whole array, the bit length from ``frexp``'s exponent (exact: an age, at most
+    the reference since timestamps are not negative, is below 2**53 ms)."""
+    if not len(stamps):
+        return {}, 0
+    import numpy as np  # only where records are read
+
+    ages = reference_ms - np.frombuffer(stamps, dtype=np.int64)
+    np.maximum(ages, 0, out=ages)  # a producer's clock ahead of the worker's: age 0
+    bit_lengths = np.frexp(ages.astype(np.float64))[1].astype(np.int64)
+    shifts = np.maximum(bit_lengths - (_SUB_BITS + 1), 0)
+    buckets = np.where(ages < _EXACT, ages, (shifts << _SUB_BITS) + (ages >> shifts))
+    counts = np.bincount(buckets)
+    return {int(b): int(counts[b]) for b in np.flatnonzero(counts)}, int(ages.sum())
 
 
 def count_ages(counts: dict, tally: tuple) -> None:

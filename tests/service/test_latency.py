@@ -4,6 +4,7 @@ through the encoder's counts to a micro-batch's latencies (pipeline.BatchCounts)
 from __future__ import annotations
 
 import pickle
+from array import array
 from collections import Counter
 
 import pytest
@@ -11,7 +12,7 @@ import pytest
 from service import latency
 from service.envelope import Tag, Target
 from service.latency import (AGE_MS, AGES, FINE_BUCKETS, LATENCY_BUCKETS, BatchAges, ReadTally, count_ages,
-                             fine_bounds, fine_bucket)
+                             fine_bounds, fine_bucket, fine_histogram)
 from service.pipeline import REPLAYED, BatchCounts
 from service.source import KafkaRecord
 from service_harness import ORDERS, avro, order
@@ -32,6 +33,16 @@ def test_every_age_falls_in_one_fine_bucket_at_most_an_eighth_wide():
         assert low <= age <= high, age
     assert fine_bucket(2 ** 63 - 1) < FINE_BUCKETS
     assert [fine_bucket(a) for a in (0, 1, 15, 16, 17, 18, 31, 32, 100)] == [0, 1, 15, 16, 16, 17, 23, 24, 36]
+
+
+def test_a_tasks_ages_filed_at_once_fall_in_the_buckets_the_arithmetic_says():
+    """fine_histogram (numpy, a task's records at once) agrees with fine_bucket (one age) at every
+    edge: each power of two and its neighbours, up to ages of years."""
+    reference = 1_700_000_000_000
+    ages = [*range(0, 3_000), *(2 ** k + d for k in range(12, 41) for d in (-1, 0, 1)), reference]
+    by_bucket, total = fine_histogram(array("q", [reference - a for a in ages]), reference)
+    assert by_bucket == Counter(fine_bucket(a) for a in ages) and total == sum(ages)
+    assert fine_histogram(array("q"), reference) == ({}, 0)
 
 
 def record(timestamp_ms, partition=0, offset=0):
