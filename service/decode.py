@@ -40,6 +40,7 @@ from .envelope import (
     tally_envelope,
 )
 from .keys import KeyDecoder
+from .latency import ReadTally
 from .plan import JoinPlan
 from .shipping import built, registry
 
@@ -101,16 +102,10 @@ class InputDecoder:
         """The envelopes of a reading task's records. With buckets, the rows of each bucket go
         packed (``envelope.packed_envelope``), at most :data:`~service.envelope.PACK_ROWS` a pack,
         the last packs in bucket order once the records are read; dead letters go as they come.
-        Last, the task's tally of the records it read (``envelope.tally_envelope``)."""
-        read = [0, 0]  # records, their partition
-
-        def counted(records):
-            for record in records:
-                read[0] += 1
-                read[1] = record.partition
-                yield record
-
-        records = counted(records)
+        Last, the task's tally of the records it read (``envelope.tally_envelope``): how many,
+        and their ages for the end-to-end latency (``latency.py``)."""
+        read = ReadTally()
+        records = read.counted(records)
         if not self.buckets:
             for record in records:
                 for entry in self._entries(record):
@@ -131,8 +126,8 @@ class InputDecoder:
                     del packs[bucket]
             for bucket in sorted(packs):
                 yield packed_envelope(bucket, packs[bucket], keys)
-        if read[0]:
-            yield tally_envelope(self.side, read[0], read[1])
+        if read.records:
+            yield tally_envelope(self.side, read.value(), read.partition)
 
     def _entries(self, record) -> tuple | list:
         """The record's rows as packed envelopes' entries, or its dead letter (nothing for a row

@@ -15,7 +15,8 @@ from compiled import BUILD_VARIABLE, REPO_ROOT, build, compiled_modules
 
 #: The record path's unit tests (no broker, no Spark query) that exercise compiled service modules.
 SERVICE_TESTS = ("test_avro.py", "test_avro_writer.py", "test_buckets.py", "test_deadletters.py", "test_debezium.py",
-                 "test_decode.py", "test_encode.py", "test_expressions_in_queries.py", "test_keys.py", "test_sparkstate.py",
+                 "test_decode.py", "test_encode.py", "test_expressions_in_queries.py", "test_keys.py", "test_latency.py",
+                 "test_sparkstate.py",
                  "test_split_side.py",
                  "test_window_late_rows.py", "test_compiled.py::test_check_config_says_whether_the_modules_run_compiled")
 #: End to end: retractions through a LEFT join, and bad records to the dead-letter topic.
