@@ -1,0 +1,269 @@
+"""The service's query in memory: the real stages of a record's path (``decode.py``'s
+:class:`~service.decode.InputDecoder`, the normalize, join and upsert processors of
+``processor.py`` and ``encode.py``'s :class:`~service.encode.OutputEncoder`) run on Spark's state
+faked in memory (``spark_fakes.KeyedHandle``), without a broker and without a Spark query, as
+Kafka Streams' TopologyTestDriver runs a topology.
+
+Kafka records go in as bytes and headers (:meth:`QueryDriver.pipe`, or the changelog helpers
+:meth:`QueryDriver.send_left` / ``send_right`` that :class:`service_harness.JoinHarness` has too),
+a micro-batch runs them (:meth:`QueryDriver.batch`, or :meth:`QueryDriver.run`, which also runs
+the batch without data that Spark runs when the watermark moves), and the Kafka records written
+come out as bytes and headers, kept in an output log read back as the harness reads a topic
+(:meth:`QueryDriver.changelog`, :meth:`QueryDriver.retract_table`, ...). What Spark does around the
+stages, the driver does as Spark does it (and only that is not proven here, but in
+``tests/integration``):
+
+- a micro-batch reads every record piped since the last one; each input partition is one reading
+  task, as the Kafka source plans it;
+- the stateful stages get their rows grouped by their grouping key, keys in order, then the timers
+  due (by the processing clock, or by the watermark in an event-time join);
+- the processing clock is the driver's (:meth:`QueryDriver.advance`), so a test of state TTL waits
+  for nothing; Kafka timestamps are taken from it as records are piped;
+- the watermark of a micro-batch is the one the micro-batch before it left: per input the latest
+  event time it has read less its delay, the least of the inputs that have read any (Spark's
+  default ``min`` policy), never going back; :meth:`QueryDriver.run` runs a micro-batch without
+  data when it moves, as Spark does for a stateful query;
+- :meth:`QueryDriver.abort_and_replay` runs the last micro-batch again on the state it started
+  from, as Spark does after a task or a driver failed before the batch committed.
+
+Spark's grouping into shuffle partitions, its checkpoints, its ``withWatermark`` and its idle
+heartbeats are Spark's: the integration tier proves those on a real query.
+"""
+from __future__ import annotations
+
+import copy
+import io
+import json
+from collections import Counter, namedtuple
+from pathlib import Path
+from typing import Iterable
+
+import fastavro
+
+from service.config import load_settings
+from service.decode import InputDecoder
+from service.encode import OutputEncoder
+from service.envelope import EVENT_TIME, JK, TAG, Tag
+from service.pipeline import BatchCounts
+from service.plan import PlanKind
+from service.planner import build_plan
+from service.processor import JoinProcessor, NormalizeProcessor, UpsertProcessor
+from service.shipping import worker_config, worker_secrets
+from service.source import KafkaRecord
+from service_harness import SCHEMAS, avro, decode_changelog, drop_replays, retract_table, upsert_table
+from spark_fakes import KeyedHandle
+
+#: One record the query wrote (an output or a dead-letter record), as a consumer reads it back.
+Written = namedtuple("Written", "topic partition offset key value headers")
+
+#: The topics the driver's settings name (nothing is sent to them: they label the records).
+TOPICS = {"LEFT_TOPIC": "orders", "RIGHT_TOPIC": "prices", "OUTPUT_TOPIC": "output"}
+#: The processing clock at the start (epoch milliseconds): a day in, well clear of zero.
+START_MS = 86_400_000
+
+
+class QueryDriver:
+    """One join's query in memory. ``env``: the service's environment variables, over the
+    settings :class:`service_harness.JoinHarness` starts with (orders LEFT JOIN prices inputs)."""
+
+    def __init__(self, tmp_path: Path | None = None, partitions: int = 1, **env):
+        self.env = {
+            "KAFKA_BOOTSTRAP_SERVERS": "in-memory:9092", **TOPICS,
+            "LEFT_TABLE": "orders", "RIGHT_TABLE": "prices",
+            "LEFT_SCHEMA_FILE": str(SCHEMAS / "orders.avsc"), "RIGHT_SCHEMA_FILE": str(SCHEMAS / "prices.avsc"),
+            "LEFT_PRIMARY_KEY": "order_id", "RIGHT_PRIMARY_KEY": "product",
+            "CHECKPOINT_LOCATION": str((tmp_path or Path("/nonexistent")) / "checkpoint"),
+            "TRIGGER_INTERVAL": "0", "METRICS_PORT": "0",
+            **env,
+        }
+        self.partitions = partitions
+        self.orders, self.prices, self.output = self.env["LEFT_TOPIC"], self.env["RIGHT_TOPIC"], self.env["OUTPUT_TOPIC"]
+        self.clock = START_MS
+        self.watermark = 0  # Spark's first micro-batch runs at watermark 0
+        self._latest: dict[int, int] = {}  # per input side: the latest event time read (ms)
+        self._pending: list[tuple[int, KafkaRecord]] = []
+        self._offsets: dict[tuple[int, int], int] = {}
+        self._schemas: dict[str, dict] = {}
+        self.written: list[Written] = []  # every record written, in order (both topics)
+        self.batches: list[BatchCounts] = []
+        self.batch_id = 0
+        self._last = None  # what the last micro-batch started from (abort_and_replay)
+        self.restart()
+
+    # -- the query -------------------------------------------------------------------------------
+    def restart(self, **env) -> "QueryDriver":
+        """Plan the query again from the environment (``env`` over it), keeping its state, as a
+        service restarted on the same checkpoint does."""
+        self.env.update(env)
+        self.settings = load_settings(self.env)
+        self.plan = build_plan(self.settings)
+        if self.plan.kind is PlanKind.LOOKUP:
+            raise NotImplementedError("a lookup join: the in-memory driver runs no lookup stage yet")
+        config = {**worker_config(self.settings, self.plan), **worker_secrets(self.settings, kafka=False)}
+        self.decoders = {side: InputDecoder.from_config({**config, "side": side}) for side in (0, 1)}
+        self.encoder = OutputEncoder.from_config(config)
+        if not hasattr(self, "handles"):  # Spark's state of each stateful stage, kept across batches
+            self.handles = {"normalize-0": KeyedHandle(), "normalize-1": KeyedHandle(), "join": KeyedHandle(),
+                            "upsert": KeyedHandle()}
+        return self
+
+    def advance(self, ms: int) -> None:
+        """Let ``ms`` of processing time pass."""
+        self.clock += ms
+
+    def pipe(self, side: int, records: Iterable[tuple]) -> None:
+        """Kafka records into input ``side`` (0 left, 1 right): ``(key, value, headers[, partition[,
+        timestamp_ms]])`` with bytes (or None) and headers a list of (name, bytes) pairs; each
+        partition's offsets count from 0, the timestamp is the processing clock unless given."""
+        topic = self.orders if side == 0 else self.prices
+        for record in records:
+            key, value, headers = record[:3]
+            partition = (record[3] if len(record) > 3 else None) or 0
+            timestamp = record[4] if len(record) > 4 else self.clock
+            offset = self._offsets.get((side, partition), 0)
+            self._offsets[(side, partition)] = offset + 1
+            self._pending.append((side, KafkaRecord(topic, partition, offset, timestamp, key, value, list(headers or []))))
+
+    def batch(self) -> list[Written]:
+        """One micro-batch of every record piped since the last one: the records it wrote."""
+        self._last = (self.batch_id, self._pending, copy.deepcopy(self.handles), self.watermark, dict(self._latest),
+                      self.clock, len(self.written), len(self.batches))
+        pending, self._pending = self._pending, []
+        return self._run(pending)
+
+    def run(self, **env) -> "QueryDriver":
+        """Join everything piped: one micro-batch, then one without data if the watermark moved, as
+        Spark runs them. ``env``: settings changed from this run on (a restart)."""
+        if env:
+            self.restart(**env)
+        watermark = self.watermark
+        self.batch()
+        if self.plan.is_event_time and self.watermark > watermark:
+            self.batch()
+        return self
+
+    def abort_and_replay(self, keep_output: bool = False) -> list[Written]:
+        """The last micro-batch failed before it committed: run it again on the state, watermark
+        and clock it started from. Its first attempt's records stay in the output log only with
+        ``keep_output`` (at-least-once delivery; exactly-once aborts them). Returns the replay's
+        records."""
+        assert self._last is not None, "no micro-batch to replay"
+        batch_id, pending, handles, watermark, latest, clock, written, batches = self._last
+        self.batch_id, self.handles, self.watermark, self._latest, self.clock = (
+            batch_id, copy.deepcopy(handles), watermark, dict(latest), clock)
+        if not keep_output:
+            del self.written[written:]
+        del self.batches[batches:]
+        self._last = (batch_id, pending, handles, watermark, latest, clock, len(self.written), len(self.batches))
+        return self._run(list(pending))
+
+    def _run(self, pending: list) -> list[Written]:
+        plan, now, watermark = self.plan, self.clock, self.watermark
+        envelopes = []
+        for side in (0, 1):
+            rows = []
+            tasks: dict[int, list] = {}
+            for s, record in pending:
+                if s == side:
+                    tasks.setdefault(record.partition, []).append(record)
+            for partition in sorted(tasks):  # one reading task per input partition
+                rows += list(self.decoders[side].map_all(tasks[partition]))
+            if plan.sides[side].normalized:
+                processor = NormalizeProcessor(plan.to_json(), side)
+                rows = self._stage(processor, f"normalize-{side}", rows, lambda r: r[JK], now, watermark)
+            self._observe(side, rows)
+            envelopes += rows
+        until = {"EventTime": watermark, "ProcessingTime": now}.get(plan.time_mode.value)
+        out = self._stage(JoinProcessor(plan.to_json()), "join", envelopes, lambda r: r[0], now, watermark, until)
+        if plan.upsert_materializer:
+            out = self._stage(UpsertProcessor(plan.to_json()), "upsert", out, lambda r: r.okey, now, watermark)
+        counts: dict = {}
+        start = len(self.written)
+        offsets = Counter((w.topic, w.partition) for w in self.written)
+        for topic, key, value, headers, partition in self.encoder.records(
+                ((r.target, r.kind, r.payload, r.okey) for r in out), self.batch_id, 0, counts):
+            self.written.append(Written(topic, partition, offsets[(topic, partition)], key, value, list(headers)))
+            offsets[(topic, partition)] += 1
+        batch = BatchCounts(self.batch_id)
+        for (target, label), n in counts.items():
+            batch.add(target, label, n)
+        self.batches.append(batch)
+        self.batch_id += 1
+        self._advance_watermark()
+        return self.written[start:]
+
+    def _stage(self, processor, name: str, rows: list, group, now: int, watermark: int, until=None) -> list:
+        """A stateful stage's micro-batch: a new processor, as each Spark task makes one, on the
+        stage's state."""
+        handle = self.handles[name]
+        processor.init(handle)
+        return handle.run(processor, rows, group, now, watermark, until)
+
+    def _observe(self, side: int, rows: list) -> None:
+        """What ``withWatermark`` sees of an input: the event times of its envelopes."""
+        if not self.plan.is_event_time:
+            return
+        times = [int(r[EVENT_TIME].timestamp() * 1000) for r in rows
+                 if r[EVENT_TIME] is not None and r[TAG] != int(Tag.DEAD_LETTER)]
+        if times:
+            self._latest[side] = max(self._latest.get(side, times[0]), max(times))
+
+    def _advance_watermark(self) -> None:
+        if self._latest:
+            chosen = min(self._latest[side] - self.plan.sides[side].watermark_delay_ms for side in self._latest)
+            self.watermark = max(self.watermark, chosen)
+
+    # -- input as the harness sends it -----------------------------------------------------------
+    def _schema(self, variable: str) -> dict:
+        path = self.env[variable]
+        if path not in self._schemas:
+            self._schemas[path] = json.loads(Path(path).read_text())
+        return self._schemas[path]
+
+    def send(self, side: int, schema: dict, changes, partition=None) -> None:
+        """changes: (kind, row dict or bytes[, partition]); kind None sends no RowKind header."""
+        records = []
+        for change in changes:
+            kind, row = change[0], change[1]
+            part = change[2] if len(change) > 2 else partition
+            headers = [("rowkind", kind.encode())] if kind else []
+            records.append((None, avro(schema, row) if isinstance(row, dict) else row, headers, part))
+        self.pipe(side, records)
+
+    def send_left(self, changes, partition=None) -> None:
+        """Rows written in the left input's configured schema."""
+        self.send(0, self._schema("LEFT_SCHEMA_FILE"), changes, partition)
+
+    def send_right(self, changes, partition=None) -> None:
+        self.send(1, self._schema("RIGHT_SCHEMA_FILE"), changes, partition)
+
+    send_orders = send_left
+    send_prices = send_rates = send_right
+
+    # -- output as the harness reads it ----------------------------------------------------------
+    def records(self, topic: str) -> list[Written]:
+        """The records of ``topic``, by partition then offset, as a consumer reads a topic."""
+        return sorted((w for w in self.written if w.topic == topic), key=lambda w: (w.partition, w.offset))
+
+    def changelog(self, start: int = 0) -> list:
+        """The output records from the ``start``-th on, decoded as service_harness decodes them."""
+        return decode_changelog(self.records(self.output)[start:], self.plan.output_schema,
+                                wire=bool(self.settings.schema_registry_url))
+
+    def retract_table(self) -> Counter:
+        return retract_table(drop_replays(self.changelog())[0])
+
+    def upsert_table(self) -> dict:
+        return upsert_table(drop_replays(self.changelog())[0])
+
+    def dead_letters(self) -> list[Written]:
+        return self.records(self.settings.dead_letter_topic)
+
+    def state(self, stage: str = "join") -> KeyedHandle:
+        """A stateful stage's state (``join``, ``upsert``, ``normalize-0``, ``normalize-1``)."""
+        return self.handles[stage]
+
+
+def avro_row(schema: dict, value: bytes) -> dict:
+    """An Avro value read back (no wire-format prefix)."""
+    return fastavro.schemaless_reader(io.BytesIO(value), fastavro.parse_schema(schema), None)
