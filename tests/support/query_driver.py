@@ -180,8 +180,12 @@ class QueryDriver:
         counts: dict = {}
         start = len(self.written)
         offsets = Counter((w.topic, w.partition) for w in self.written)
-        for topic, key, value, headers, partition in self.encoder.records(
-                ((r.target, r.kind, r.payload, r.okey) for r in out), self.batch_id, 0, counts):
+        for record in self.encoder.records(((r.target, r.kind, r.payload, r.okey) for r in out),
+                                           self.batch_id, 0, counts):
+            # (topic, key, value, headers[, partition]): a keyed record's partition (None) is the
+            # producer's choice; the driver's topics have one partition.
+            topic, key, value, headers = record[:4]
+            partition = (record[4] if len(record) > 4 else None) or 0
             self.written.append(Written(topic, partition, offsets[(topic, partition)], key, value, list(headers)))
             offsets[(topic, partition)] += 1
         batch = BatchCounts(self.batch_id)
@@ -258,6 +262,11 @@ class QueryDriver:
 
     def dead_letters(self) -> list[Written]:
         return self.records(self.settings.dead_letter_topic)
+
+    def state_rows(self) -> int:
+        """Rows in the stages' state after the last micro-batch (Spark's numRowsTotal, summed over
+        the stateful operators as the service's metrics sum them)."""
+        return sum(handle.rows() for handle in self.handles.values())
 
     def state(self, stage: str = "join") -> KeyedHandle:
         """A stateful stage's state (``join``, ``upsert``, ``normalize-0``, ``normalize-1``)."""
