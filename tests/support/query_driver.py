@@ -112,12 +112,14 @@ class QueryDriver:
         self.clock += ms
 
     def pipe(self, side: int, records: Iterable[tuple]) -> None:
-        """Kafka records into input ``side`` (0 left, 1 right): ``(key, value, headers[, partition[,
-        timestamp_ms]])`` with bytes (or None) and headers a list of (name, bytes) pairs; each
-        partition's offsets count from 0, the timestamp is the processing clock unless given."""
+        """Kafka records into input ``side`` (0 left, 1 right): ``(key, value[, headers[, partition[,
+        timestamp_ms]]])`` with bytes (or None) and headers a list of (name, bytes) pairs, as
+        ``kafka_fixture.produce`` takes them; each partition's offsets count from 0, the timestamp
+        is the processing clock unless given."""
         topic = self.orders if side == 0 else self.prices
         for record in records:
-            key, value, headers = record[:3]
+            key, value = record[:2]
+            headers = record[2] if len(record) > 2 else None
             partition = (record[3] if len(record) > 3 else None) or 0
             timestamp = record[4] if len(record) > 4 else self.clock
             offset = self._offsets.get((side, partition), 0)
