@@ -23,6 +23,8 @@ stages, the driver does as Spark does it (and only that is not proven here, but 
   event time it has read less its delay, the least of the inputs that have read any (Spark's
   default ``min`` policy), never going back; :meth:`QueryDriver.run` runs a micro-batch without
   data when it moves, as Spark does for a stateful query;
+- a run (:meth:`QueryDriver.run`) is a restart: the plan is made again and reconciled with the
+  checkpoint's file, as the service does at start;
 - :meth:`QueryDriver.abort_and_replay` runs the last micro-batch again on the state it started
   from, as Spark does after a task or a driver failed before the batch committed.
 
@@ -34,12 +36,15 @@ from __future__ import annotations
 import copy
 import io
 import json
+import os
+import tempfile
 from collections import Counter, namedtuple
 from pathlib import Path
 from typing import Iterable
 
 import fastavro
 
+from service import checkpoint
 from service.config import load_settings
 from service.decode import InputDecoder
 from service.encode import OutputEncoder
@@ -67,12 +72,15 @@ class QueryDriver:
     settings :class:`service_harness.JoinHarness` starts with (orders LEFT JOIN prices inputs)."""
 
     def __init__(self, tmp_path: Path | None = None, partitions: int = 1, **env):
+        """``tmp_path``: where the checkpoint's file goes (``changejoin-state.json``; the state
+        itself stays in memory), else a temporary directory of the driver's own."""
+        self._temp = None if tmp_path else tempfile.TemporaryDirectory(prefix="query-driver-")
         self.env = {
             "KAFKA_BOOTSTRAP_SERVERS": "in-memory:9092", **TOPICS,
             "LEFT_TABLE": "orders", "RIGHT_TABLE": "prices",
             "LEFT_SCHEMA_FILE": str(SCHEMAS / "orders.avsc"), "RIGHT_SCHEMA_FILE": str(SCHEMAS / "prices.avsc"),
             "LEFT_PRIMARY_KEY": "order_id", "RIGHT_PRIMARY_KEY": "product",
-            "CHECKPOINT_LOCATION": str((tmp_path or Path("/nonexistent")) / "checkpoint"),
+            "CHECKPOINT_LOCATION": str(Path(tmp_path or self._temp.name) / "checkpoint"),
             "TRIGGER_INTERVAL": "0", "METRICS_PORT": "0",
             **env,
         }
@@ -92,14 +100,18 @@ class QueryDriver:
 
     # -- the query -------------------------------------------------------------------------------
     def restart(self, **env) -> "QueryDriver":
-        """Plan the query again from the environment (``env`` over it), keeping its state, as a
-        service restarted on the same checkpoint does."""
-        self.env.update(env)
-        self.settings = load_settings(self.env)
-        self.plan = build_plan(self.settings)
-        if self.plan.kind is PlanKind.LOOKUP:
+        """Plan the query again, from the environment with ``env`` over it for this run only, and
+        reconcile the plan with the checkpoint (``checkpoint.reconcile``: a refused change raises
+        before anything changes; evolved schemas get their state generations), keeping the
+        state, as a service restarted on the same checkpoint does."""
+        settings = load_settings({**self.env, **env})
+        os.makedirs(settings.checkpoint_location, exist_ok=True)
+        plan = checkpoint.reconcile(build_plan(settings), settings.checkpoint_location,
+                                    buckets_set=settings.state_buckets is not None)
+        if plan.kind is PlanKind.LOOKUP:
             raise NotImplementedError("a lookup join: the in-memory driver runs no lookup stage yet")
-        config = {**worker_config(self.settings, self.plan), **worker_secrets(self.settings, kafka=False)}
+        self.settings, self.plan = settings, plan
+        config = {**worker_config(settings, plan), **worker_secrets(settings, kafka=False)}
         self.decoders = {side: InputDecoder.from_config({**config, "side": side}) for side in (0, 1)}
         self.encoder = OutputEncoder.from_config(config)
         if not hasattr(self, "handles"):  # Spark's state of each stateful stage, kept across batches
@@ -134,10 +146,9 @@ class QueryDriver:
         return self._run(pending)
 
     def run(self, **env) -> "QueryDriver":
-        """Join everything piped: one micro-batch, then one without data if the watermark moved, as
-        Spark runs them. ``env``: settings changed from this run on (a restart)."""
-        if env:
-            self.restart(**env)
+        """Restart (``env``: settings of this run, over the environment) and join everything piped:
+        one micro-batch, then one without data if the watermark moved, as Spark runs them."""
+        self.restart(**env)
         watermark = self.watermark
         self.batch()
         if self.plan.is_event_time and self.watermark > watermark:
