@@ -73,7 +73,8 @@ class QueryDriver:
 
     def __init__(self, tmp_path: Path | None = None, partitions: int = 1, **env):
         """``tmp_path``: where the checkpoint's file goes (``changejoin-state.json``; the state
-        itself stays in memory), else a temporary directory of the driver's own."""
+        itself stays in memory), else a temporary directory of the driver's own; ``partitions``:
+        of each input topic."""
         self._temp = None if tmp_path else tempfile.TemporaryDirectory(prefix="query-driver-")
         self.env = {
             "KAFKA_BOOTSTRAP_SERVERS": "in-memory:9092", **TOPICS,
@@ -133,6 +134,7 @@ class QueryDriver:
             key, value = record[:2]
             headers = record[2] if len(record) > 2 else None
             partition = (record[3] if len(record) > 3 else None) or 0
+            assert 0 <= partition < self.partitions, f"partition {partition} of a topic of {self.partitions}"
             timestamp = record[4] if len(record) > 4 else self.clock
             offset = self._offsets.get((side, partition), 0)
             self._offsets[(side, partition)] = offset + 1
