@@ -1,8 +1,9 @@
 """The service's query in memory: the real stages of a record's path (``decode.py``'s
-:class:`~service.decode.InputDecoder`, the normalize, join and upsert processors of
-``processor.py`` and ``encode.py``'s :class:`~service.encode.OutputEncoder`) run on Spark's state
-faked in memory (``spark_fakes.KeyedHandle``), without a broker and without a Spark query, as
-Kafka Streams' TopologyTestDriver runs a topology.
+:class:`~service.decode.InputDecoder`, a lookup join's ``lookup.lookup_partition`` on a table in
+memory (:class:`FakeTable`), the normalize, join and upsert processors of ``processor.py`` and
+``encode.py``'s :class:`~service.encode.OutputEncoder`) run on Spark's state faked in memory
+(``spark_fakes.KeyedHandle``), without a broker and without a Spark query, as Kafka Streams'
+TopologyTestDriver runs a topology.
 
 Kafka records go in as bytes and headers (:meth:`QueryDriver.pipe`, or the changelog helpers
 :meth:`QueryDriver.send_left` / ``send_right`` that :class:`service_harness.JoinHarness` has too),
@@ -48,12 +49,13 @@ from service import checkpoint
 from service.config import load_settings
 from service.decode import InputDecoder
 from service.encode import OutputEncoder
-from service.envelope import EVENT_TIME, JK, TAG, Tag
+from service.envelope import ENVELOPE_FIELDS, EVENT_TIME, JK, TAG, Tag
+from service.lookup import LookupStage, lookup_partition
 from service.pipeline import BatchCounts
 from service.plan import PlanKind
 from service.planner import build_plan
 from service.processor import JoinProcessor, NormalizeProcessor, UpsertProcessor
-from service.shipping import worker_config, worker_secrets
+from service.shipping import built, worker_config, worker_secrets
 from service.source import KafkaRecord
 from service_harness import SCHEMAS, avro, decode_changelog, drop_replays, retract_table, upsert_table
 from spark_fakes import KeyedHandle
@@ -71,10 +73,12 @@ class QueryDriver:
     """One join's query in memory. ``env``: the service's environment variables, over the
     settings :class:`service_harness.JoinHarness` starts with (orders LEFT JOIN prices inputs)."""
 
-    def __init__(self, tmp_path: Path | None = None, partitions: int = 1, **env):
+    def __init__(self, tmp_path: Path | None = None, partitions: int = 1, table: "FakeTable | None" = None, **env):
         """``tmp_path``: where the checkpoint's file goes (``changejoin-state.json``; the state
         itself stays in memory), else a temporary directory of the driver's own; ``partitions``:
-        of each input topic."""
+        of each input topic; ``table``: a lookup join's table (``RIGHT_LOOKUP_URL`` is then never
+        connected to). An ``env`` value None removes the variable."""
+        self.table = table
         self._temp = None if tmp_path else tempfile.TemporaryDirectory(prefix="query-driver-")
         self.env = {
             "KAFKA_BOOTSTRAP_SERVERS": "in-memory:9092", **TOPICS,
@@ -104,17 +108,27 @@ class QueryDriver:
         """Plan the query again, from the environment with ``env`` over it for this run only, and
         reconcile the plan with the checkpoint (``checkpoint.reconcile``: a refused change raises
         before anything changes; evolved schemas get their state generations), keeping the
-        state, as a service restarted on the same checkpoint does."""
-        settings = load_settings({**self.env, **env})
+        state, as a service restarted on the same checkpoint does. A lookup join's client starts
+        afresh (its cache empty), as a restarted service's workers do."""
+        settings = load_settings({k: v for k, v in {**self.env, **env}.items() if v is not None})
         os.makedirs(settings.checkpoint_location, exist_ok=True)
-        plan = checkpoint.reconcile(build_plan(settings), settings.checkpoint_location,
-                                    buckets_set=settings.state_buckets is not None)
-        if plan.kind is PlanKind.LOOKUP:
-            raise NotImplementedError("a lookup join: the in-memory driver runs no lookup stage yet")
+        plan = checkpoint.reconcile(build_plan(settings, table=self.table and self.table.info),
+                                    settings.checkpoint_location, buckets_set=settings.state_buckets is not None)
         self.settings, self.plan = settings, plan
         config = {**worker_config(settings, plan), **worker_secrets(settings, kafka=False)}
-        self.decoders = {side: InputDecoder.from_config({**config, "side": side}) for side in (0, 1)}
+        sides = (0,) if plan.kind is PlanKind.LOOKUP else (0, 1)
+        self.decoders = {side: InputDecoder.from_config({**config, "side": side}) for side in sides}
         self.encoder = OutputEncoder.from_config(config)
+        self.lookup = None
+        if plan.kind is PlanKind.LOOKUP:
+            assert self.table is not None, "a lookup join needs the driver's table (QueryDriver(table=FakeTable(...)))"
+            # The reading tasks' stage, as lookup_partition builds it (once per worker process and
+            # config); its client is made afresh here and reaches the table in memory.
+            stage = built(LookupStage.from_config, config)
+            stage.client = LookupStage(plan, None).client
+            stage.client._conn = _TableConnection(self.table, stage.client)
+            stage.client.clock = lambda: self.clock / 1000
+            self.lookup = lookup_partition(config, None)
         if not hasattr(self, "handles"):  # Spark's state of each stateful stage, kept across batches
             self.handles = {"normalize-0": KeyedHandle(), "normalize-1": KeyedHandle(), "join": KeyedHandle(),
                             "upsert": KeyedHandle()}
@@ -175,7 +189,7 @@ class QueryDriver:
     def _run(self, pending: list) -> list[Written]:
         plan, now, watermark = self.plan, self.clock, self.watermark
         envelopes = []
-        for side in (0, 1):
+        for side in self.decoders:
             rows = []
             tasks: dict[int, list] = {}
             for s, record in pending:
@@ -187,6 +201,8 @@ class QueryDriver:
                 processor = NormalizeProcessor(plan.to_json(), side)
                 rows = self._stage(processor, f"normalize-{side}", rows, lambda r: r[JK], now, watermark)
             self._observe(side, rows)
+            if self.lookup is not None:  # a lookup join: the reading tasks look their rows up
+                rows = _looked_up(self.lookup, rows)
             envelopes += rows
         until = {"EventTime": watermark, "ProcessingTime": now}.get(plan.time_mode.value)
         out = self._stage(JoinProcessor(plan.to_json()), "join", envelopes, lambda r: r[0], now, watermark, until)
@@ -286,6 +302,70 @@ class QueryDriver:
     def state(self, stage: str = "join") -> KeyedHandle:
         """A stateful stage's state (``join``, ``upsert``, ``normalize-0``, ``normalize-1``)."""
         return self.handles[stage]
+
+
+def _looked_up(lookup, envelopes: list) -> list:
+    """``lookup_partition``'s function on the envelopes of a task, through Arrow as in Spark."""
+    import pyarrow as pa
+
+    from service.lookup import _arrow_schema
+
+    if not envelopes:
+        return []
+    batch = pa.RecordBatch.from_pylist([dict(zip(ENVELOPE_FIELDS, e)) for e in envelopes], schema=_arrow_schema())
+    return [tuple(row[f] for f in ENVELOPE_FIELDS) for out in lookup(iter([batch])) for row in out.to_pylist()]
+
+
+class FakeTable:
+    """A lookup join's PostgreSQL table in memory: its catalog (``info``, as
+    ``database.TableInfo.from_dict`` takes it) and its rows (dicts by column name, values as psycopg
+    loads them: ``Decimal`` for numeric), which a test changes between micro-batches. The service's
+    LookupClient runs as it is, its key checks, value checks and cache included; only its
+    connection is this table's (:class:`_TableConnection`)."""
+
+    def __init__(self, info: dict, rows: Iterable[dict] = ()):
+        from service.database import TableInfo
+
+        self.info = TableInfo.from_dict(info)
+        self.rows = [dict(r) for r in rows]
+        self.queries = 0
+
+    def update(self, where: dict, **values) -> None:
+        """``UPDATE ... SET values WHERE where``."""
+        for row in self.rows:
+            if all(row[k] == v for k, v in where.items()):
+                row.update(values)
+
+
+class _TableConnection:
+    """What LookupClient asks of a psycopg connection, answered from a :class:`FakeTable`: a
+    transaction, and the lookup statement with the keys as one array per key column."""
+
+    def __init__(self, table: FakeTable, client):
+        self.table, self.client = table, client
+
+    def transaction(self):
+        import contextlib
+
+        return contextlib.nullcontext()
+
+    def execute(self, statement, params):
+        self.table.queries += 1
+        keys = set(zip(*params))
+        key_columns, columns = self.client.key_columns, self.client.columns
+        rows = [tuple(r.get(c) for c in columns) for r in self.table.rows
+                if tuple(r.get(k) for k in key_columns) in keys]
+        return _Cursor(rows)
+
+
+class _Cursor:
+    description = None  # no result types to check against the catalog's
+
+    def __init__(self, rows: list):
+        self._rows = rows
+
+    def fetchall(self) -> list:
+        return self._rows
 
 
 def avro_row(schema: dict, value: bytes) -> dict:
