@@ -8,9 +8,9 @@ Python CPU).
 
 - An editable install (``./dev``, ``pip install -e .``) compiles nothing, so a checkout always
   runs, and its tests always prove, the pure-Python modules it edits.
-  ``tests/integration/test_compiled_build.py`` builds the extensions aside and runs the
-  operators' conformance, property and unit tests, the record path's unit tests and two
-  end-to-end joins through them.
+  ``./dev test`` first builds the extensions aside and runs the operators' conformance,
+  property and unit tests, the record path's unit tests and two end-to-end joins through them
+  (``tests/support/compiled.py``).
 - ``CHANGEJOIN_PURE_PYTHON=1`` at build time makes a wheel without extensions. A module that
   fails to compile (no C compiler) is left out with a warning, never fails the build.
 - Only modules whose functions run inside Spark's tasks are listed, and none whose closures

@@ -705,9 +705,13 @@ def test_fuzz_registry_urls(url, user_info):
               **({"SCHEMA_REGISTRY_BASIC_AUTH_USER_INFO": user_info} if user_info is not None else {})})
 
 
-@_FUZZ
-@given(depth=st.integers(0, 400), digits=st.integers(1, 6000), fraction=st.booleans(), conjuncts=st.integers(0, 2000))
-def test_fuzz_join_sql_depth_and_literals(depth, digits, fraction, conjuncts):
+# The examples in four runs of a quarter each (two per kind of literal), each within the unit
+# tiers' 2 s (tests/conftest.py).
+@pytest.mark.parametrize("part", [1, 2])
+@pytest.mark.parametrize("fraction", [False, True], ids=["integer", "fraction"])
+@hsettings(_FUZZ, max_examples=-(-_FUZZ.max_examples // 4))
+@given(depth=st.integers(0, 400), digits=st.integers(1, 6000), conjuncts=st.integers(0, 2000))
+def test_fuzz_join_sql_depth_and_literals(fraction, part, depth, digits, conjuncts):
     literal = "7" * digits + (".5" if fraction else "")
     condition = "(" * depth + f"o.quantity > {literal}" + ")" * depth
     extra = "".join(" AND o.quantity > 1" for _ in range(conjuncts))
