@@ -3,7 +3,7 @@
 source -> decode -> **lookup** -> join -> encode -> sink
 
 A lookup join (``PlanKind.LOOKUP``) reads one topic; its right side is a database table
-(``database.py``). This step runs in the reading task, right after decode (a ``mapInArrow`` on the
+(``service/database/``). This step runs in the reading task, right after decode (a ``mapInArrow`` on the
 source's rows: the same Spark stage, no shuffle), so that one task asks the database for all its
 rows at once: the distinct lookup keys of its accumulate rows (``+I``, ``+U``), in chunks of
 ``LOOKUP_BATCH_SIZE`` keys per query, all in one snapshot. Retractions are never looked up: the
