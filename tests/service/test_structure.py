@@ -1,6 +1,6 @@
 """A record's path is one straight line: each step depends on shared definitions, never on a neighbour.
 What the workers run never loads the driver's planner or SQL front end. A package of ``service/``
-(``sql/``, ``database/``) is one room: the rest of the service enters it by its ``__init__``, and
+(``sql/``, ``database/``, ``avro/``) is one room: the rest of the service enters it by its ``__init__``, and
 inside, its modules stand on floors, each importing only those below it. And the service stands
 apart from the tooling: no service module imports devkit at module level."""
 import ast
@@ -19,6 +19,7 @@ SQL_LAYERS = ("model", "dialect", "resolve", "inputs", "intervals", "windows", "
 PACKAGES = {
     "sql": SQL_LAYERS,
     "database": ("errors", "names", "connection", "catalog", "keys", "cache", "client"),
+    "avro": ("schemas", "registry", "values", "writer"),
 }
 
 
