@@ -6,7 +6,8 @@ import json
 import logging
 import sys
 
-from .config import ConfigError, load_settings, redact, redact_text, unused_settings
+from .config import ConfigError, load_settings, unused_settings
+from .secrets import redact, redact_text
 
 log = logging.getLogger("service.cli")
 

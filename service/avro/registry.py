@@ -10,6 +10,7 @@ import time
 import urllib.parse
 
 from ..deadletters import Reason
+from ..secrets import without_user_info
 from .schemas import DecodeError
 
 _MAGIC = 0
@@ -42,17 +43,6 @@ def _kind_of_status(status: int | None) -> str:
     if status is not None and 400 <= status < 500:
         return "content"
     return "server"
-
-
-def _without_user_info(url: str) -> str:
-    parts = urllib.parse.urlsplit(url)
-    if parts.username is None and parts.password is None:
-        return url
-    host = parts.hostname or ""
-    netloc = f"[{host}]" if ":" in host else host
-    if parts.port is not None:
-        netloc += f":{parts.port}"
-    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
 
 
 def connection_failure(exc: BaseException, timeout_s: float | None = None) -> str:
@@ -203,7 +193,7 @@ class SchemaRegistry:
             )
         except requests.RequestException as e:
             raise SchemaRegistryError(
-                f"cannot connect to the Schema Registry at {_without_user_info(self.url)}: "
+                f"cannot connect to the Schema Registry at {without_user_info(self.url)}: "
                 f"{connection_failure(e, self.timeout)} ({method} {path})", kind="connection") from e
         try:
             payload = resp.json()

@@ -48,11 +48,12 @@ messages, the URL without its password), ``names`` (table and type identifiers),
 canonical forms), ``cache`` (the partial cache, stats, results), ``client`` (``LookupClient``).
 """
 
+from ..secrets import redact_url as redact  # a URL as a database error shows it
 from .cache import CacheSettings, LookupResult, LookupStats
 from .catalog import TableColumn, TableInfo, describe_table
 from .client import LookupClient
 from .connection import Unloadable
-from .errors import DatabaseError, redact
+from .errors import DatabaseError
 
 __all__ = [
     "CacheSettings",

@@ -40,8 +40,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..secrets import password_forms, redact_url
 from .connection import _open
-from .errors import DatabaseError, _describe_error, _scrub, _secrets, redact
+from .errors import DatabaseError, _describe_error, _scrub
 from .names import _split_name
 
 
@@ -207,8 +208,8 @@ def describe_table(url: str, password: str | None, table: str, *, connect_timeou
     cannot be reached or has no such table or view."""
     import psycopg
 
-    where = redact(url)
-    secrets = _secrets(url, password)
+    where = redact_url(url)
+    secrets = password_forms(url, password)
     try:
         parts = _split_name(table)
     except ValueError as e:

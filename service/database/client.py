@@ -28,10 +28,11 @@ import threading
 import time
 from typing import Callable, Iterable
 
+from ..secrets import password_forms, redact_url
 from .cache import CacheSettings, LookupResult, LookupStats, _Cache
 from .catalog import _TYPE_SQL, TableInfo, _map_type
 from .connection import Unloadable, _open
-from .errors import DatabaseError, _describe_error, _error_text, _scrub, _secrets, _show, redact
+from .errors import DatabaseError, _describe_error, _error_text, _scrub, _show
 from .keys import _Invalid, _key_kind, _KeyKind, _row_converter, _value_check
 from .names import _cast_sql, _table_sql
 
@@ -141,7 +142,7 @@ class LookupClient:
         self._init_runtime()
 
     def __repr__(self) -> str:
-        return f"LookupClient({redact(self.url)}, {self.table.table}, key={self.key_columns})"
+        return f"LookupClient({redact_url(self.url)}, {self.table.table}, key={self.key_columns})"
 
     def __enter__(self) -> "LookupClient":
         return self
@@ -323,7 +324,7 @@ class LookupClient:
                 continue
             avro_shown = json.dumps(was.avro_type) if isinstance(was.avro_type, dict) else was.avro_type
             raise DatabaseError(
-                f"lookup in {redact(self.url)} ({self.table.table}): column {was.name} changed type from "
+                f"lookup in {redact_url(self.url)} ({self.table.table}): column {was.name} changed type from "
                 f"{was.pg_type} to {shown} while the service ran; the join reads it as Avro {avro_shown}, which "
                 f"{shown} values are not: restart the service to plan the join with the new type (a checkpoint "
                 "whose stored rows cannot take it is refused, naming the column), or restore the column's type",
@@ -404,8 +405,8 @@ class LookupClient:
                 self._discard()
                 self._count_error("query")
                 if replanned:
-                    raise DatabaseError(f"lookup in {redact(self.url)} ({self.table.table}) failed: "
-                                        f"{_scrub(_describe_error(e), _secrets(self.url, self.password))}",
+                    raise DatabaseError(f"lookup in {redact_url(self.url)} ({self.table.table}) failed: "
+                                        f"{_scrub(_describe_error(e), password_forms(self.url, self.password))}",
                                         "query") from None
                 replanned = True
                 self._stats.retries += 1
@@ -417,9 +418,9 @@ class LookupClient:
                 self._count_error(kind)
                 if attempt >= self.max_retries:
                     raise DatabaseError(
-                        f"lookup in {redact(self.url)} ({self.table.table}): gave up after {attempt + 1} "
+                        f"lookup in {redact_url(self.url)} ({self.table.table}): gave up after {attempt + 1} "
                         f"attempt{'s' if attempt else ''}; last error ({kind}): "
-                        f"{_scrub(_describe_error(e), _secrets(self.url, self.password))}", kind) from None
+                        f"{_scrub(_describe_error(e), password_forms(self.url, self.password))}", kind) from None
                 self._stats.retries += 1
                 self.sleep(self._backoff(attempt))
                 attempt += 1
@@ -434,8 +435,8 @@ class LookupClient:
                              "while the service ran, or the table was; restore it, or change JOIN_SQL / "
                              "RIGHT_LOOKUP_TABLE and restart)")
                 raise DatabaseError(
-                    f"lookup in {redact(self.url)} ({self.table.table}) failed: "
-                    f"{_scrub(what, _secrets(self.url, self.password))}", kind) from None
+                    f"lookup in {redact_url(self.url)} ({self.table.table}) failed: "
+                    f"{_scrub(what, password_forms(self.url, self.password))}", kind) from None
 
     def _backoff(self, attempt: int) -> float:
         return min(self.retry_backoff_s * 2 ** attempt, MAX_BACKOFF_S) * self._random.uniform(0.8, 1.2)

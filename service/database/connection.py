@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import math
 
-from .errors import DatabaseError, _describe_error, _error_text, _scrub, _secrets, redact
+from ..secrets import password_forms, redact_url
+from .errors import DatabaseError, _describe_error, _error_text, _scrub
 
 APPLICATION_NAME = "changejoin-lookup"
 
@@ -45,7 +46,7 @@ def _open(url: str, password: str | None, connect_timeout_s: float, statement_ti
         kwargs = _connect_kwargs(url, password, connect_timeout_s, statement_timeout_s)
     except psycopg.ProgrammingError as e:
         raise DatabaseError(
-            f"invalid database URL {redact(url)}: {_scrub(_describe_error(e), _secrets(url, password))}",
+            f"invalid database URL {redact_url(url)}: {_scrub(_describe_error(e), password_forms(url, password))}",
             "connection") from None
     conn = psycopg.connect(url, autocommit=True, **kwargs)
     conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ  # for conn.transaction(): one snapshot

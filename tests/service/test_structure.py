@@ -89,9 +89,32 @@ def test_exactly_once_is_the_sinks_half_and_the_crash_points_know_nothing():
 
 def test_the_lookup_database_knows_nothing_of_the_service():
     """service/database/ is PostgreSQL for the lookup step and the planner: it imports no service
-    module, and no step but the lookup uses it."""
-    assert service_imports("database") == set()
+    module but the owner of secrets (which imports none), and no step but the lookup uses it."""
+    assert service_imports("database") <= {"secrets"}
+    assert service_imports("secrets") == set()
     assert [m for m in STEPS if "database" in service_imports(m)] == ["lookup"]
+
+
+#: What service/secrets.py alone defines: the name rule, redaction, and reading a URL's password.
+SECRET_RULE = {"is_secret_name", "redact", "redact_text", "redact_url", "url_passwords", "url_password",
+               "password_forms", "without_user_info", "_url_secrets", "_secrets", "_without_user_info"}
+
+
+def test_secrets_have_one_owner():
+    """Which names are secret, how a text is shown without them and where a URL carries a
+    password are decided in service/secrets.py alone (it once took three parsers of a URL's
+    password: config, database, shipping; a fourth in contact): no other module defines them, or
+    reads a parsed URL's ``password`` or ``parse_qs`` for one."""
+    for path in sorted(SERVICE.rglob("*.py")):
+        if path == SERVICE / "secrets.py":
+            continue
+        tree = ast.parse(path.read_text())
+        defined = {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.ClassDef))} & SECRET_RULE
+        assert not defined, f"{path.relative_to(SERVICE.parent)} defines {sorted(defined)}: use service/secrets.py"
+        read = [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Attribute) and n.attr == "password"
+                and not (isinstance(n.value, ast.Name) and n.value.id == "self")
+                or isinstance(n, ast.Name) and n.id == "parse_qs"]
+        assert not read, f"{path.relative_to(SERVICE.parent)} reads a URL's password (line {read[0]}): use service/secrets.py"
 
 
 def test_the_steps_do_not_import_the_wiring():
