@@ -16,6 +16,7 @@ from urllib.parse import urlparse
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from .errors import ChangejoinError
 from .kafka_records import LIBRDKAFKA_MESSAGE_MAX_BYTES, output_framing_bytes
 from .secrets import MIN_SCRUBBED_LENGTH, is_secret_name, redact, redact_text, url_passwords
 
@@ -38,8 +39,13 @@ def local_directory(location: str) -> str | None:
 _TRANSACTIONAL_ID = re.compile(r"^[A-Za-z0-9._-]+$")
 
 
-class ConfigError(ValueError):
+class ConfigError(ValueError, ChangejoinError):
     """The environment does not describe a runnable service; the message names the variables."""
+
+    exit_code = 2
+
+    def refusal(self) -> str:
+        return f"changejoin: {self}"
 
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|sec|m|min|h|d)?\s*$", re.IGNORECASE)

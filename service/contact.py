@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 from .config import Settings
+from .errors import ChangejoinError
 from .secrets import redact_text
 
 log = logging.getLogger(__name__)
@@ -33,7 +34,7 @@ log = logging.getLogger(__name__)
 CONNECTION, CREDENTIALS, TLS, CONTENT = "connection", "credentials", "tls", "content"
 
 
-class ServerError(RuntimeError):
+class ServerError(RuntimeError, ChangejoinError):
     """A server the configuration names did not answer, or refused: one line naming the variable
     (``variable``), the address and the cause; ``kind`` is one of CONNECTION, CREDENTIALS, TLS,
     CONTENT."""

@@ -57,6 +57,7 @@ from operators import ACCUMULATE
 from . import deadletters
 from .deadletters import Reason
 from .envelope import KIND, OFFSET, PART, PAYLOAD, TAG, TS, Tag, dead_letter_group, dumps, loads
+from .errors import ChangejoinError
 from .plan import JoinPlan
 from .shipping import built
 
@@ -71,11 +72,11 @@ _DELETE = 3  # RowKind -D
 _checked_volumes: set[tuple[str, str]] = set()  # (directory, token) this worker process found shared
 
 
-class PinVolumeError(RuntimeError):
+class PinVolumeError(RuntimeError, ChangejoinError):
     """The checkpoint directory cannot hold pinned lookups: one line naming CHECKPOINT_LOCATION."""
 
 
-class PinMismatch(RuntimeError):
+class PinMismatch(RuntimeError, ChangejoinError):
     """A pin holds columns a replay cannot join: one line saying what changed and what to do."""
 
 

@@ -10,6 +10,7 @@ import time
 import urllib.parse
 
 from ..deadletters import Reason
+from ..errors import ChangejoinError
 from ..secrets import without_user_info
 from .schemas import DecodeError
 
@@ -17,7 +18,7 @@ _MAGIC = 0
 _HEADER_LEN = 5  # magic byte + 4-byte big-endian schema id
 
 
-class SchemaRegistryError(Exception):
+class SchemaRegistryError(ChangejoinError):
     """The Schema Registry could not be reached or refused a request (not a per-record problem).
 
     ``kind`` says which, for whoever must act on it: ``connection`` (no answer: refused, unknown

@@ -14,6 +14,7 @@ from typing import Any
 import fastavro
 
 from ..deadletters import DeadLetterError, Reason
+from ..errors import ChangejoinError
 
 _PRIMITIVES = frozenset({"null", "boolean", "int", "long", "float", "double", "bytes", "string"})
 _NAMED = frozenset({"record", "error", "enum", "fixed"})
@@ -30,7 +31,7 @@ class DecodeError(DeadLetterError):
         super().__init__(reason, detail)
 
 
-class SchemaError(ValueError):
+class SchemaError(ValueError, ChangejoinError):
     """An Avro schema that is invalid or not usable where it was given."""
 
 

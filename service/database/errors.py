@@ -6,10 +6,12 @@
 
 from __future__ import annotations
 
+from ..errors import ChangejoinError
+
 _SHOW_CHARS = 60  # a value in a reason is its repr, cut to this many characters
 
 
-class DatabaseError(Exception):
+class DatabaseError(ChangejoinError):
     """The database could not be reached or refused a request: one line, naming the database by its
     redacted URL, never containing the password. ``kind``: ``connection``, ``timeout``,
     ``conflict``, ``query``, ``table`` (no such table, or a column the join reads is gone or

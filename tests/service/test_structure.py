@@ -89,9 +89,10 @@ def test_exactly_once_is_the_sinks_half_and_the_crash_points_know_nothing():
 
 def test_the_lookup_database_knows_nothing_of_the_service():
     """service/database/ is PostgreSQL for the lookup step and the planner: it imports no service
-    module but the owner of secrets (which imports none), and no step but the lookup uses it."""
-    assert service_imports("database") <= {"secrets"}
-    assert service_imports("secrets") == set()
+    module but the owner of secrets and the base error (which import none), and no step but the
+    lookup uses it."""
+    assert service_imports("database") <= {"secrets", "errors"}
+    assert service_imports("secrets") == set() and service_imports("errors") == set()
     assert [m for m in STEPS if "database" in service_imports(m)] == ["lookup"]
 
 
@@ -115,6 +116,37 @@ def test_secrets_have_one_owner():
                 and not (isinstance(n.value, ast.Name) and n.value.id == "self")
                 or isinstance(n, ast.Name) and n.id == "parse_qs"]
         assert not read, f"{path.relative_to(SERVICE.parent)} reads a URL's password (line {read[0]}): use service/secrets.py"
+
+
+def test_every_error_of_the_service_derives_from_the_one_base():
+    """An error class of the service (a class whose bases lead to a built-in exception) derives
+    from ``errors.ChangejoinError``, which ``cli.main`` catches in one place; only a private one
+    (``_Name``: control flow inside a module, never shown) may not."""
+    import builtins
+
+    bases: dict[str, list[str]] = {}
+    where: dict[str, str] = {}
+    for path in sorted(SERVICE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                bases[node.name] = [b.attr if isinstance(b, ast.Attribute) else getattr(b, "id", "") for b in node.bases]
+                where[node.name] = str(path.relative_to(SERVICE.parent))
+
+    def builtin_exception(name: str) -> bool:
+        value = getattr(builtins, name, None)
+        return isinstance(value, type) and issubclass(value, BaseException)
+
+    def ancestors(name: str, seen=()) -> set[str]:
+        found = set()
+        for base in bases.get(name, ()):
+            if base not in seen:
+                found |= {base} | ancestors(base, seen + (name,))
+        return found
+
+    errors = {name for name in bases if name != "ChangejoinError" and any(map(builtin_exception, ancestors(name)))}
+    assert {"ConfigError", "PlanError", "QueryError", "DatabaseError", "ServerError", "SchemaRegistryError"} <= errors
+    orphans = sorted(f"{where[n]}: {n}" for n in errors if not n.startswith("_") and "ChangejoinError" not in ancestors(n))
+    assert orphans == [], "derive these from service.errors.ChangejoinError"
 
 
 def test_the_steps_do_not_import_the_wiring():
@@ -206,10 +238,13 @@ def test_each_sql_module_imports_only_the_modules_above_it():
 
 
 def test_the_sql_front_end_knows_nothing_of_the_service():
-    """It reads SQL against column names; the plan, the configuration and the schemas are the planner's."""
+    """It reads SQL against column names; the plan, the configuration and the schemas are the planner's.
+    Its one import of the service is the base of its error (service/errors.py, which imports nothing)."""
+    assert service_imports("errors") == set()
     for path in SQL.glob("*.py"):
         outside = {name for name in imports_of(path, "service.sql")
-                   if name.split(".")[0] == "service" and not name.startswith("service.sql")}
+                   if name.split(".")[0] == "service" and not name.startswith("service.sql")
+                   and name not in ("service.errors", "service.errors.ChangejoinError")}
         assert not outside, f"service/sql/{path.name} imports {sorted(outside)}"
 
 
