@@ -43,7 +43,7 @@ loopback, and every extra round trip costs a network RTT in production).
   NULL when the join was planned. Such keys are never cached.
 
 The package, one module per job, each importing only those before it: ``errors`` (one-line
-messages, the URL without its password), ``names`` (table and type identifiers), ``connection``
+messages; the URL without its password and every form of the password: ``service/secrets.py``), ``names`` (table and type identifiers), ``connection``
 (opening a connection), ``catalog`` (the table's description and Avro types), ``keys`` (checks and
 canonical forms), ``cache`` (the partial cache, stats, results), ``client`` (``LookupClient``).
 """
