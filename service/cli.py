@@ -6,7 +6,9 @@ import json
 import logging
 import sys
 
-from .config import ConfigError, load_settings, redact, redact_text, unused_settings
+from .config import load_settings, unused_settings
+from .errors import ChangejoinError
+from .secrets import redact, redact_text
 
 log = logging.getLogger("service.cli")
 
@@ -249,9 +251,14 @@ def compiled_modules() -> list[str]:
     import operators
 
     suffixes = tuple(importlib.machinery.EXTENSION_SUFFIXES)
-    return sorted(f"{package.__name__}.{path.name.partition('.')[0]}"
-                  for package in (expressions, operators, sys.modules[__package__])
-                  for path in Path(package.__path__[0]).iterdir() if path.name.endswith(suffixes))
+    found = []
+    for package in (expressions, operators, sys.modules[__package__]):
+        root = Path(package.__path__[0])
+        for path in root.rglob("*"):  # a subpackage's modules too (service/avro/)
+            if path.name.endswith(suffixes):
+                found.append(".".join((package.__name__, *path.relative_to(root).parent.parts,
+                                       path.name.partition(".")[0])))
+    return sorted(found)
 
 
 def build_description() -> str:
@@ -459,23 +466,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.fn(args)
-    except ConfigError as err:
-        print(f"changejoin: {err}", file=sys.stderr)
-        return 2
-    except ValueError as err:  # PlanError, QueryError: the message names the variable to fix
-        from .plan import PlanError
-
-        if isinstance(err, PlanError):
-            print(refusal(err), file=sys.stderr)
-            return 2
-        raise
-
-
-def refusal(err: BaseException) -> str:
-    """A refused configuration as the user reads it: ``changejoin: <what is wrong>`` and its further
-    lines indented (a SQL refusal: what is supported, the docs/sql.md section)."""
-    lines = [line.strip() for line in str(err).strip().splitlines() if line.strip()]
-    return "\n".join([f"changejoin: {lines[0]}"] + [f"  {line}" for line in lines[1:]])
+    except ChangejoinError as err:  # the one place: what a user can cause or must act on, said as its class says
+        print(err.refusal(), file=sys.stderr)  # ConfigError, PlanError (exit 2): the variable to fix
+        return err.exit_code
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ from enum import StrEnum
 
 from operators import RowKind
 
+from .errors import ChangejoinError
 from .kafka_records import record_bytes
 
 
@@ -48,7 +49,7 @@ class Reason(StrEnum):
     EXPRESSION_ERROR = "expression_error"  # an expression of JOIN_SQL failed on the row (a CAST Flink fails on...)
 
 
-class DeadLetterError(Exception):
+class DeadLetterError(ChangejoinError):
     """A record that must become a dead letter, raised where the problem is found."""
 
     def __init__(self, reason: Reason, detail: str = ""):

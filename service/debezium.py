@@ -97,6 +97,7 @@ import fastavro
 from operators import RowKind
 
 from .deadletters import DeadLetterError, Reason
+from .errors import ChangejoinError
 
 FORMATS = ("rowkind", "debezium-json", "debezium-avro")
 #: ``*_EVENT_TIME_COLUMN`` naming the envelope's ``source.ts_ms`` (the time of the change in the
@@ -131,7 +132,7 @@ _LOGICAL = {
 }
 
 
-class FormatError(ValueError):
+class FormatError(ValueError, ChangejoinError):
     """An envelope schema the format cannot read (at start)."""
 
 

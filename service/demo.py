@@ -21,6 +21,8 @@ import json
 import os
 import tempfile
 
+from .errors import ChangejoinError
+
 #: The demo's Avro schemas by topic (``schemas/orders.avsc`` and ``schemas/prices.avsc``).
 SCHEMAS = {
     "orders": {
@@ -44,7 +46,7 @@ LEGEND = ("+I insert a row, -U retract the row an update replaces, +U insert the
           "-D delete a row")
 
 
-class DemoUnavailable(RuntimeError):
+class DemoUnavailable(RuntimeError, ChangejoinError):
     """What the demo needs is not installed here; the message says what to install."""
 
 

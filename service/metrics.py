@@ -70,7 +70,7 @@ SIDES = ("left", "right")
 DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 #: The RowKinds of the output records (``changejoin_output_records_total{kind}``).
 ROW_KINDS = ("+I", "-U", "+U", "-D")
-#: The kinds of database error a lookup counts (``database.py``), served at 0 from the start.
+#: The kinds of database error a lookup counts (``service/database/``), served at 0 from the start.
 LOOKUP_ERROR_KINDS = ("connection", "timeout", "conflict", "data", "query")
 RECORD_BUCKETS = (0, 1, 10, 100, 1_000, 10_000, 100_000, 1_000_000, 10_000_000)
 

@@ -42,6 +42,7 @@ from operators.spec import WINDOW_COLUMNS
 from expressions.types import parse_type
 
 from .avro import field_defaults, to_epoch_millis, type_family
+from .errors import ChangejoinError
 
 log = logging.getLogger(__name__)
 
@@ -80,8 +81,10 @@ class OutputMode(StrEnum):
     UPSERT = "upsert"
 
 
-class PlanError(ValueError):
+class PlanError(ValueError, ChangejoinError):
     """The configuration is consistent but the join it describes cannot be built."""
+
+    exit_code = 2
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ import re
 import time
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
+from .errors import ChangejoinError
 from .logs import kafka_logger
 
 log = logging.getLogger(__name__)
@@ -43,7 +44,7 @@ _ANY_PARTITION = -1
 _POLL_EVERY = 1000
 
 
-class KafkaDeliveryError(RuntimeError):
+class KafkaDeliveryError(RuntimeError, ChangejoinError):
     """Some records could not be delivered; ``failures`` lists (topic, error) pairs."""
 
     def __init__(self, message: str, failures: Sequence[Tuple[str, str]] = ()):

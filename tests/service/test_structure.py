@@ -1,7 +1,8 @@
 """A record's path is one straight line: each step depends on shared definitions, never on a neighbour.
-What the workers run never loads the driver's planner or SQL front end, and the SQL front end's
-modules each import only those above them. And the service stands apart from the tooling: no
-service module imports devkit at module level."""
+What the workers run never loads the driver's planner or SQL front end. A package of ``service/``
+(``sql/``, ``database/``, ``avro/``) is one room: the rest of the service enters it by its ``__init__``, and
+inside, its modules stand on floors, each importing only those below it. And the service stands
+apart from the tooling: no service module imports devkit at module level."""
 import ast
 import re
 import sys
@@ -14,6 +15,12 @@ WORKERS = STEPS + ("shipping", "transactions", "faults", "database")
 SQL = SERVICE / "sql"
 # The SQL front end's modules, each importing only modules before it here.
 SQL_LAYERS = ("model", "dialect", "resolve", "inputs", "intervals", "windows", "where", "joins")
+#: Every package of service/ with its modules bottom up: each imports only modules before it here.
+PACKAGES = {
+    "sql": SQL_LAYERS,
+    "database": ("errors", "names", "connection", "catalog", "keys", "cache", "client"),
+    "avro": ("schemas", "registry", "values", "writer"),
+}
 
 
 def imports(path: Path, package: str = "service") -> list[tuple[str, bool]]:
@@ -49,10 +56,21 @@ def imports_of(path: Path, package: str) -> set[str]:
     return {name for name, _ in imports(path, package)}
 
 
+def sources(room: str) -> list[tuple[Path, str]]:
+    """(path, package) of every source file of a room of ``service/``: ``service/<room>.py``, or
+    every module of the package ``service/<room>/``."""
+    single = SERVICE / f"{room}.py"
+    if single.exists():
+        return [(single, "service")]
+    return [(path, ".".join(("service",) + path.parent.relative_to(SERVICE).parts))
+            for path in sorted((SERVICE / room).rglob("*.py"))]
+
+
 def service_imports(module: str) -> set[str]:
-    """The ``service`` modules that ``service/<module>.py`` imports anywhere (also inside functions)."""
-    return {name.split(".")[1] for name, _ in imports(SERVICE / f"{module}.py")
-            if name.startswith("service.")}
+    """The other rooms of ``service`` (modules, packages) that ``service/<module>.py``, or any
+    module of the package ``service/<module>/``, imports anywhere (also inside functions)."""
+    return {name.split(".")[1] for path, package in sources(module) for name, _ in imports(path, package)
+            if name.startswith("service.")} - {module}
 
 
 def test_no_step_of_the_record_path_imports_another_step():
@@ -70,10 +88,65 @@ def test_exactly_once_is_the_sinks_half_and_the_crash_points_know_nothing():
 
 
 def test_the_lookup_database_knows_nothing_of_the_service():
-    """database.py is PostgreSQL for the lookup step and the planner: it imports no service module,
-    and no step but the lookup uses it."""
-    assert service_imports("database") == set()
+    """service/database/ is PostgreSQL for the lookup step and the planner: it imports no service
+    module but the owner of secrets and the base error (which import none), and no step but the
+    lookup uses it."""
+    assert service_imports("database") <= {"secrets", "errors"}
+    assert service_imports("secrets") == set() and service_imports("errors") == set()
     assert [m for m in STEPS if "database" in service_imports(m)] == ["lookup"]
+
+
+#: What service/secrets.py alone defines: the name rule, redaction, and reading a URL's password.
+SECRET_RULE = {"is_secret_name", "redact", "redact_text", "redact_url", "url_passwords", "url_password",
+               "password_forms", "without_user_info", "_url_secrets", "_secrets", "_without_user_info"}
+
+
+def test_secrets_have_one_owner():
+    """Which names are secret, how a text is shown without them and where a URL carries a
+    password are decided in service/secrets.py alone (it once took three parsers of a URL's
+    password: config, database, shipping; a fourth in contact): no other module defines them, or
+    reads a parsed URL's ``password`` or ``parse_qs`` for one."""
+    for path in sorted(SERVICE.rglob("*.py")):
+        if path == SERVICE / "secrets.py":
+            continue
+        tree = ast.parse(path.read_text())
+        defined = {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.ClassDef))} & SECRET_RULE
+        assert not defined, f"{path.relative_to(SERVICE.parent)} defines {sorted(defined)}: use service/secrets.py"
+        read = [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Attribute) and n.attr == "password"
+                and not (isinstance(n.value, ast.Name) and n.value.id == "self")
+                or isinstance(n, ast.Name) and n.id == "parse_qs"]
+        assert not read, f"{path.relative_to(SERVICE.parent)} reads a URL's password (line {read[0]}): use service/secrets.py"
+
+
+def test_every_error_of_the_service_derives_from_the_one_base():
+    """An error class of the service (a class whose bases lead to a built-in exception) derives
+    from ``errors.ChangejoinError``, which ``cli.main`` catches in one place; only a private one
+    (``_Name``: control flow inside a module, never shown) may not."""
+    import builtins
+
+    bases: dict[str, list[str]] = {}
+    where: dict[str, str] = {}
+    for path in sorted(SERVICE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                bases[node.name] = [b.attr if isinstance(b, ast.Attribute) else getattr(b, "id", "") for b in node.bases]
+                where[node.name] = str(path.relative_to(SERVICE.parent))
+
+    def builtin_exception(name: str) -> bool:
+        value = getattr(builtins, name, None)
+        return isinstance(value, type) and issubclass(value, BaseException)
+
+    def ancestors(name: str, seen=()) -> set[str]:
+        found = set()
+        for base in bases.get(name, ()):
+            if base not in seen:
+                found |= {base} | ancestors(base, seen + (name,))
+        return found
+
+    errors = {name for name in bases if name != "ChangejoinError" and any(map(builtin_exception, ancestors(name)))}
+    assert {"ConfigError", "PlanError", "QueryError", "DatabaseError", "ServerError", "SchemaRegistryError"} <= errors
+    orphans = sorted(f"{where[n]}: {n}" for n in errors if not n.startswith("_") and "ChangejoinError" not in ancestors(n))
+    assert orphans == [], "derive these from service.errors.ChangejoinError"
 
 
 def test_the_steps_do_not_import_the_wiring():
@@ -82,7 +155,8 @@ def test_the_steps_do_not_import_the_wiring():
 
 
 def modules() -> list[str]:
-    return sorted(path.stem for path in SERVICE.glob("*.py"))
+    """Every room of ``service/``: its modules and its packages."""
+    return sorted([path.stem for path in SERVICE.glob("*.py")] + list(PACKAGES))
 
 
 def test_only_the_processors_use_spark_state_and_it_knows_no_step_and_no_wiring():
@@ -109,8 +183,7 @@ def test_only_the_session_names_spark_properties():
     for module in modules():
         if module == "session":
             continue
-        tree = ast.parse((SERVICE / f"{module}.py").read_text())
-        named = {node.value for node in ast.walk(tree)
+        named = {node.value for path, _ in sources(module) for node in ast.walk(ast.parse(path.read_text()))
                  if isinstance(node, ast.Constant) and isinstance(node.value, str) and SPARK_PROPERTY.match(node.value)}
         assert named <= allowed.get(module, set()), f"service/{module}.py names {sorted(named)}: use session.py"
 
@@ -125,15 +198,15 @@ def test_the_import_parser_sees_relative_absolute_and_function_level_imports(tmp
 
 
 def service_closure(module: str) -> set[str]:
-    """Every ``service`` module that loading ``service/<module>.py`` loads, through any chain of
-    imports. A package (``service/sql``) is listed but not followed."""
+    """Every room of ``service`` (module or package) that loading ``service/<module>.py`` loads,
+    through any chain of imports (a package: through any of its modules)."""
     seen, todo = set(), [module]
     while todo:
         current = todo.pop()
         if current in seen:
             continue
         seen.add(current)
-        if (SERVICE / f"{current}.py").exists():
+        if (SERVICE / f"{current}.py").exists() or (SERVICE / current / "__init__.py").exists():
             todo.extend(service_imports(current))
     return seen - {module}
 
@@ -165,11 +238,50 @@ def test_each_sql_module_imports_only_the_modules_above_it():
 
 
 def test_the_sql_front_end_knows_nothing_of_the_service():
-    """It reads SQL against column names; the plan, the configuration and the schemas are the planner's."""
+    """It reads SQL against column names; the plan, the configuration and the schemas are the planner's.
+    Its one import of the service is the base of its error (service/errors.py, which imports nothing)."""
+    assert service_imports("errors") == set()
     for path in SQL.glob("*.py"):
         outside = {name for name in imports_of(path, "service.sql")
-                   if name.split(".")[0] == "service" and not name.startswith("service.sql")}
+                   if name.split(".")[0] == "service" and not name.startswith("service.sql")
+                   and name not in ("service.errors", "service.errors.ChangejoinError")}
         assert not outside, f"service/sql/{path.name} imports {sorted(outside)}"
+
+
+def package_imports(package: str, module: str) -> set[str]:
+    """The modules of ``service/<package>/`` that its ``<module>.py`` imports."""
+    return {name.split(".")[2] for name in imports_of(SERVICE / package / f"{module}.py", f"service.{package}")
+            if name.startswith(f"service.{package}.")}
+
+
+def test_every_package_is_listed_with_its_floors():
+    """A new package (or a module of one) gets its place in :data:`PACKAGES`."""
+    found = {p.parent.name for p in SERVICE.glob("*/__init__.py")}
+    assert found == set(PACKAGES), f"service's packages are {sorted(found)}: list each in PACKAGES"
+    for package, layers in PACKAGES.items():
+        assert {p.stem for p in (SERVICE / package).glob("*.py")} - {"__init__"} == set(layers), package
+        assert not list((SERVICE / package).glob("*/__init__.py")), f"service/{package}/ has a subpackage"
+
+
+def test_each_package_module_imports_only_the_modules_below_it():
+    """No sideways imports, no cycles: each module of a package stands on the ones before it."""
+    for package, layers in PACKAGES.items():
+        for i, module in enumerate(layers):
+            above = package_imports(package, module) - set(layers[:i])
+            assert not above, (f"service/{package}/{module}.py imports {sorted(above)}, which are not below it "
+                               f"in {layers}")
+
+
+def test_the_service_enters_a_package_by_its_door():
+    """The rest of the service imports what a package's ``__init__`` offers, never one of its
+    modules: what is inside may move between floors without an import site outside changing."""
+    for path in sorted(SERVICE.rglob("*.py")):
+        inside = path.parent.relative_to(SERVICE).parts[:1]
+        package = ".".join(("service",) + path.parent.relative_to(SERVICE).parts)
+        for name in imports_of(path, package):
+            parts = name.split(".")
+            if len(parts) >= 3 and parts[0] == "service" and parts[1] in PACKAGES and (parts[1],) != inside:
+                assert parts[2] not in PACKAGES[parts[1]], f"{path.relative_to(SERVICE.parent)} imports {name}"
 
 
 def test_the_import_parser_resolves_relative_imports_in_a_subpackage(tmp_path):
@@ -201,10 +313,10 @@ DEVKIT_INSIDE_FUNCTIONS = {"demo"}
 def test_no_service_module_imports_devkit_at_module_level():
     """devkit (brokers, Maven jars) is tooling, never in the image: the service must import
     without it. Only the demo may reach for it, from inside a function."""
-    modules = sorted(SERVICE.glob("*.py"))
+    modules = sorted(SERVICE.rglob("*.py"))
     assert {p.stem for p in modules} >= {"app", "cli", "demo", "pipeline"} | set(STEPS)
     for path in modules:
-        for name, top in imports(path):
+        for name, top in imports(path, ".".join(("service",) + path.parent.relative_to(SERVICE).parts)):
             if name == "devkit" or name.startswith("devkit."):
                 assert not top, f"service/{path.name} imports {name} at module level"
                 assert path.stem in DEVKIT_INSIDE_FUNCTIONS, f"service/{path.name} imports {name}"
