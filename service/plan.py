@@ -31,11 +31,7 @@ from operators import (
     WindowSpec,
     choose_layout,
     compile_condition,
-    make_interval_join,
-    make_join,
-    make_lookup_join,
-    make_temporal_join,
-    make_window_join,
+    operator_for,
 )
 from operators.spec import WINDOW_COLUMNS
 
@@ -517,6 +513,10 @@ class JoinPlan:
         return OutputCalc(operator, calc)
 
     def _join_operator(self):
+        return operator_for(self.operator_spec())
+
+    def operator_spec(self):
+        """What the join operator is (an ``operators`` spec; ``operators.operator_for`` builds it)."""
         left, right = self.left.input_spec(), self.right.input_spec()
         condition = None
         if self.condition is not None:
@@ -528,33 +528,32 @@ class JoinPlan:
                                           left_types=self.joined_families(0), right_types=self.joined_families(1))
         append_only = tuple(s.changelog_mode == "append" for s in self.sides)
         if self.kind is PlanKind.LOOKUP:
-            return make_lookup_join(LookupJoinSpec(
+            return LookupJoinSpec(
                 join_type=self.join_type, left_width=len(self.left.columns), right_width=len(self.right.columns),
                 identity=self.lookup_identity, upsert=self.left.changelog_mode == "upsert", condition=condition,
                 projection=self.projection, state_ttl_ms=self.left.state_ttl_ms,
-            ))
+            )
         if self.kind in (PlanKind.INTERVAL_EVENT_TIME, PlanKind.INTERVAL_PROCESSING_TIME):
-            return make_interval_join(IntervalJoinSpec(
+            return IntervalJoinSpec(
                 join_type=self.join_type, left=left, right=right,
                 lower_ms=self.interval_ms[0], upper_ms=self.interval_ms[1],
                 left_time=self.left.time_column, right_time=self.right.time_column,
                 filter_nulls=self.filter_nulls, condition=condition, projection=self.projection,
                 time_of=to_epoch_millis, inputs_append_only=append_only,
-            ))
+            )
         if self.kind is PlanKind.WINDOW:
-            return make_window_join(WindowJoinSpec(
+            return WindowJoinSpec(
                 join_type=self.join_type, left=left, right=right, window=self.window_spec,
                 left_time=self.left.time_column, right_time=self.right.time_column,
                 filter_nulls=self.filter_nulls, condition=condition, projection=self.projection,
                 time_of=to_epoch_millis, inputs_append_only=append_only,
-            ))
+            )
         if self.kind is PlanKind.REGULAR:
-            spec = JoinSpec(
+            return JoinSpec(
                 self.join_type, left, right, self.filter_nulls, condition, self.projection,
                 self.mini_batch_size,
             )
-            return make_join(spec)
-        spec = TemporalJoinSpec(
+        return TemporalJoinSpec(
             kind=TemporalKind.EVENT_TIME if self.is_event_time else TemporalKind.PROCESSING_TIME,
             join_type=self.join_type,
             left=left,
@@ -571,7 +570,6 @@ class JoinPlan:
             # where the next begins, so Flink's planner drops -U before the join, and so do we.
             drop_update_before_on_right=self.is_event_time,
         )
-        return make_temporal_join(spec)
 
 def _to_float(value) -> float:
     return float(value)

@@ -307,3 +307,18 @@ def test_the_workers_site_hook_is_alone_and_needs_only_the_standard_library():
     assert sorted(p.name for p in site.iterdir() if p.name != "__pycache__") == ["sitecustomize.py"]
     tops = {name.split(".")[0] for name, _ in imports(site / "sitecustomize.py")}
     assert tops - {"__future__"} <= set(sys.stdlib_module_names), tops
+
+
+def test_one_operator_dispatch_serves_the_plan_and_the_conformance_runner():
+    """``operators.operator_for(spec)`` is the one place a spec becomes its operator: the service's
+    plan and the conformance runner name no ``make_*`` of the operators (a new join kind is wired
+    once)."""
+    root = SERVICE.parent
+    makers = {"make_join", "make_temporal_join", "make_interval_join", "make_window_join", "make_lookup_join"}
+    for path in [*sorted(SERVICE.rglob("*.py")), root / "operators" / "conformance.py"]:
+        named = {node.id for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.Name)}
+        named |= {name.rsplit(".", 1)[-1] for name in imports_of(path, "service")}
+        assert not named & makers, f"{path.relative_to(root)} names {sorted(named & makers)}: use operators.operator_for"
+    import operators
+
+    assert {make.__name__ for _, make in operators._MAKERS} == makers
