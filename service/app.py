@@ -29,10 +29,11 @@ from pyspark.sql.streaming import StreamingQueryListener
 
 from . import checkpoint
 from .config import Settings
+from .explain import explain
 from .metrics import JoinMetrics, MetricsServer, ready_window_seconds
 from .pipeline import BatchCounts, JoinPipeline
 from .plan import JoinPlan, TimeMode
-from .planner import build_plan, explain
+from .planner import build_plan
 from .session import expect_stop, query_start_properties, spark_session
 from .transactions import keep_progress_topic
 

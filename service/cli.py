@@ -120,7 +120,7 @@ def cmd_check_config(args) -> int:
     for key, value in sorted(spark_properties(settings).items()):
         print(f"  {key}={redact(key, value)}")
     print("plan:")
-    from .planner import explain
+    from .explain import explain
 
     for line in explain(plan).splitlines():
         print(f"  {line}")

@@ -190,7 +190,7 @@ def run_demo(lookup: bool = False) -> int:
         return _run_lookup_demo()
     from .app import Service
     from .config import load_settings
-    from .planner import explain
+    from .explain import explain
     from .sink import ensure_topics
 
     broker = None
@@ -260,7 +260,7 @@ def _run_lookup_demo() -> int:
 
     from .app import Service
     from .config import load_settings
-    from .planner import explain
+    from .explain import explain
     from .sink import ensure_topics
 
     with contextlib.ExitStack() as stack:

@@ -729,7 +729,8 @@ def test_a_lookup_url_keeps_everything_but_its_password_in_the_log(url, password
 
     from service.database import TableInfo, redact
     from service.logs import formatter
-    from service.planner import build_plan, explain
+    from service.explain import explain
+    from service.planner import build_plan
 
     schemas = Path(__file__).resolve().parents[2] / "schemas"
     s = load_settings({"KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1", "LEFT_TOPIC": "orders", "OUTPUT_TOPIC": "out",

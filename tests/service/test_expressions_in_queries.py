@@ -17,7 +17,8 @@ from service.config import load_settings
 from service.decode import InputDecoder
 from service.envelope import Tag, join_key_group
 from service.plan import JoinPlan, PlanError
-from service.planner import build_plan, explain
+from service.explain import explain
+from service.planner import build_plan
 from service.source import KafkaRecord
 from service_harness import avro
 

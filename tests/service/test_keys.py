@@ -14,7 +14,8 @@ from service.decode import InputDecoder
 from service.envelope import Tag, join_key_group
 from service.keys import KeyDecoder
 from service.plan import PlanError, SidePlan
-from service.planner import build_plan, explain
+from service.explain import explain
+from service.planner import build_plan
 from service.source import KafkaRecord
 from service_harness import PRICES, avro, price
 from test_config import VALID

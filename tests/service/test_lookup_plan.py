@@ -9,7 +9,8 @@ from operators.lookup import Identity
 from service.config import ConfigError, load_settings
 from service.database import TableInfo
 from service.plan import PlanError, PlanKind
-from service.planner import build_plan, explain
+from service.explain import explain
+from service.planner import build_plan
 from service.shipping import worker_config, worker_secrets
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"

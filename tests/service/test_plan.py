@@ -8,7 +8,8 @@ from schema_registry_fake import fake_schema_registry, schema_registry_url  # no
 
 from service.config import load_settings
 from service.plan import JoinPlan, PlanError
-from service.planner import build_plan, explain
+from service.explain import explain
+from service.planner import build_plan
 from test_config import VALID
 
 
