@@ -9,7 +9,7 @@ import json
 
 from operators import JoinType, WindowKind
 
-from .debezium import SOURCE_TIME
+from .formats import format_of
 from .plan import TIME_BOUNDED_KINDS, JoinPlan, PlanKind
 from .sql import interval_sql
 
@@ -36,19 +36,7 @@ def explain(plan: JoinPlan) -> str:
         if s.primary_key and s.unique_key is None and plan.kind not in TIME_BOUNDED_KINDS:
             layout += " (JOIN_SQL's subquery does not keep the whole primary key: no unique key)"
         before = _explain_calc(s)
-        mode = s.changelog_mode
-        if s.format != "rowkind":
-            mode = (f"{s.format}: upserts of the primary key (c, r, u: its row; d: its delete)" if s.changelog_mode == "upsert"
-                    else f"{s.format}: inserts only (append): c, r -> +I; u, d: dead letters "
-                    "(debezium_change_on_append_topic); tombstones, t and m skipped" if s.changelog_mode == "append"
-                    else f"{s.format}: c, r -> +I; u -> -U before, +U after; d -> -D before; tombstones and t skipped"
-                    + ("; the before images retract (REPLICA IDENTITY FULL required); joined directly, no normalize "
-                       "stage" if s.primary_key else ""))
-            mode += "; row schema " + (f"the registry's latest of {s.topic}-value, each message read with its own"
-                                       if s.format == "debezium-avro" else "embedded in the messages"
-                                       if s.source_types is not None else "from the schema file")
-            if s.columns[-1:] == (SOURCE_TIME,):
-                mode += f"; column {SOURCE_TIME}: the envelope's source.ts_ms"
+        mode = format_of(s.format).explain(s)
         lines.append(
             f"{s.name}: topic {s.topic} as {s.table} ({mode}{upsert}); join key ({keys}); "
             f"primary key ({pk}){layout}{extra}{ttl}{before}"

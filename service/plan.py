@@ -38,6 +38,8 @@ from operators.spec import WINDOW_COLUMNS
 from expressions.types import parse_type
 
 from .avro import field_defaults, to_epoch_millis, type_family
+from .formats import DEFAULT as DEFAULT_FORMAT
+from .formats import format_of
 
 log = logging.getLogger(__name__)
 
@@ -104,10 +106,10 @@ class SidePlan:
     # The stream of a lookup join: its rows are grouped by their identity (join_key holds the
     # identity's columns: the primary key, or every column), an upsert input by its message key.
     lookup_stream: bool = False
-    # How records are read (service/debezium.py): "rowkind" (an Avro value and a RowKind header),
-    # "debezium-json" or "debezium-avro"; for the latter two, each column's Connect type name where
-    # the topic's schema told it (its values' encodings).
-    format: str = "rowkind"
+    # How records are read: the name of its input format (service/formats/), and each column's
+    # type name in the source where the format has them (a Debezium topic's Connect types, where
+    # its schema told them: its values' encodings).
+    format: str = DEFAULT_FORMAT
     source_types: dict | None = None
     # What the rows go through before the join (JOIN_SQL's input subquery, a WHERE pushed down,
     # computed equi-keys; ``service.sql.InputCalc``): "computed" [[name, type, typed node, SQL]],
@@ -172,11 +174,10 @@ class SidePlan:
 
     @property
     def source_time(self) -> bool:
-        """Whether this side's event time is its Debezium envelopes' ``source.ts_ms`` (the column
-        ``debezium.SOURCE_TIME``)."""
-        from .debezium import SOURCE_TIME
-
-        return self.time_column is not None and self.format != "rowkind" and self.columns[self.time_column] == SOURCE_TIME
+        """Whether this side's event time is its envelopes' time (a Debezium topic's ``source.ts_ms``:
+        ``formats.SOURCE_TIME``)."""
+        envelope_time = format_of(self.format).envelope_time
+        return self.time_column is not None and envelope_time is not None and self.columns[self.time_column] == envelope_time
 
     @property
     def normalized(self) -> bool:
@@ -570,6 +571,13 @@ class JoinPlan:
             # where the next begins, so Flink's planner drops -U before the join, and so do we.
             drop_update_before_on_right=self.is_event_time,
         )
+
+def record_name(topic: str) -> str:
+    """An Avro record name made of a topic's (or a table's) name: the output schema's, a derived
+    reader schema's."""
+    cleaned = "".join(ch if ch.isalnum() else "_" for ch in topic)
+    return cleaned if cleaned[:1].isalpha() else f"t_{cleaned}"
+
 
 def _to_float(value) -> float:
     return float(value)

@@ -1,14 +1,16 @@
 """The planner: the configuration resolved against the input schemas into a :class:`JoinPlan`.
 
-``build_plan`` runs once on the driver (``run`` and ``check-config``). It loads the input schemas,
-parses ``JOIN_SQL`` (``service.sql``), resolves every column to its index, chooses each input's
-state layout from its join key and primary key, and derives the output schema. The plan it
-returns is what the workers receive (``service/plan.py``); this module and the SQL front end
-stay on the driver. ``service/explain.py`` renders a plan for ``check-config`` and the start-up log.
+``build_plan`` runs once on the driver (``run`` and ``check-config``). It reads nothing: the input
+schemas and a lookup join's table come in an :class:`InputCatalog` (``service/catalog.py`` reads
+them; a test builds one). It parses ``JOIN_SQL`` (``service.sql``), resolves every column to its
+index, chooses each input's state layout from its join key and primary key, and derives the
+output schema. The plan it returns is what the workers receive (``service/plan.py``); this module
+and the SQL front end stay on the driver. ``service/explain.py`` renders a plan for ``check-config`` and the start-up log.
 """
 from __future__ import annotations
 
-import json
+from dataclasses import dataclass
+from typing import Any
 
 from operators import ConditionError, ConfigurationError, JoinType, TemporalKind
 from operators.condition import comparable
@@ -16,12 +18,31 @@ from operators.spec import WINDOW_COLUMNS
 
 from expressions import from_avro
 
-from .avro import SchemaError, SchemaRegistry, load_schema_file, output_schema, record_columns
+from .avro import SchemaError, output_schema, record_columns
 from .config import Settings
-from .debezium import SOURCE_TIME, source_types
+from .formats import format_of
 from .keys import KeyDecoder
-from .plan import DEFAULT_STATE_BUCKETS, TIME_BOUNDED_KINDS, JoinPlan, OutputMode, PlanError, PlanKind, SidePlan
+from .plan import (
+    DEFAULT_STATE_BUCKETS,
+    TIME_BOUNDED_KINDS,
+    JoinPlan,
+    OutputMode,
+    PlanError,
+    PlanKind,
+    SidePlan,
+    record_name,
+)
 from .sql import JoinQuery, QueryError, describe, parse_join_sql
+
+
+@dataclass(frozen=True)
+class InputCatalog:
+    """What the inputs are, as the planner needs them: each stream input's reader schema (an Avro
+    record of its row, as its format found it) and a lookup join's table (``database.TableInfo``)."""
+
+    left_schema: dict
+    right_schema: dict | None = None  # None for a lookup join: its table's columns
+    table: Any = None  # database.TableInfo of RIGHT_LOOKUP_TABLE, for a lookup join
 
 
 def _index(columns: tuple[str, ...], name: str, what: str) -> int:
@@ -33,97 +54,20 @@ def _index(columns: tuple[str, ...], name: str, what: str) -> int:
     raise PlanError(f"{what}: no column {name!r}; the columns are {', '.join(columns)}")
 
 
-def load_input_schemas(settings: Settings, registry: SchemaRegistry | None, table=None) -> tuple[dict, dict]:
-    """Reader schemas: the local .avsc files if given, else the registry's latest `<topic>-value`;
-    a lookup join's table (``table``, its catalog) as a record of the columns it can read."""
-    schemas = []
-    inputs = [("LEFT_SCHEMA_FILE", settings.left_schema_file, settings.left_topic, settings.left_format)]
-    if table is None:
-        inputs.append(("RIGHT_SCHEMA_FILE", settings.right_schema_file, settings.right_topic, settings.right_format))
-    for var, path, topic, fmt in inputs:
-        if not path and fmt == "debezium-json":
-            schemas.append(embedded_schema(settings, var, topic))
-        elif fmt == "debezium-avro":
-            schemas.append(registered_schema(registry, var, topic))
-        elif path:
-            try:
-                schemas.append(load_schema_file(path))
-            except Exception as err:
-                raise PlanError(f"{var}: {err}") from None
-        else:
-            try:
-                schemas.append(registry.latest(f"{topic}-value")[1])
-            except Exception as err:
-                advice = f"; register it or set {var}" if getattr(err, "kind", None) == "content" else ""
-                raise PlanError(
-                    f"SCHEMA_REGISTRY_URL: cannot get the latest schema of subject {topic}-value ({err}){advice}"
-                ) from None
-    if table is not None:
-        schemas.append(table_schema(table))
-    return schemas[0], schemas[1]
-
-
-# -- Debezium topics ------------------------------------------------------------------------------
-def embedded_schema(settings: Settings, var: str, topic: str) -> dict:
-    """A debezium-json topic's row schema, from the schema its newest message embeds (Kafka
-    Connect's JSON converter with schemas enabled): an Avro record whose fields keep their Connect
-    type names (``debezium.source_types``)."""
-    from .debezium import FormatError, row_schema
-    from .sink import newest_values
-
-    try:
-        values = newest_values(settings.kafka_bootstrap_servers, settings.consumer_properties(), topic)
-    except Exception as err:  # noqa: BLE001 - the broker's error, in one line
-        raise PlanError(f"{var}: not set, and the schema of topic {topic} could not be read from its messages "
-                        f"({err}); set {var} (the row's Avro record)") from None
-    for value in values:
-        try:
-            message = json.loads(value)
-        except ValueError:
-            continue
-        if isinstance(message, dict) and isinstance(message.get("schema"), dict):
-            try:
-                return row_schema(message["schema"], _record_name(topic))[0]
-            except FormatError as err:
-                raise PlanError(f"{var}: not set, and topic {topic}'s newest message embeds no Debezium row schema "
-                                f"({err}); set {var}") from None
-    raise PlanError(f"{var}: required for a debezium-json topic whose messages embed no schema (topic {topic} has "
-                    "none with one yet: value.converter.schemas.enable=false, or an empty topic); set it to the row's "
-                    "Avro record (the table's columns, not the envelope)")
-
-
-def registered_schema(registry: SchemaRegistry, var: str, topic: str) -> dict:
-    """A debezium-avro topic's row schema, from the envelope schema latest registered for
-    ``<topic>-value`` (``debezium.avro_row_schema``)."""
-    from .debezium import FormatError, avro_row_schema
-
-    fmt = var.replace("SCHEMA_FILE", "FORMAT")
-    try:
-        envelope = registry.latest(f"{topic}-value")[1]
-    except Exception as err:  # noqa: BLE001 - the registry's error, in one line
-        raise PlanError(f"SCHEMA_REGISTRY_URL: cannot get the latest schema of subject {topic}-value ({err}); "
-                        f"{fmt}=debezium-avro reads the row schema from it") from None
-    try:
-        return avro_row_schema(envelope, _record_name(topic))[0]
-    except FormatError as err:
-        raise PlanError(f"{fmt}: subject {topic}-value's latest schema is no Debezium envelope ({err})") from None
-
-
 def with_source_times(settings: Settings, schemas) -> tuple[dict, dict]:
-    """The row schemas, a Debezium input whose ``*_EVENT_TIME_COLUMN`` is ``source.ts_ms`` with
-    the column that carries its envelopes' ``source.ts_ms`` appended (``debezium.SOURCE_TIME``)."""
-    from .debezium import SOURCE_TIME, SOURCE_TIME_TYPE
-
+    """The row schemas, an input whose ``*_EVENT_TIME_COLUMN`` is its envelopes' time (a Debezium
+    topic's ``source.ts_ms``: ``formats.SOURCE_TIME``) with the column that carries it appended."""
     out = list(schemas)
     for side, (fmt, column) in enumerate(((settings.left_format, settings.left_event_time_column),
                                           (settings.right_format, settings.right_event_time_column))):
-        if fmt == "rowkind" or column != SOURCE_TIME or out[side] is None:
+        time = format_of(fmt).envelope_time
+        if time is None or column != time or out[side] is None:
             continue
         fields = out[side].get("fields") or []
-        if any(f.get("name") == SOURCE_TIME for f in fields):
+        if any(f.get("name") == time for f in fields):
             raise PlanError(f"{('LEFT', 'RIGHT')[side]}_EVENT_TIME_COLUMN: the {('left', 'right')[side]} topic's rows "
-                            f"have a column named {SOURCE_TIME}, the name of the envelope's time; rename the column")
-        out[side] = {**out[side], "fields": [*fields, {"name": SOURCE_TIME, "type": SOURCE_TIME_TYPE}]}
+                            f"have a column named {time}, the name of the envelope's time; rename the column")
+        out[side] = {**out[side], "fields": [*fields, {"name": time, "type": format_of(fmt).envelope_time_type}]}
     return out[0], out[1]
 
 
@@ -134,29 +78,14 @@ def _named_in_sql(settings: Settings, column: str) -> bool:
     return re.search(rf"(?i)(?<![\w\"]){re.escape(column)}(?![\w\"])", settings.join_sql) is not None
 
 
-def _unreadable_debezium_columns(settings: Settings, schemas) -> None:
-    """A Debezium column of a type the format does not read, named in JOIN_SQL: refused by name."""
-    from .debezium import unsupported_columns
-
+def _unreadable_columns(settings: Settings, schemas) -> None:
+    """A column of a type its input's format does not read, named in JOIN_SQL: refused by name."""
     for side, schema in enumerate(schemas):
-        fmt = (settings.left_format, settings.right_format)[side]
-        if fmt == "rowkind":
-            continue
-        for column, why in unsupported_columns(schema).items():
+        fmt = format_of((settings.left_format, settings.right_format)[side])
+        for column, why in fmt.unreadable_columns(schema).items():
             if _named_in_sql(settings, column):
-                raise PlanError(f"JOIN_SQL: column {column} of the {('left', 'right')[side]} Debezium topic has "
-                                f"{why}, which the {fmt} format does not read; leave it out of the query")
-
-
-# -- the lookup join's table ---------------------------------------------------------------------
-def describe_lookup_table(settings: Settings):
-    """The catalog of the table RIGHT_LOOKUP_URL / RIGHT_LOOKUP_TABLE name (``service/database.py``)."""
-    from .database import DatabaseError, describe_table
-
-    try:
-        return describe_table(settings.right_lookup_url, settings.right_lookup_password, settings.lookup_table_name)
-    except DatabaseError as err:
-        raise PlanError(f"RIGHT_LOOKUP_URL: {err}") from None
+                raise PlanError(f"JOIN_SQL: column {column} of the {('left', 'right')[side]} {fmt.protocol} topic has "
+                                f"{why}, which the {fmt.name} format does not read; leave it out of the query")
 
 
 def table_schema(table, read: set[str] | None = None) -> dict:
@@ -168,7 +97,7 @@ def table_schema(table, read: set[str] | None = None) -> dict:
             continue
         fields.append({"name": c.name, "type": ["null", c.avro_type], "default": None} if c.nullable
                       else {"name": c.name, "type": c.avro_type})
-    return {"type": "record", "name": _record_name(table.table), "fields": fields}
+    return {"type": "record", "name": record_name(table.table), "fields": fields}
 
 
 def _lookup(settings: Settings, table, keys, sides) -> dict:
@@ -236,25 +165,21 @@ def _unsupported_columns(settings: Settings, table) -> None:
                             f"cannot read ({c.unsupported}); leave it out of the query, or cast it in a view")
 
 
-def build_plan(settings: Settings, schemas: tuple[dict, dict] | None = None, table=None) -> JoinPlan:
-    """Resolve the configuration into a plan; raises PlanError naming what to fix. A lookup join
-    (RIGHT_LOOKUP_URL) reads its table's catalog, unless ``table`` gives it (``database.TableInfo``).
+def build_plan(settings: Settings, catalog: InputCatalog) -> JoinPlan:
+    """Resolve the configuration against the inputs' catalog (``catalog.read_catalog``: their reader
+    schemas, a lookup join's table) into a plan; raises PlanError naming what to fix. Reads nothing.
 
     Each step below decides one thing; they run in this order, which is the order in which
     problems are reported (the first one found is the error)."""
-    if settings.lookup and table is None:
-        table = describe_lookup_table(settings)
-    if schemas is None:
-        schemas = load_input_schemas(settings, _schema_registry(settings), table)
-    elif table is not None:
-        schemas = (schemas[0], table_schema(table))
+    table = catalog.table
+    schemas = (catalog.left_schema, table_schema(table) if table is not None else catalog.right_schema)
     schemas = with_source_times(settings, schemas)
     columns = _input_columns(settings, schemas)
     names = [tuple(c.name for c in cols) for cols in columns]
     configured_times = _configured_time_columns(settings, names)
     if table is not None:
         _unsupported_columns(settings, table)
-    _unreadable_debezium_columns(settings, schemas)
+    _unreadable_columns(settings, schemas)
     query = _parse_query(settings, names, configured_times, _types(columns))
     kind = _plan_kind(query, settings)
     if kind is PlanKind.LOOKUP:  # the table's side: the columns the query reads, and nothing else
@@ -323,13 +248,6 @@ def _input_columns(settings: Settings, schemas) -> list:
                 f"SCHEMA_REGISTRY_URL (subject {getattr(settings, f'{side.lower()}_topic')}-value)"
             raise PlanError(f"{where}: {err}: the {side.lower()} input's values must be Avro records") from None
     return columns
-
-
-def _schema_registry(settings: Settings) -> SchemaRegistry | None:
-    """The schema registry the input schemas come from when no schema file is given."""
-    if not settings.schema_registry_url:
-        return None
-    return SchemaRegistry(settings.schema_registry_url, settings.schema_registry_basic_auth_user_info)
 
 
 def _configured_time_columns(settings: Settings, names) -> tuple[str | None, str | None]:
@@ -483,7 +401,7 @@ def _check_time_bounded_inputs(settings: Settings, kind: PlanKind) -> None:
     what = "a window join" if kind is PlanKind.WINDOW else "an interval join"
     for var, mode, fmt in (("LEFT_CHANGELOG_MODE", settings.left_changelog_mode, settings.left_format),
                            ("RIGHT_CHANGELOG_MODE", settings.right_changelog_mode, settings.right_format)):
-        if fmt != "rowkind" and mode != "append":
+        if format_of(fmt).changes_in_messages and mode != "append":
             raise PlanError(
                 f"{var.replace('CHANGELOG_MODE', 'FORMAT')}: a {fmt} topic is a changelog (updates and deletes), "
                 f"but the inputs of {what} must be append-only, as in Flink; for an insert-only table set "
@@ -536,12 +454,12 @@ def _side_plans(settings: Settings, kind: PlanKind, schemas, columns, names, key
     key_formats = (settings.left_key_format, settings.right_key_format)
     formats = (settings.left_format, settings.right_format)
     given = tuple(f"{side}_changelog_mode" in settings.model_fields_set for side in ("left", "right"))
-    modes = tuple(_debezium_mode(m, f, pk, g) for m, f, pk, g in zip(modes, formats, pks, given))
+    modes = tuple(format_of(f).changelog_mode(m, g, pk) for m, f, pk, g in zip(modes, formats, pks, given))
     sides = []
     for i in (0, 1):
         calc = inputs[i]
         keeps_key = calc is None or calc.kept is None or pks[i] is None or all(names[i][j] in calc.kept for j in pks[i])
-        direct = formats[i] == "rowkind" and _joins_upsert_directly(
+        direct = format_of(formats[i]).message_keys and _joins_upsert_directly(
             kind, modes[i], keys[i], pks[i], filtered=calc is not None and calc.filter is not None, keeps_key=keeps_key)
         sides.append(
             SidePlan(
@@ -550,7 +468,7 @@ def _side_plans(settings: Settings, kind: PlanKind, schemas, columns, names, key
                 reader_schema=schemas[i], join_key=keys[i], primary_key=pks[i], changelog_mode=modes[i],
                 time_column=time_columns[i], watermark_delay_ms=delays[i], state_ttl_ms=ttls[i],
                 direct_upsert=direct, key_format=key_formats[i], format=formats[i],
-                source_types=source_types(schemas[i]) if formats[i] != "rowkind" else None,
+                source_types=format_of(formats[i]).source_types(schemas[i]),
             )
         )
         if direct:
@@ -559,19 +477,6 @@ def _side_plans(settings: Settings, kind: PlanKind, schemas, columns, names, key
             except ValueError as err:
                 raise PlanError(f"{sides[i].name.upper()}_KEY_FORMAT: {err}") from None
     return sides
-
-
-def _debezium_mode(mode: str, fmt: str, pk, given: bool) -> str:
-    """An input's changelog mode. A Debezium topic's (service/debezium.py) is the one
-    ``*_CHANGELOG_MODE`` declares (``append``: an insert-only table; ``retract``: the before images
-    retract, REPLICA IDENTITY FULL required; ``upsert``: upserts of the primary key, which it
-    requires), and unset, upserts of its primary key when one is declared, else ``retract``. A
-    Debezium side in retract mode with a primary key joins directly as a rowkind one does (no
-    normalize stage: ``SidePlan.normalized``); in upsert mode it is never joined directly (its
-    message keys are JSON)."""
-    if fmt == "rowkind" or given:
-        return mode
-    return "upsert" if pk else "retract"
 
 
 def _calc(calc, columns) -> dict | None:
@@ -585,8 +490,8 @@ def _calc(calc, columns) -> dict | None:
 def _lookup_sides(settings: Settings, schemas, columns, names, keys, pks, calc=None) -> list[SidePlan]:
     """A lookup join's stream, grouped by its rows' identity (its primary key, else every column),
     and its table, asked by the lookup key."""
-    mode = _debezium_mode(settings.left_changelog_mode, settings.left_format, pks[0],
-                          "left_changelog_mode" in settings.model_fields_set)
+    fmt = format_of(settings.left_format)
+    mode = fmt.changelog_mode(settings.left_changelog_mode, "left_changelog_mode" in settings.model_fields_set, pks[0])
     identity = pks[0] if pks[0] else tuple(range(len(names[0])))  # every column the join receives
     left = SidePlan(
         side=0, topic=settings.left_topic, table=settings.left_table_name, columns=names[0][:len(columns[0])], calc=calc,
@@ -594,7 +499,7 @@ def _lookup_sides(settings: Settings, schemas, columns, names, keys, pks, calc=N
         reader_schema=schemas[0], join_key=identity, primary_key=pks[0], changelog_mode=mode,
         state_ttl_ms=settings.left_ttl_ms if mode != "append" else None, key_format=settings.left_key_format,
         lookup_stream=True, format=settings.left_format,
-        source_types=source_types(schemas[0]) if settings.left_format != "rowkind" else None,
+        source_types=fmt.source_types(schemas[0]),
     )
     right = SidePlan(
         side=1, topic="", table=settings.right_table_name, columns=names[1],
@@ -653,12 +558,7 @@ def _output_schema(topic: str, kind: PlanKind, join_type: JoinType, sides, proje
                      condition_sql=None, projection=projection, output_names=output_names, output_schema={},
                      output_key=None, output=output)
     fields = [(name, *draft.output_column_type(i)) for i, name in enumerate(output_names)]
-    return output_schema(_record_name(topic), fields)
-
-
-def _record_name(topic: str) -> str:
-    cleaned = "".join(ch if ch.isalnum() else "_" for ch in topic)
-    return cleaned if cleaned[:1].isalpha() else f"t_{cleaned}"
+    return output_schema(record_name(topic), fields)
 
 
 def _output_key(settings: Settings, output_names: tuple[str, ...]) -> tuple[int, ...] | None:

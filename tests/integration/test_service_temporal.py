@@ -90,12 +90,12 @@ def test_processing_time_join_uses_the_build_row_present_at_arrival(temporal):
 def test_processing_time_join_against_a_versioned_table_is_refused(temporal):
     from service.config import load_settings
     from service.plan import PlanError
-    from service.planner import build_plan
+    from service.catalog import plan_for
 
     h = temporal("SELECT o.order_id, r.rate FROM orders AS o JOIN rates FOR SYSTEM_TIME AS OF PROCTIME() AS r "
                  "ON o.currency = r.currency", RIGHT_EVENT_TIME_COLUMN="rate_time")
     with pytest.raises(PlanError, match="processing-time temporal join"):
-        build_plan(load_settings(h.env))
+        plan_for(load_settings(h.env))
 
 
 @pytest.mark.parametrize("ttl, joined", [("2s", False), ("1h", True)], ids=["expired", "kept"])

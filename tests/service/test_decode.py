@@ -7,14 +7,14 @@ from operators import RowKind
 from service.config import load_settings
 from service.decode import InputDecoder
 from service.envelope import Tag, join_key_group
-from service.planner import build_plan
+from service.catalog import plan_for
 from service.source import KafkaRecord
 from service_harness import ORDERS, avro, order
 from test_config import VALID
 
 
 def decoder(**env):
-    plan = build_plan(load_settings({**VALID, **env}))
+    plan = plan_for(load_settings({**VALID, **env}))
     return InputDecoder(plan, 0, "rowkind", None)
 
 
@@ -62,7 +62,7 @@ def test_an_event_time_no_calendar_can_hold_is_a_dead_letter_not_a_crash(millis)
     """rates.rate_time is a plain long (epoch millis): any value decodes, not every one is a time."""
     from service_harness import RATES, TEMPORAL
 
-    plan = build_plan(load_settings({**VALID, "LEFT_TOPIC": "orders", "RIGHT_TOPIC": "rates", **TEMPORAL}))
+    plan = plan_for(load_settings({**VALID, "LEFT_TOPIC": "orders", "RIGHT_TOPIC": "rates", **TEMPORAL}))
     rates = InputDecoder(plan, 1, "rowkind", None)
     good = decode(rates, record(avro(RATES, {"currency": "EUR", "rate": 1.1, "rate_time": 1_700_000_000_000}),
                                 [("rowkind", b"+I")]))
