@@ -10,7 +10,7 @@ and the SQL front end stay on the driver. ``service/explain.py`` renders a plan 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from operators import ConditionError, ConfigurationError, JoinType, TemporalKind
 from operators.condition import comparable
@@ -24,7 +24,6 @@ from .formats import format_of
 from .keys import KeyDecoder
 from .plan import (
     DEFAULT_STATE_BUCKETS,
-    TIME_BOUNDED_KINDS,
     JoinPlan,
     OutputMode,
     PlanError,
@@ -182,7 +181,8 @@ def build_plan(settings: Settings, catalog: InputCatalog) -> JoinPlan:
     _unreadable_columns(settings, schemas)
     query = _parse_query(settings, names, configured_times, _types(columns))
     kind = _plan_kind(query, settings)
-    if kind is PlanKind.LOOKUP:  # the table's side: the columns the query reads, and nothing else
+    steps = KIND_STEPS[kind]
+    if steps.lookup:  # the table's side: the columns the query reads, and nothing else
         schemas = (schemas[0], table_schema(table, _read_columns(query, names[1])))
         columns = _input_columns(settings, schemas)
         names = [tuple(c.name for c in cols) for cols in columns]
@@ -190,12 +190,12 @@ def build_plan(settings: Settings, catalog: InputCatalog) -> JoinPlan:
     names = _joined_names(query, names)
     keys = _join_keys(query, names)
     pks = _primary_keys(settings, names)
-    if kind is PlanKind.LOOKUP:
+    if steps.lookup:
         pks[1] = None  # the table's primary key makes no difference to the join's state
-    time_columns = _time_columns(settings, kind, query, names, configured_times)
-    _check_mini_batch(settings, kind)
-    _check_time_bounded_inputs(settings, kind)
-    sides = _side_plans(settings, kind, schemas, columns, names, keys, pks, time_columns, query.inputs)
+    time_columns = steps.time_columns(settings, kind, query, names, configured_times)
+    for check in steps.checks:
+        check(settings, kind)
+    sides = steps.sides(settings, kind, schemas, columns, names, keys, pks, time_columns, query.inputs)
     projection, output_names, output = _projection(query, kind, names)
     schema = _output_schema(settings.output_topic, kind, query.join_type, sides, projection, output_names, output)
     output_key = _output_key(settings, output_names)
@@ -204,11 +204,11 @@ def build_plan(settings: Settings, catalog: InputCatalog) -> JoinPlan:
         filter_nulls=tuple(not ns for ns in query.null_safe_keys), condition_sql=query.condition_sql,
         condition=query.condition, output=output,
         projection=projection, output_names=output_names, output_schema=schema, output_key=output_key,
-        mini_batch_size=settings.mini_batch_size, retention_ms=_retention(settings, kind),
+        mini_batch_size=settings.mini_batch_size, retention_ms=_retention(settings) if steps.retention else None,
         output_mode=OutputMode(settings.output_mode), interval_ms=_interval_ms(query), window=_window(query),
         state_buckets=DEFAULT_STATE_BUCKETS if settings.state_buckets is None else settings.state_buckets,
-        lookup=_lookup(settings, table, keys, sides) if kind is PlanKind.LOOKUP else None,
-        description=describe(query).replace("processing-time temporal", "lookup") if kind is PlanKind.LOOKUP
+        lookup=_lookup(settings, table, keys, sides) if steps.lookup else None,
+        description=describe(query).replace("processing-time temporal", "lookup") if steps.lookup
         else describe(query),
     )
     _check_types(plan)
@@ -318,16 +318,15 @@ def _primary_keys(settings: Settings, names) -> list[tuple[int, ...] | None]:
     return pks
 
 
-def _time_columns(settings: Settings, kind: PlanKind, query: JoinQuery, names, configured_times) -> list[int | None]:
-    """Each input's time column: an interval or window join's time attributes, an event-time
-    temporal join's AS OF column and versioned table time; none for the other joins."""
-    if kind in TIME_BOUNDED_KINDS:
-        return _time_attributes(settings, kind, query, names, configured_times)
-    if kind is PlanKind.TEMPORAL_EVENT_TIME:
-        return _temporal_time_columns(settings, query, names, configured_times)
-    if kind is PlanKind.LOOKUP:
-        return [None, None]
-    if kind is PlanKind.TEMPORAL_PROCESSING_TIME and settings.right_event_time_column:
+def _no_time_columns(settings: Settings, kind: PlanKind, query: JoinQuery, names, configured) -> list[int | None]:
+    """A regular or lookup join has no time columns."""
+    return [None, None]
+
+
+def _processing_time_columns(settings: Settings, kind: PlanKind, query: JoinQuery, names,
+                             configured) -> list[int | None]:
+    """A processing-time temporal join has none, and refuses a versioned table's time."""
+    if settings.right_event_time_column:
         raise PlanError(
             "RIGHT_EVENT_TIME_COLUMN: a processing-time temporal join (FOR SYSTEM_TIME AS OF PROCTIME()) "
             "cannot use a versioned table with an event-time attribute; Flink only allows processing-time "
@@ -371,7 +370,8 @@ def _time_attributes(settings: Settings, kind: PlanKind, query, names, configure
     return out
 
 
-def _temporal_time_columns(settings: Settings, query: JoinQuery, names, configured_times) -> list[int | None]:
+def _temporal_time_columns(settings: Settings, kind: PlanKind, query: JoinQuery, names,
+                           configured_times) -> list[int | None]:
     """An event-time temporal join's times: the left input's AS OF column (its one time attribute)
     and the versioned table's RIGHT_EVENT_TIME_COLUMN."""
     left = _index(names[0], query.left_time_column, "JOIN_SQL (FOR SYSTEM_TIME AS OF)")
@@ -388,16 +388,14 @@ def _temporal_time_columns(settings: Settings, query: JoinQuery, names, configur
     return [left, _index(names[1], settings.right_event_time_column, "RIGHT_EVENT_TIME_COLUMN")]
 
 
-def _check_mini_batch(settings: Settings, kind: PlanKind) -> None:
+def _no_mini_batch(settings: Settings, kind: PlanKind) -> None:
     """Mini-batch folding (MINI_BATCH_SIZE) is for regular joins."""
-    if kind is not PlanKind.REGULAR and settings.mini_batch_size:
+    if settings.mini_batch_size:
         raise PlanError("MINI_BATCH_SIZE: mini-batch folding applies to regular joins only")
 
 
 def _check_time_bounded_inputs(settings: Settings, kind: PlanKind) -> None:
     """An interval or window join takes append-only inputs and cleans its state up by time, without a TTL."""
-    if kind not in TIME_BOUNDED_KINDS:
-        return
     what = "a window join" if kind is PlanKind.WINDOW else "an interval join"
     for var, mode, fmt in (("LEFT_CHANGELOG_MODE", settings.left_changelog_mode, settings.left_format),
                            ("RIGHT_CHANGELOG_MODE", settings.right_changelog_mode, settings.right_format)):
@@ -423,7 +421,7 @@ def _check_time_bounded_inputs(settings: Settings, kind: PlanKind) -> None:
             )
 
 
-def _joins_upsert_directly(kind: PlanKind, mode: str, key: tuple[int, ...], pk: tuple[int, ...] | None,
+def _joins_upsert_directly(mode: str, key: tuple[int, ...], pk: tuple[int, ...] | None,
                            filtered: bool = False, keeps_key: bool = True) -> bool:
     """Whether an input goes to the join without a normalize stage.
 
@@ -437,16 +435,15 @@ def _joins_upsert_directly(kind: PlanKind, mode: str, key: tuple[int, ...], pk: 
     retract the row it replaces), and so is one whose primary key its input subquery drops."""
     if filtered or not keeps_key:
         return False
-    return kind is PlanKind.REGULAR and mode == "upsert" and pk is not None and set(key) == set(pk)
+    return mode == "upsert" and pk is not None and set(key) == set(pk)
 
 
 def _side_plans(settings: Settings, kind: PlanKind, schemas, columns, names, keys, pks,
                 time_columns, inputs=(None, None)) -> list[SidePlan]:
     """Each input's plan: its topic, columns, keys, time column, state TTL and how its rows reach the join."""
-    ttls = (settings.left_ttl_ms, settings.right_ttl_ms) if kind is PlanKind.REGULAR else (None, None)
+    steps = KIND_STEPS[kind]
+    ttls = (settings.left_ttl_ms, settings.right_ttl_ms) if steps.side_ttls else (None, None)
     calcs = [_calc(i, columns) for i in inputs]
-    if kind is PlanKind.LOOKUP:
-        return _lookup_sides(settings, schemas, columns, names, keys, pks, calcs[0])
     modes = (settings.left_changelog_mode, settings.right_changelog_mode)
     delays = (settings.left_watermark_delay_ms, settings.right_watermark_delay_ms)
     topics = (settings.left_topic, settings.right_topic)
@@ -459,8 +456,8 @@ def _side_plans(settings: Settings, kind: PlanKind, schemas, columns, names, key
     for i in (0, 1):
         calc = inputs[i]
         keeps_key = calc is None or calc.kept is None or pks[i] is None or all(names[i][j] in calc.kept for j in pks[i])
-        direct = format_of(formats[i]).message_keys and _joins_upsert_directly(
-            kind, modes[i], keys[i], pks[i], filtered=calc is not None and calc.filter is not None, keeps_key=keeps_key)
+        direct = format_of(formats[i]).message_keys and steps.direct_upserts and _joins_upsert_directly(
+            modes[i], keys[i], pks[i], filtered=calc is not None and calc.filter is not None, keeps_key=keeps_key)
         sides.append(
             SidePlan(
                 side=i, topic=topics[i], table=tables[i], columns=names[i][:len(columns[i])], calc=calcs[i],
@@ -487,9 +484,11 @@ def _calc(calc, columns) -> dict | None:
             "kept": list(calc.kept) if calc.kept is not None else None}
 
 
-def _lookup_sides(settings: Settings, schemas, columns, names, keys, pks, calc=None) -> list[SidePlan]:
+def _lookup_sides(settings: Settings, kind: PlanKind, schemas, columns, names, keys, pks, time_columns,
+                  inputs=(None, None)) -> list[SidePlan]:
     """A lookup join's stream, grouped by its rows' identity (its primary key, else every column),
     and its table, asked by the lookup key."""
+    calc = _calc(inputs[0], columns)
     fmt = format_of(settings.left_format)
     mode = fmt.changelog_mode(settings.left_changelog_mode, "left_changelog_mode" in settings.model_fields_set, pks[0])
     identity = pks[0] if pks[0] else tuple(range(len(names[0])))  # every column the join receives
@@ -568,9 +567,9 @@ def _output_key(settings: Settings, output_names: tuple[str, ...]) -> tuple[int,
     return tuple(_index(output_names, c, "OUTPUT_KEY") for c in settings.output_key)
 
 
-def _retention(settings: Settings, kind: PlanKind) -> tuple[int, int] | None:
+def _retention(settings: Settings) -> tuple[int, int] | None:
     """A temporal join's idle-state retention (min, max) from STATE_TTL."""
-    if kind in (PlanKind.TEMPORAL_EVENT_TIME, PlanKind.TEMPORAL_PROCESSING_TIME) and settings.state_ttl_ms:
+    if settings.state_ttl_ms:
         return (settings.state_ttl_ms, settings.state_ttl_ms * 3 // 2)  # Flink's min/max retention ratio
     return None
 
@@ -650,3 +649,37 @@ def _compile_operator(plan: JoinPlan) -> None:
         raise PlanError(f"JOIN_SQL: {err}") from None
     except RecursionError:
         raise PlanError("JOIN_SQL: the join condition is too long or too deeply nested to compile; simplify it") from None
+
+
+@dataclass(frozen=True)
+class KindSteps:
+    """What planning does for one kind of join, where the kinds differ: the one place to look (and
+    to add to) for a new kind. The steps run in :func:`build_plan`'s order."""
+
+    #: Each input's time column: ``(settings, kind, query, names, configured) -> [left, right]``.
+    time_columns: Callable
+    #: The refusals of settings this kind cannot run, in order: ``(settings, kind) -> None``.
+    checks: tuple[Callable, ...] = ()
+    #: Each input's plan: :func:`_side_plans`, or a lookup join's stream and table.
+    sides: Callable = _side_plans
+    #: Per-side state TTLs (``LEFT_STATE_TTL``, ``RIGHT_STATE_TTL``, ``STATE_TTL``) apply to its inputs.
+    side_ttls: bool = False
+    #: An upsert input whose join key is its primary key goes to the join directly.
+    direct_upserts: bool = False
+    #: ``STATE_TTL`` is its idle-state retention (a temporal join's).
+    retention: bool = False
+    #: The right side is a database table (``JoinPlan.lookup``), read by the columns the query uses.
+    lookup: bool = False
+
+
+_TIME_BOUNDED = KindSteps(_time_attributes, checks=(_no_mini_batch, _check_time_bounded_inputs))
+
+KIND_STEPS: dict[PlanKind, KindSteps] = {
+    PlanKind.REGULAR: KindSteps(_no_time_columns, side_ttls=True, direct_upserts=True),
+    PlanKind.TEMPORAL_EVENT_TIME: KindSteps(_temporal_time_columns, checks=(_no_mini_batch,), retention=True),
+    PlanKind.TEMPORAL_PROCESSING_TIME: KindSteps(_processing_time_columns, checks=(_no_mini_batch,), retention=True),
+    PlanKind.INTERVAL_EVENT_TIME: _TIME_BOUNDED,
+    PlanKind.INTERVAL_PROCESSING_TIME: _TIME_BOUNDED,
+    PlanKind.WINDOW: _TIME_BOUNDED,
+    PlanKind.LOOKUP: KindSteps(_no_time_columns, checks=(_no_mini_batch,), sides=_lookup_sides, lookup=True),
+}

@@ -494,3 +494,14 @@ def test_the_planner_reads_nothing_but_the_catalog_it_is_given(monkeypatch):
         plan = build_plan(settings, catalog)
     assert plan == driver_plan(settings)
     assert plan.left.format == "debezium-json" and plan.left.changelog_mode == "upsert"
+
+
+def test_every_kind_of_join_has_its_planning_steps():
+    """The planner's per-kind steps are one table (``planner.KIND_STEPS``): every kind is in it."""
+    from service.plan import TIME_BOUNDED_KINDS, PlanKind
+    from service.planner import KIND_STEPS
+
+    assert set(KIND_STEPS) == set(PlanKind)
+    assert {k for k, steps in KIND_STEPS.items() if steps.lookup} == {PlanKind.LOOKUP}
+    assert {k for k, steps in KIND_STEPS.items() if not steps.checks} == {PlanKind.REGULAR}
+    assert {k for k, steps in KIND_STEPS.items() if len(steps.checks) == 2} == set(TIME_BOUNDED_KINDS)
