@@ -36,8 +36,8 @@ COMPILED = (
     "operators/rows.py", "operators/splitside.py", "operators/state.py", "operators/stateformat.py",
     "operators/interval.py", "operators/temporal.py", "operators/upsert.py", "operators/window.py",
     # the record path inside Spark's tasks: read, decode, envelopes, the join's adapter, encode, produce
-    "service/avro.py", "service/deadletters.py", "service/decode.py", "service/encode.py",
-    "service/envelope.py", "service/kafka_records.py", "service/keys.py", "service/processor.py",
+    "service/avro.py", "service/deadletters.py", "service/decode.py", "service/formats/rowkind.py",
+    "service/encode.py", "service/envelope.py", "service/kafka_records.py", "service/keys.py", "service/processor.py",
     "service/sink.py", "service/sparkstate.py",
 )
 

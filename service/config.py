@@ -368,6 +368,10 @@ class Settings(BaseModel):
         for side in ("left", "right"):
             fmt = format_of(getattr(self, f"{side}_format"))
             var = f"{side.upper()}_FORMAT"
+            mode = getattr(self, f"{side}_changelog_mode")
+            if f"{side}_changelog_mode" in self.model_fields_set and mode not in fmt.changelog_modes:
+                problems.append(f"{side.upper()}_CHANGELOG_MODE: {var}={fmt.name} reads "
+                                f"{' or '.join(fmt.changelog_modes)} topics, not {mode}")
             if fmt.envelope_time is None:
                 if getattr(self, f"{side}_event_time_column") == SOURCE_TIME and not (side == "right" and self.lookup):
                     problems.append(f"{side.upper()}_EVENT_TIME_COLUMN: {SOURCE_TIME} is a Debezium envelope's; "

@@ -9,7 +9,7 @@ RisingWave's ``FORMAT ... ENCODE ...`` and Flink's format factories keep them. E
 - where its reader schema comes from (:class:`SchemaSource`) and how it is found
   (:meth:`Format.reader_schema`, given the I/O of the driver's catalog as a :class:`SchemaSources`);
 - the source types its columns carry (:meth:`Format.source_types`), the columns it cannot read;
-- a decoder (:meth:`Format.decoder`) whose ``changes(record)`` turns a record into changes, a
+- a decoder (:meth:`Format.decoder`) whose ``record_changes(record)`` turns a record into changes, a
   skipped record (why), or raises ``DeadLetterError``; the decode step applies the shared rules
   (required columns, event time, JOIN_SQL's input calc, grouping) to every change, whatever its format.
 
@@ -68,7 +68,7 @@ class SchemaSources(Protocol):
 class Decoder(Protocol):
     """One input's records -> changes, on the workers (``service/decode.py``)."""
 
-    def changes(self, record) -> tuple[list[tuple[int, tuple | None]], str | None]:
+    def record_changes(self, record) -> tuple[list[tuple[int, tuple | None]], str | None]:
         """(changes, why skipped): the record's changes as (RowKind value, row) (a row None: a
         delete known by its message key alone), or none and why the record is skipped; raises
         ``DeadLetterError`` for a record the format cannot read."""
