@@ -314,7 +314,7 @@ class Settings(BaseModel):
             if path and not os.path.isfile(path):
                 problems.append(f"{var}: no such file {path!r}")
         for side in ("left", "right"):
-            # a Debezium side too: upsert is its default only with a primary key (planner._debezium_mode)
+            # a Debezium side too: upsert is its default only with a primary key (Format.changelog_mode)
             if getattr(self, f"{side}_changelog_mode") == "upsert" and not getattr(self, f"{side}_primary_key"):
                 problems.append(f"{side.upper()}_PRIMARY_KEY: required when {side.upper()}_CHANGELOG_MODE=upsert")
         if self.output_mode == "upsert" and not self.output_key:

@@ -169,6 +169,13 @@ def test_the_planner_reads_nothing():
                                    if isinstance(n, ast.Name)} | _defined(SERVICE / "sink.py")
 
 
+def test_the_explanation_only_reads_a_built_plan():
+    """``service/explain.py`` renders a plan: it neither plans nor reads the catalog, and the
+    planner does not render."""
+    assert not service_imports("explain") & {"planner", "catalog", "config", "database", "sink", "contact"}
+    assert "explain" not in service_imports("planner")
+
+
 def _defined(path: Path) -> set[str]:
     return {n.name for n in ast.parse(path.read_text()).body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
 
