@@ -253,9 +253,14 @@ def compiled_modules() -> list[str]:
     import operators
 
     suffixes = tuple(importlib.machinery.EXTENSION_SUFFIXES)
-    return sorted(f"{package.__name__}.{path.name.partition('.')[0]}"
-                  for package in (expressions, operators, sys.modules[__package__])
-                  for path in Path(package.__path__[0]).iterdir() if path.name.endswith(suffixes))
+    found = []
+    for package in (expressions, operators, sys.modules[__package__]):
+        root = Path(package.__path__[0])
+        for path in root.rglob("*"):  # subpackages too (service/formats/)
+            if path.name.endswith(suffixes):
+                found.append(".".join((package.__name__, *path.relative_to(root).parent.parts,
+                                       path.name.partition(".")[0])))
+    return sorted(found)
 
 
 def build_description() -> str:
