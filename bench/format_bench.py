@@ -33,8 +33,8 @@ from datetime import datetime, timezone
 from bench.harness.changejoin import service_settings
 from bench.harness.data import ORDERS, PRICES, body, changelogs, debezium, json_value
 from bench.harness.report import append_results
-from service.decode import InputDecoder
 from service.catalog import plan_for
+from service.decode import InputDecoder
 from service.source import KafkaRecord
 
 FORMATS = {"rowkind": "left-pk", "debezium-json": "debezium"}  # format -> bench.compare scenario

@@ -24,9 +24,9 @@ import time
 
 from bench.harness.changejoin import service_settings
 from devkit.kafka_broker import KafkaBroker
+from service.catalog import plan_for
 from service.encode import OutputEncoder
 from service.envelope import Target, pack
-from service.catalog import plan_for
 from service.shipping import worker_config, worker_secrets
 from service.sink import KafkaSink, ensure_topics
 

@@ -7,10 +7,10 @@ from collections import Counter
 
 import pytest
 
+from service import catalog
 from service.config import load_settings
 from service.decode import InputDecoder
 from service.envelope import HEARTBEAT_GROUP, Tag
-from service import catalog
 from spark_fakes import FakeTimerValues
 from service_harness import TEMPORAL, JoinHarness, rate, timed_order
 

@@ -17,9 +17,9 @@ import pytest
 
 from kafka_fixture import create_topic
 from service import checkpoint
+from service.catalog import plan_for
 from service.checkpoint import CheckpointInUse, CheckpointMismatch
 from service.config import load_settings
-from service.catalog import plan_for
 from service.rescale import RescaleError, rescale
 from service_harness import REPO_ROOT, SERVICE_PROCESS_ENV, JoinHarness, drop_replays, retract_table
 from test_recovery import (

@@ -306,10 +306,10 @@ from collections import Counter  # noqa: E402
 
 import fastavro  # noqa: E402
 
+from service.catalog import plan_for  # noqa: E402
 from service.config import load_settings  # noqa: E402
 from service.decode import InputDecoder  # noqa: E402
 from service.envelope import Target, unpack  # noqa: E402
-from service.catalog import plan_for  # noqa: E402
 from service.processor import JoinProcessor, NormalizeProcessor, UpsertProcessor  # noqa: E402
 from service.source import KafkaRecord  # noqa: E402
 from service_harness import ORDERS, PRICES, avro  # noqa: E402

@@ -8,9 +8,9 @@ import pytest
 
 from operators.testing import LocalRunner
 from service import checkpoint
+from service.catalog import plan_for
 from service.checkpoint import CheckpointMismatch, reconcile
 from service.config import load_settings
-from service.catalog import plan_for
 from service.sparkstate import KeyCodec, SparkKeyState
 from test_config import SCHEMAS, VALID
 

@@ -13,8 +13,8 @@ import pytest
 from bench.harness.changejoin import service_settings
 from bench.harness.data import changelogs, debezium, json_value, topics
 from bench.harness.peers import RETRACT_ENV
-from service.envelope import Target, unpack
 from service.catalog import plan_for
+from service.envelope import Target, unpack
 from service.source import KafkaRecord
 from test_buckets import Query
 

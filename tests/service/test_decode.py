@@ -4,10 +4,10 @@ import pickle
 import pytest
 
 from operators import RowKind
+from service.catalog import plan_for
 from service.config import load_settings
 from service.decode import InputDecoder
 from service.envelope import Tag, join_key_group
-from service.catalog import plan_for
 from service.source import KafkaRecord
 from service_harness import ORDERS, avro, order
 from test_config import VALID

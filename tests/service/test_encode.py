@@ -5,10 +5,10 @@ records are compared as tuples."""
 import pickle
 
 from operators import RowKind
+from service import catalog
 from service.config import load_settings
 from service.decode import InputDecoder
 from service.encode import OutputEncoder
-from service import catalog
 from service.envelope import Target
 from service.envelope import pack as pack_changes
 from service.envelope import unpack as unpack_changes

@@ -12,13 +12,13 @@ import pytest
 
 from operators import RowKind
 from operators.testing import LocalRunner
+from service import catalog
 from service import checkpoint
 from service.config import load_settings
 from service.decode import InputDecoder
 from service.envelope import Tag, join_key_group
-from service.plan import JoinPlan, PlanError
 from service.explain import explain
-from service import catalog
+from service.plan import JoinPlan, PlanError
 from service.source import KafkaRecord
 from service_harness import avro
 

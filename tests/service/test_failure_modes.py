@@ -7,9 +7,9 @@ import logging
 import pytest
 
 from service.app import Service, log_fatal
+from service.catalog import plan_for
 from service.config import load_settings
 from service.logs import JsonFormatter
-from service.catalog import plan_for
 from service.session import DAEMON_BROKEN_PIPE, TASK_ATTEMPTS, _relay_jvm_stderr, expect_stop, with_task_retries
 from test_config import VALID
 

@@ -9,13 +9,13 @@ import pytest
 from operators import RowKind
 from schema_registry_fake import fake_schema_registry, schema_registry_url  # noqa: F401
 from service.avro import DecodeError, SchemaRegistry
+from service.catalog import plan_for
 from service.config import load_settings
 from service.decode import InputDecoder
 from service.envelope import Tag, join_key_group
+from service.explain import explain
 from service.keys import KeyDecoder
 from service.plan import PlanError, SidePlan
-from service.explain import explain
-from service.catalog import plan_for
 from service.source import KafkaRecord
 from service_harness import PRICES, avro, price
 from test_config import VALID

@@ -6,11 +6,11 @@ from pathlib import Path
 import pytest
 
 from operators.lookup import Identity
+from service.catalog import plan_for
 from service.config import ConfigError, load_settings
 from service.database import TableInfo
-from service.plan import PlanError, PlanKind
 from service.explain import explain
-from service.catalog import plan_for
+from service.plan import PlanError, PlanKind
 from service.shipping import worker_config, worker_secrets
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"

@@ -3,12 +3,12 @@ import re
 
 import pytest
 
-from service.config import load_settings
-from service.plan import JoinPlan, PlanError
-from service.explain import explain
-from service.planner import build_plan
 from service.avro import load_schema_file
 from service.catalog import read_catalog
+from service.config import load_settings
+from service.explain import explain
+from service.plan import JoinPlan, PlanError
+from service.planner import build_plan
 from test_config import VALID
 
 

@@ -10,9 +10,9 @@ from types import SimpleNamespace
 import pytest
 
 from service import checkpoint
+from service.catalog import plan_for
 from service.checkpoint import CheckpointInUse, CheckpointLock
 from service.config import load_settings
-from service.catalog import plan_for
 from service.rescale import RescaleError, rescale
 from test_config import VALID
 

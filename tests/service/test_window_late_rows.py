@@ -7,10 +7,10 @@ import pickle
 from pathlib import Path
 
 from service import deadletters
+from service.catalog import plan_for
 from service.config import load_settings
 from service.decode import InputDecoder
 from service.envelope import EVENT_TIME, PAYLOAD, Target, unpack
-from service.catalog import plan_for
 from service.processor import JoinProcessor
 from service.source import KafkaRecord
 from service_harness import avro
