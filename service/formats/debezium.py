@@ -7,7 +7,7 @@ per row change: ``{"before": {...}, "after": {...}, "op": "c" | "r" | "u" | "d" 
 {..., "ts_ms": ...}, "ts_ms": ...}``, with Kafka Connect's JSON converter either bare or wrapped
 as ``{"schema": {...}, "payload": <envelope>}`` (``value.converter.schemas.enable``), or with
 Confluent's AvroConverter (``debezium-avro``: Confluent's wire format, the envelope an Avro record
-whose schema the registry holds: :class:`DebeziumAvroDecoder`). Both formats share the mapping,
+whose schema the registry holds: ``debezium_avro.DebeziumAvroDecoder``). Both share the mapping,
 which is Flink's ``debezium-json`` format's:
 
 ======================  ==========================================================================
