@@ -34,7 +34,7 @@ from .explain import explain
 from .metrics import JoinMetrics, MetricsServer, ready_window_seconds
 from .pipeline import BatchCounts, JoinPipeline
 from .plan import JoinPlan, TimeMode
-from .session import expect_stop, query_start_properties, spark_session
+from .session import SHUFFLE_PARTITIONS, expect_stop, query_start_properties, spark_session
 from .transactions import keep_progress_topic
 
 log = logging.getLogger(__name__)
@@ -252,8 +252,12 @@ class Service:
             store = checkpoint.CheckpointFile(self.settings.checkpoint_location, lambda: self.spark)
             self.plan = checkpoint.reconcile(self.plan, self.settings.checkpoint_location, store,
                                              buckets_set=self.settings.state_buckets is not None)
-            partitions = checkpoint.task_partitions(store, self.settings.shuffle_partitions,
-                                                    self.settings.shuffle_partitions_set, self.plan.state_buckets)
+            # A new checkpoint's first micro-batch is planned with the session's count: the one
+            # ``spark_session`` set from SHUFFLE_PARTITIONS, or a given session's own.
+            configured = (self.settings.shuffle_partitions if self.settings.shuffle_partitions_set
+                          else int(self.spark.conf.get(SHUFFLE_PARTITIONS, str(self.settings.shuffle_partitions))))
+            partitions = checkpoint.task_partitions(store, configured, self.settings.shuffle_partitions_set,
+                                                    self.plan.state_buckets)
             checkpoint.record_task_partitions(store, partitions)
             task_partitions = partitions if self.settings.exactly_once else None
             progress_topic = keep_progress_topic(self.settings, store)

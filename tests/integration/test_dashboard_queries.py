@@ -61,9 +61,10 @@ def test_every_panel_query_and_alert_expression_returns_series(kafka_bootstrap, 
                                                                prometheus_server):
     port = free_port()
     # The rules as the chart renders them, with the dead-letter alert's threshold lowered so that
-    # it fires here: Prometheus evaluates them every second.
+    # it fires here: Prometheus evaluates them every second. The window outlasts the test (on a
+    # loaded machine the panel queries below take over a minute: a 1m rate was back to 0 by then).
     firing_rule = prometheus_rule("json:prometheusRule.deadLetters.perSecond=0", "prometheusRule.deadLetters.for=0s",
-                                  "prometheusRule.deadLetters.window=1m")
+                                  "prometheusRule.deadLetters.window=10m")
     prometheus = prometheus_server([Target(f"127.0.0.1:{port}", LABELS)],
                                    rule_files=[write_rule_file(firing_rule, tmp_path / "rules.yaml")])
     # At-least-once: no transactional producers to initialize (the transaction panels' series are
