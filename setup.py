@@ -37,8 +37,9 @@ COMPILED = (
     "operators/interval.py", "operators/temporal.py", "operators/upsert.py", "operators/window.py",
     # the record path inside Spark's tasks: read, decode, envelopes, the join's adapter, encode, produce
     "service/avro/registry.py", "service/avro/schemas.py", "service/avro/values.py",
-    "service/avro/writer.py", "service/deadletters.py", "service/decode.py", "service/encode.py",
-    "service/envelope.py", "service/kafka_records.py", "service/keys.py", "service/latency.py", "service/processor.py",
+    "service/avro/writer.py", "service/deadletters.py", "service/decode.py", "service/formats/rowkind.py",
+    "service/encode.py", "service/envelope.py", "service/kafka_records.py", "service/keys.py", "service/latency.py",
+    "service/processor.py",
     "service/sink.py", "service/sparkstate.py",
 )
 

@@ -17,7 +17,10 @@ from urllib.parse import urlparse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .errors import ChangejoinError
-from .kafka_records import LIBRDKAFKA_MESSAGE_MAX_BYTES, output_framing_bytes
+from .formats import DEFAULT as DEFAULT_FORMAT
+from .formats import NAMES as FORMAT_NAMES
+from .formats import SOURCE_TIME, Format, InputSide, SchemaSource, format_of
+from .kafka_records import DEFAULT_ROWKIND_HEADER, LIBRDKAFKA_MESSAGE_MAX_BYTES, output_framing_bytes
 from .secrets import MIN_SCRUBBED_LENGTH, is_secret_name, redact, redact_text, url_passwords
 
 KAFKA_CLIENT_PREFIX = "KAFKA_CLIENT_"
@@ -99,7 +102,7 @@ def _column_list(text: str | None) -> tuple[str, ...] | None:
 _PROBLEM_SEPARATOR = "\n"
 
 ChangelogMode = Literal["retract", "upsert", "append"]
-InputFormat = Literal["rowkind", "debezium-json", "debezium-avro"]  # service/debezium.py
+InputFormat = Literal[FORMAT_NAMES]  # service/formats/
 KeyFormat = Literal["auto", "avro", "raw"]  # message keys of upsert inputs, see keys.py
 Delivery = Literal["at-least-once", "exactly-once"]
 DEFAULT_DELIVERY: Delivery = "exactly-once"  # docs/semantics.md, "Delivery guarantees": why
@@ -126,11 +129,11 @@ class Settings(BaseModel):
     right_primary_key: tuple[str, ...] | None = Field(None, alias="RIGHT_PRIMARY_KEY")
     left_changelog_mode: ChangelogMode = Field("retract", alias="LEFT_CHANGELOG_MODE")
     right_changelog_mode: ChangelogMode = Field("retract", alias="RIGHT_CHANGELOG_MODE")
-    left_format: InputFormat = Field("rowkind", alias="LEFT_FORMAT")
-    right_format: InputFormat = Field("rowkind", alias="RIGHT_FORMAT")
+    left_format: InputFormat = Field(DEFAULT_FORMAT, alias="LEFT_FORMAT")
+    right_format: InputFormat = Field(DEFAULT_FORMAT, alias="RIGHT_FORMAT")
     left_key_format: KeyFormat = Field("auto", alias="LEFT_KEY_FORMAT")
     right_key_format: KeyFormat = Field("auto", alias="RIGHT_KEY_FORMAT")
-    rowkind_header: str = Field("rowkind", alias="ROWKIND_HEADER", min_length=1)
+    rowkind_header: str = Field(DEFAULT_ROWKIND_HEADER, alias="ROWKIND_HEADER", min_length=1)
     join_sql: str = Field(alias="JOIN_SQL", min_length=1)
     left_event_time_column: str | None = Field(None, alias="LEFT_EVENT_TIME_COLUMN")
     right_event_time_column: str | None = Field(None, alias="RIGHT_EVENT_TIME_COLUMN")
@@ -218,8 +221,8 @@ class Settings(BaseModel):
                 problems.append("SCHEMA_REGISTRY_URL: set it, or set LEFT_SCHEMA_FILE (plain Avro bodies); the right "
                                 "side is the table RIGHT_LOOKUP_URL names")
         else:
-            missing = [side for side in ("left", "right") if getattr(self, f"{side}_format") == "rowkind"
-                       and not getattr(self, f"{side}_schema_file")]
+            missing = [side for side in ("left", "right") if _registry_or_file(
+                format_of(getattr(self, f"{side}_format")), getattr(self, f"{side}_schema_file"))]
             if not self.schema_registry_url and missing:
                 files = " and ".join(f"{side.upper()}_SCHEMA_FILE" for side in missing)
                 problems.append(f"SCHEMA_REGISTRY_URL: set it, or set {files} (plain Avro bodies)")
@@ -230,7 +233,7 @@ class Settings(BaseModel):
             if path and not os.path.isfile(path):
                 problems.append(f"{var}: no such file {path!r}")
         for side in ("left", "right"):
-            # a Debezium side too: upsert is its default only with a primary key (planner._debezium_mode)
+            # a Debezium side too: upsert is its default only with a primary key (Format.changelog_mode)
             if getattr(self, f"{side}_changelog_mode") == "upsert" and not getattr(self, f"{side}_primary_key"):
                 problems.append(f"{side.upper()}_PRIMARY_KEY: required when {side.upper()}_CHANGELOG_MODE=upsert")
         if self.output_mode == "upsert" and not self.output_key:
@@ -278,26 +281,23 @@ class Settings(BaseModel):
         return problems
 
     def _format_problems(self) -> list[str]:
-        """A Debezium topic carries its change kinds in its envelopes (and may carry its event time)."""
-        from .debezium import SOURCE_TIME
-
+        """What each input's format (service/formats/) asks of the configuration: a Debezium topic
+        carries its change kinds in its envelopes (and may carry its event time)."""
         problems = []
         for side in ("left", "right"):
-            fmt = getattr(self, f"{side}_format")
+            fmt = format_of(getattr(self, f"{side}_format"))
             var = f"{side.upper()}_FORMAT"
-            if fmt == "rowkind":
+            mode = getattr(self, f"{side}_changelog_mode")
+            if f"{side}_changelog_mode" in self.model_fields_set and mode not in fmt.changelog_modes:
+                problems.append(f"{side.upper()}_CHANGELOG_MODE: {var}={fmt.name} reads "
+                                f"{' or '.join(fmt.changelog_modes)} topics, not {mode}")
+            if fmt.envelope_time is None:
                 if getattr(self, f"{side}_event_time_column") == SOURCE_TIME and not (side == "right" and self.lookup):
                     problems.append(f"{side.upper()}_EVENT_TIME_COLUMN: {SOURCE_TIME} is a Debezium envelope's; "
-                                    f"{var}=rowkind has none: name a column of the row")
-                continue
-            if fmt == "debezium-avro":
-                if not self.schema_registry_url:
-                    problems.append(f"{var}: debezium-avro reads Confluent's wire format, whose schemas are a "
-                                    "registry's: set SCHEMA_REGISTRY_URL")
-                if getattr(self, f"{side}_schema_file"):
-                    problems.append(f"{side.upper()}_SCHEMA_FILE: not used with {var}=debezium-avro (each message's "
-                                    "schema is the registry's); unset it")
-            if side == "right" and self.lookup:
+                                    f"{var}={fmt.name} has none: name a column of the row")
+            problems += fmt.config_problems(InputSide(side.upper(), getattr(self, f"{side}_topic") or "",
+                                                      getattr(self, f"{side}_schema_file")), self.schema_registry_url)
+            if side == "right" and self.lookup and fmt.name != DEFAULT_FORMAT:
                 problems.append(f"{var}: the right side of a lookup join is a database table; unset it")
         return problems
 
@@ -545,6 +545,11 @@ class Settings(BaseModel):
 
 _ACKS_ALL = ("all", "-1")
 _SECURITY_PROTOCOLS = ("plaintext", "ssl", "sasl_plaintext", "sasl_ssl")
+
+
+def _registry_or_file(fmt: Format, schema_file: str | None) -> bool:
+    """Whether an input's reader schema is the registry's for want of a schema file."""
+    return SchemaSource.FILE in fmt.schema_sources and fmt.schema_source(schema_file) is SchemaSource.REGISTRY
 
 
 def _field_of(alias: str) -> str:
@@ -804,7 +809,7 @@ def unused_settings(settings: Settings, plan) -> list[str]:
             warn(var, f"it applies to DELIVERY=exactly-once only (DELIVERY={settings.delivery})")
     for side in (plan.left, plan.right):
         var = f"{'LEFT' if side.side == 0 else 'RIGHT'}_KEY_FORMAT"
-        if side.format != "rowkind":
+        if not format_of(side.format).message_keys:
             warn(var, f"a {side.format} input is keyed by the primary key in its envelopes, not by its message keys")
         elif not side.direct_upsert:
             warn(var, "message keys are read only for the tombstones of an upsert input whose join key is "

@@ -277,13 +277,16 @@ def wait_for_registry(settings: Settings, timeout_s: float | None = None) -> lis
 
 
 def registry_subjects(settings: Settings) -> list[tuple[str, str]]:
-    """(variable, subject) of each input whose schema the service reads from the registry: a
-    ``rowkind`` input without a schema file, a ``debezium-avro`` input."""
+    """(variable, subject) of each input whose schema the service reads from the registry (its
+    format's ``SchemaSource.REGISTRY``: a ``rowkind`` input without a schema file, a
+    ``debezium-avro`` input)."""
+    from .formats import SchemaSource, format_of
+
     sides = [("LEFT", settings.left_topic, settings.left_format, settings.left_schema_file)]
     if not settings.lookup:
         sides.append(("RIGHT", settings.right_topic, settings.right_format, settings.right_schema_file))
     return [(f"{side}_TOPIC", f"{topic}-value") for side, topic, fmt, schema_file in sides
-            if fmt == "debezium-avro" or (fmt == "rowkind" and not schema_file)]
+            if format_of(fmt).schema_source(schema_file) is SchemaSource.REGISTRY]
 
 
 def registry_checks(settings: Settings, subjects: list[str], timeout_s: float) -> Iterator[Check]:

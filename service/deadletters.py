@@ -21,7 +21,7 @@ from enum import StrEnum
 from operators import RowKind
 
 from .errors import ChangejoinError
-from .kafka_records import record_bytes
+from .kafka_records import DEFAULT_ROWKIND_HEADER, record_bytes
 
 
 class Reason(StrEnum):
@@ -146,7 +146,7 @@ def render(letter: dict) -> tuple[bytes | None, bytes | None, list[tuple[str, by
     record = letter["original"]
     if record is None:
         key = value = None
-        headers = [("row", repr(letter["row"]).encode()), ("rowkind", RowKind(letter["kind"]).short.encode())]
+        headers = [("row", repr(letter["row"]).encode()), (DEFAULT_ROWKIND_HEADER, RowKind(letter["kind"]).short.encode())]
         headers += reason_headers(letter["reason"], letter["detail"], *(letter.get("source") or ()))
     else:
         key, value, headers = record["key"], record["value"], list(record["headers"])

@@ -168,12 +168,12 @@ def test_killed_after_its_lookups_a_replayed_micro_batch_joins_the_rows_they_fou
 
 def h_changes(h: JoinHarness):
     """The output so far, decoded in the plan's output schema (the service runs as a process)."""
-    from service.planner import build_plan
+    from service.catalog import plan_for
     from service_harness import read_changelog
 
     from service.config import load_settings
 
-    return read_changelog(h.bootstrap, h.output, build_plan(load_settings(h.env)).output_schema)
+    return read_changelog(h.bootstrap, h.output, plan_for(load_settings(h.env)).output_schema)
 
 
 def test_the_database_stopped_for_20_seconds_is_ridden_out(kafka_bootstrap, spark, tmp_path, new_topic,

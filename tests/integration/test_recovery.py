@@ -36,7 +36,7 @@ from kafka_fixture import create_topic
 from service.config import load_settings
 from devkit.broker_process import free_port
 from devkit.kafka_broker import KafkaBroker
-from service.planner import build_plan
+from service.catalog import plan_for
 from service_harness import (
     ORDERS,
     JoinHarness,
@@ -229,7 +229,7 @@ class ServiceProcess:
         self.env = env
         self.checkpoint = Path(env["CHECKPOINT_LOCATION"])
         self.log_path = workdir / f"{name}.log"
-        self.plan = build_plan(load_settings(env))
+        self.plan = plan_for(load_settings(env))
         self.watcher = OutputWatcher(env["KAFKA_BOOTSTRAP_SERVERS"], env["OUTPUT_TOPIC"])
         self.proc: Optional[subprocess.Popen] = None
         self.runs = 0

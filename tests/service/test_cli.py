@@ -132,12 +132,12 @@ def test_check_config_exits_2_on_a_checkpoint_the_service_would_refuse(tmp_path)
     """It printed INCOMPATIBLE and exited 0 (issue 36)."""
     from service import checkpoint
     from service.config import load_settings
-    from service.planner import build_plan
+    from service.catalog import plan_for
 
     location = str(tmp_path / "ck")
     other = load_settings({**VALID, "CHECKPOINT_LOCATION": location,
                            "JOIN_SQL": VALID["JOIN_SQL"].replace("LEFT JOIN", "JOIN")})
-    checkpoint.reconcile(build_plan(other), location, checkpoint.CheckpointFile(location))
+    checkpoint.reconcile(plan_for(other), location, checkpoint.CheckpointFile(location))
     proc = changejoin("check-config", env={**VALID, "CHECKPOINT_LOCATION": location})
     assert proc.returncode == 2
     assert "INCOMPATIBLE" in proc.stdout

@@ -71,14 +71,14 @@ def test_event_time_join_over_an_upsert_versioned_table():
 def test_processing_time_join_against_a_versioned_table_is_refused():
     from service.config import load_settings
     from service.plan import PlanError
-    from service.planner import build_plan
+    from service.catalog import plan_for
 
     env = {**TEMPORAL, "KAFKA_BOOTSTRAP_SERVERS": "in-memory:9092", "LEFT_TOPIC": "orders", "RIGHT_TOPIC": "rates",
            "OUTPUT_TOPIC": "output", "CHECKPOINT_LOCATION": "/nonexistent",
            "JOIN_SQL": "SELECT o.order_id, r.rate FROM orders AS o JOIN rates FOR SYSTEM_TIME AS OF PROCTIME() AS r "
                        "ON o.currency = r.currency", "RIGHT_EVENT_TIME_COLUMN": "rate_time"}
     with pytest.raises(PlanError, match="processing-time temporal join"):
-        build_plan(load_settings(env))
+        plan_for(load_settings(env))
 
 
 @pytest.mark.parametrize("ttl, joined", [("2s", False), ("1h", True)], ids=["expired", "kept"])

@@ -20,6 +20,7 @@ PACKAGES = {
     "sql": SQL_LAYERS,
     "database": ("errors", "names", "connection", "catalog", "keys", "cache", "client"),
     "avro": ("schemas", "registry", "values", "writer"),
+    "formats": ("base", "connect", "debezium", "debezium_avro", "debezium_json", "rowkind"),
 }
 
 
@@ -212,10 +213,149 @@ def service_closure(module: str) -> set[str]:
 
 
 def test_the_workers_load_neither_the_planner_nor_the_sql_front_end():
-    """The workers receive a built plan (``service/plan.py``); building it is the driver's job."""
+    """The workers receive a built plan (``service/plan.py``); building it (reading the catalog,
+    planning, explaining) is the driver's job."""
+    driver = {"planner", "sql", "catalog", "explain"}
     for worker in WORKERS + ("plan",):
         loaded = service_closure(worker)
-        assert not loaded & {"planner", "sql"}, f"service/{worker}.py loads {sorted(loaded & {'planner', 'sql'})}"
+        assert not loaded & driver, f"service/{worker}.py loads {sorted(loaded & driver)}"
+    assert "formats" in service_closure("decode")
+
+
+def test_the_planner_reads_nothing():
+    """``build_plan(settings, catalog)`` plans from the catalog it is given: the planner imports
+    nothing that reads a file or talks to a server (the catalog's readers, the sink, the lookup
+    database, the registry client), at module level or inside a function; ``service/catalog.py``
+    does that I/O, and the Kafka consumer that reads a topic's newest messages is the catalog's,
+    not the sink's."""
+    names = imports_of(SERVICE / "planner.py", "service")
+    io = {"service.catalog", "service.sink", "service.contact", "service.avro.SchemaRegistry",
+          "service.avro.load_schema_file", "service.database.describe_table", "service.database.LookupClient"}
+    assert not names & io, f"service/planner.py imports {sorted(names & io)}"
+    # of the lookup database's module, only the URL's redaction (a pure function)
+    assert {n for n in names if n.startswith("service.database.")} <= {"service.database.redact"}
+    assert not {n.split(".")[0] for n in names} & {"confluent_kafka", "requests", "psycopg", "socket", "urllib"}
+    assert "service.planner" in imports_of(SERVICE / "catalog.py", "service")
+    assert "newest_values" not in {n.id for n in ast.walk(ast.parse((SERVICE / "sink.py").read_text()))
+                                   if isinstance(n, ast.Name)} | _defined(SERVICE / "sink.py")
+
+
+def test_the_explanation_only_reads_a_built_plan():
+    """``service/explain.py`` renders a plan: it neither plans nor reads the catalog, and the
+    planner does not render."""
+    assert not service_imports("explain") & {"planner", "catalog", "config", "database", "sink", "contact"}
+    assert "explain" not in service_imports("planner")
+
+
+def _defined(path: Path) -> set[str]:
+    return {n.name for n in ast.parse(path.read_text()).body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+
+
+# -- input formats ---------------------------------------------------------------------------------
+FORMATS = SERVICE / "formats"
+#: service/formats/'s modules, each importing only those it names here (the package's shared
+#: modules before it, never another tenant); ``__init__`` (the registry) imports them all.
+FORMATS_LAYERS = {
+    "base": set(),  # what a format is
+    "connect": set(),  # Kafka Connect's types (the Debezium encodings share them)
+    "debezium": {"base", "connect"},  # the Debezium change protocol
+    "rowkind": {"base"},  # tenant: rowkind
+    "debezium_json": {"base", "connect", "debezium"},  # tenant: debezium-json
+    "debezium_avro": {"base", "connect", "debezium"},  # tenant: debezium-avro
+}
+FORMATS_MODULES = ("__init__", *FORMATS_LAYERS)
+#: The service modules a format may use: shared definitions only, never a step, the plan, the
+#: configuration, the planner or the wiring (those ask the formats, not the other way round).
+FORMATS_MAY_USE = {"avro", "deadletters", "envelope", "errors", "keys", "formats"}
+#: The names of the formats (``*_FORMAT``'s values), which no module outside service/formats/ names.
+FORMAT_NAME = re.compile(r"(?<![\w.-])(rowkind|debezium-json|debezium-avro)(?![\w-])")
+
+
+def formats_imports(module: str) -> set[str]:
+    """The modules of service/formats/ that ``service/formats/<module>.py`` imports."""
+    return {name.split(".")[2] for name in imports_of(FORMATS / f"{module}.py", "service.formats")
+            if name.startswith("service.formats.")}
+
+
+def formats_service_imports(module: str) -> set[str]:
+    """The ``service`` modules outside service/formats/ that ``service/formats/<module>.py`` imports."""
+    return {name.split(".")[1] for name in imports_of(FORMATS / f"{module}.py", "service.formats")
+            if name.startswith("service.") and not name.startswith("service.formats")}
+
+
+def test_every_format_module_has_a_layer():
+    assert {p.stem for p in FORMATS.glob("*.py")} == set(FORMATS_MODULES)
+
+
+def test_each_format_module_imports_only_its_shared_modules_and_no_other_tenant():
+    for module, allowed in FORMATS_LAYERS.items():
+        found = formats_imports(module)
+        assert found <= allowed, f"service/formats/{module}.py imports {sorted(found - allowed)}"
+    assert formats_imports("__init__") <= set(FORMATS_LAYERS)
+
+
+def test_the_formats_use_shared_definitions_only():
+    for module in FORMATS_MODULES:
+        found = formats_service_imports(module)
+        assert found <= FORMATS_MAY_USE, f"service/formats/{module}.py imports {sorted(found - FORMATS_MAY_USE)}"
+
+
+def test_the_registry_holds_every_tenant_and_config_accepts_exactly_its_names():
+    import typing
+
+    from service import formats
+    from service.config import InputFormat
+
+    assert set(typing.get_args(InputFormat)) == set(formats.NAMES) == {"rowkind", "debezium-json", "debezium-avro"}
+    assert typing.get_args(InputFormat) == formats.NAMES
+    assert formats.DEFAULT == "rowkind"
+    assert all(name == fmt.name for name, fmt in formats.FORMATS.items())
+
+
+def test_no_module_outside_the_formats_names_a_format():
+    """A format is asked (``formats.format_of(name)``), never compared by name: no string in the
+    code of ``service/`` outside service/formats/ (docstrings and comments may name them) holds a
+    format's name. One exception, of another meaning: ``kafka_records.DEFAULT_ROWKIND_HEADER``,
+    the default name of the header that carries a row's change kind (``ROWKIND_HEADER``; the
+    output's records and the dead letters of rows carry it too)."""
+    for path in sorted(SERVICE.rglob("*.py")):
+        if FORMATS in path.parents:
+            continue
+        tree = ast.parse(path.read_text())
+        docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                      if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                      and node.body and isinstance(node.body[0], ast.Expr)
+                      and isinstance(node.body[0].value, ast.Constant)}
+        header = {id(node.value) for node in tree.body if path.name == "kafka_records.py" and isinstance(node, ast.Assign)
+                  and [t.id for t in node.targets if isinstance(t, ast.Name)] == ["DEFAULT_ROWKIND_HEADER"]}
+        named = [(node.lineno, node.value) for node in ast.walk(tree)
+                 if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
+                 and id(node) not in header and FORMAT_NAME.search(node.value)]
+        assert not named, f"service/{path.relative_to(SERVICE)} names a format {named}: ask service.formats"
+
+
+def test_the_format_name_check_sees_comparisons_and_messages(tmp_path, monkeypatch):
+    probe = tmp_path / "service"
+    probe.mkdir()
+    (probe / "probe.py").write_text('"""The rowkind format."""\nif fmt == "debezium-json":\n    pass\n'
+                                    'rowkind_header = "rowkind_header"\n')
+    monkeypatch.setattr(__import__(__name__), "SERVICE", probe)
+    monkeypatch.setattr(__import__(__name__), "FORMATS", probe / "formats")
+    try:
+        test_no_module_outside_the_formats_names_a_format()
+    except AssertionError as err:
+        assert "(2, 'debezium-json')" in str(err)
+    else:
+        raise AssertionError("the probe's comparison went unseen")
+    (probe / "probe.py").write_text('"""The rowkind format."""\nx = f"a {y} debezium-avro topic"\n')
+    try:
+        test_no_module_outside_the_formats_names_a_format()
+    except AssertionError as err:
+        assert "debezium-avro topic" in str(err)
+    else:
+        raise AssertionError("the probe's message went unseen")
+    (probe / "probe.py").write_text('"""The rowkind format."""\nrowkind_header = "rowkind_header"\n')
+    test_no_module_outside_the_formats_names_a_format()
 
 
 def sql_imports(module: str) -> set[str]:
@@ -419,3 +559,18 @@ def test_the_workers_site_hook_is_alone_and_needs_only_the_standard_library():
     assert sorted(p.name for p in site.iterdir() if p.name != "__pycache__") == ["sitecustomize.py"]
     tops = {name.split(".")[0] for name, _ in imports(site / "sitecustomize.py")}
     assert tops - {"__future__"} <= set(sys.stdlib_module_names), tops
+
+
+def test_one_operator_dispatch_serves_the_plan_and_the_conformance_runner():
+    """``operators.operator_for(spec)`` is the one place a spec becomes its operator: the service's
+    plan and the conformance runner name no ``make_*`` of the operators (a new join kind is wired
+    once)."""
+    root = SERVICE.parent
+    makers = {"make_join", "make_temporal_join", "make_interval_join", "make_window_join", "make_lookup_join"}
+    for path in [*sorted(SERVICE.rglob("*.py")), root / "operators" / "conformance.py"]:
+        named = {node.id for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.Name)}
+        named |= {name.rsplit(".", 1)[-1] for name in imports_of(path, "service")}
+        assert not named & makers, f"{path.relative_to(root)} names {sorted(named & makers)}: use operators.operator_for"
+    import operators
+
+    assert {make.__name__ for _, make in operators._MAKERS} == makers

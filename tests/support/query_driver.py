@@ -46,6 +46,7 @@ from typing import Iterable
 import fastavro
 
 from service import checkpoint
+from service.catalog import plan_for
 from service.config import load_settings
 from service.decode import InputDecoder
 from service.encode import OutputEncoder
@@ -53,7 +54,6 @@ from service.envelope import ENVELOPE_FIELDS, EVENT_TIME, JK, TAG, Tag
 from service.lookup import LookupStage, lookup_partition
 from service.pipeline import BatchCounts
 from service.plan import PlanKind
-from service.planner import build_plan
 from service.processor import JoinProcessor, NormalizeProcessor, UpsertProcessor
 from service.shipping import built, worker_config, worker_secrets
 from service.source import KafkaRecord
@@ -112,7 +112,7 @@ class QueryDriver:
         afresh (its cache empty), as a restarted service's workers do."""
         settings = load_settings({k: v for k, v in {**self.env, **env}.items() if v is not None})
         os.makedirs(settings.checkpoint_location, exist_ok=True)
-        plan = checkpoint.reconcile(build_plan(settings, table=self.table and self.table.info),
+        plan = checkpoint.reconcile(plan_for(settings, table=self.table and self.table.info),
                                     settings.checkpoint_location, buckets_set=settings.state_buckets is not None)
         self.settings, self.plan = settings, plan
         config = {**worker_config(settings, plan), **worker_secrets(settings, kafka=False)}
