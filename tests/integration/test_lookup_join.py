@@ -187,7 +187,7 @@ def test_killed_after_its_lookups_a_replayed_micro_batch_joins_the_rows_they_fou
     the rows pinned by the killed run, so it writes the very records written first, and a later
     retraction retracts them."""
     from service import faults
-    from test_recovery import ServiceProcess, _group_alive, wait_until
+    from service_process import ServiceProcess, group_alive, wait_until
 
     products(postgres_url, pg_schema, [("p1", "apple", Decimal("1.50"), "gold")])
     h = harness(kafka_bootstrap, spark, tmp_path, new_topic, postgres_url, pg_schema)
@@ -197,7 +197,7 @@ def test_killed_after_its_lookups_a_replayed_micro_batch_joins_the_rows_they_fou
         svc.env = {**h.env, faults.ENV: "before-batch-commit@0"}
         svc.start()
         wait_until(lambda: not svc.alive(), 240, f"the service to kill itself; log tail:\n{svc.log_tail()}")
-        wait_until(lambda: not _group_alive(svc.proc.pid), 60, "the killed service's processes to end")
+        wait_until(lambda: not group_alive(svc.proc.pid), 60, "the killed service's processes to end")
         assert svc.proc.returncode == -9 and svc.commits() == []
         assert list((tmp_path / "checkpoint" / "changejoin" / "lookups" / "0").iterdir()), "micro-batch 0's lookups"
         rename(postgres_url, pg_schema, "p1", "green apple")
