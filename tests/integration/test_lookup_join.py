@@ -227,22 +227,35 @@ def h_changes(h: JoinHarness):
 
 def test_the_database_stopped_for_20_seconds_is_ridden_out(kafka_bootstrap, spark, tmp_path, new_topic,
                                                            postgres_server):
+    """The database stops while lookups are asked of it: they are retried until it is back. The
+    outage lasts until the lookups have tried to reconnect three times (through a proxy that counts
+    the attempts the stopped server did not answer), not a fixed 20 s: that the retries wait long
+    enough to ride out 30 s (at least 36.4 s in all) is proven on the client's own clock
+    (tests/integration/test_lookup_database.py)."""
+    from tcp_proxy import TcpProxy
+
     url = postgres_server.url
     execute(url, "CREATE SCHEMA shop")
     products(url, "shop", [(f"p{i}", f"name{i}", Decimal(i), "std") for i in range(10)])
-    h = harness(kafka_bootstrap, spark, tmp_path, new_topic, url, "shop")
+    proxy = TcpProxy(("127.0.0.1", postgres_server.port)).start()
+    h = harness(kafka_bootstrap, spark, tmp_path, new_topic, url.replace(f":{postgres_server.port}/", f":{proxy.port}/"),
+                "shop")
     h.start()
     try:
         h.send_left([("+I", order(i, f"p{i % 10}", 1)) for i in range(20)])
         h.service.process_available()
         postgres_server.stop()
         h.send_left([("+I", order(i, f"p{i % 10}", 1)) for i in range(20, 40)])
-        time.sleep(20)
+        deadline = time.monotonic() + 120
+        while proxy.unreachable < 3:  # the lookups of the new orders retried, three times, with the server down
+            assert time.monotonic() < deadline, "the lookups did not try to reconnect while the database was down"
+            time.sleep(0.1)
         postgres_server.start()
         h.service.process_available()
         retries = h.service.metrics.registry.get_sample_value("changejoin_lookup_retries_total")
     finally:
         h.service.stop()
+        proxy.stop()
     assert retries and retries >= 1
     assert h.retract_table() == {(i, f"p{i % 10}", 1, f"name{i % 10}", Decimal(i % 10).quantize(Decimal("0.01"))): 1
                                  for i in range(40)}
