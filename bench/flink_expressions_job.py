@@ -7,17 +7,13 @@ repository's root:
     python -m bench.flink_expressions_job SPEC.json RESULT.json
 
 ``SPEC.json``: ``{"columns": [[name, flink type], ...], "rows": [[value, ...], ...], "expressions":
-[sql, ...], "batch": n, "failing": [sql, ...]}``; a value is JSON: DECIMAL as a string, DATE ``yyyy-mm-dd``, TIMESTAMP
+[sql, ...], "batch": n}``; a value is JSON: DECIMAL as a string, DATE ``yyyy-mm-dd``, TIMESTAMP
 ``yyyy-mm-dd hh:mm:ss[.ffffff]``, DOUBLE a number or ``"NaN"`` / ``"Infinity"`` / ``"-Infinity"``.
 The rows are a table made with ``from_elements`` (read at run time: Flink's planner does not fold
 them), named ``v``. The expressions are evaluated ``batch`` at a time, one batch-mode job each
 (``SELECT e1, e2, ... FROM v``, local mini-cluster, parallelism 1); a batch that fails is split in
 halves until the failing expression stands alone, so one failure costs a few jobs, not one per
-expression. A job costs about a second, and a failure in a batch of n about 2 log2(n) of them: a
-batch holding an expression of ``failing`` (those the caller expects Flink to fail on) is split at
-once, without running it, into the very batches its failure would have split it into. The batches matter: Flink's value of an expression can depend on the
-expressions before it in its job (``SUBSTR(TRIM(TRAILING s FROM s), 3)`` after ``TO_TIMESTAMP(s)``).
-``RESULT.json``: per expression ``{"type": Flink's type, "values": [...]}`` (a value of
+expression. ``RESULT.json``: per expression ``{"type": Flink's type, "values": [...]}`` (a value of
 a DATE, TIME or TIMESTAMP type is Flink's ``CAST(... AS STRING)``, a DECIMAL a string, a DOUBLE
 as above) or ``{"error": the exception's last cause}``.
 """
@@ -103,15 +99,8 @@ def main() -> None:
     env.create_temporary_view("v", env.from_elements(rows, schema))
     results: dict = {}
 
-    failing = set(spec.get("failing", []))
-
     def run(batch: list[str]) -> None:
         if not batch:
-            return
-        if len(batch) > 1 and failing.intersection(batch):  # as if it had failed: split
-            half = len(batch) // 2
-            run(batch[:half])
-            run(batch[half:])
             return
         try:
             table = env.sql_query("SELECT " + ", ".join(batch) + " FROM v")

@@ -18,10 +18,7 @@ For each expression:
   what changejoin's catalog types, so this finds a rule changejoin is too lenient in).
 
 ``CHANGEJOIN_TEST_EXPRESSION_SEED`` runs another seed. Slow: Flink evaluates the expressions 25
-per batch-mode job (a job that fails is split until the failing expression stands alone). A batch
-holding an expression on which changejoin raises an ExpressionError, which Flink is expected to fail
-on too, is split without running it (bench/flink_expressions_job.py, ``failing``): failed jobs took
-most of the test's time, and the batches that run are the very ones they were.
+per batch-mode job (a job that fails is split until the failing expression stands alone).
 """
 from __future__ import annotations
 
@@ -426,25 +423,16 @@ def flink_results(spec: dict, tmp_path) -> dict:
     return json.loads(result_path.read_text())
 
 
-def fails(ours) -> bool:
-    """Whether changejoin raised on a row of an expression (a dead letter; a date out of Python's
-    range aside, which Flink computes)."""
-    from expressions.runtime import OutOfRange
-
-    return any(isinstance(v, Exception) and not isinstance(v, OutOfRange) for v in ours)
-
-
-def differences(expressions_: list[str], rows: list[list], flink: dict, counts=None, ours_by_sql=None) -> list[str]:
-    """What differs between Flink's results and changejoin's (``ours_by_sql``: computed already);
-    ``counts`` (a Counter) gets how many values were compared, skipped as out of Python's date range,
-    and expressions Flink failed on."""
+def differences(expressions_: list[str], rows: list[list], flink: dict, counts=None) -> list[str]:
+    """What differs between Flink's results and changejoin's; ``counts`` (a Counter) gets how many
+    values were compared, skipped as out of Python's date range, and expressions Flink failed on."""
     from expressions.runtime import OutOfRange
 
     counts = {} if counts is None else counts
     problems = []
     for sql in expressions_:
         theirs = flink[sql]
-        our_type, ours = ours_by_sql[sql] if ours_by_sql else changejoin(sql, rows)
+        our_type, ours = changejoin(sql, rows)
         if our_type is None:
             if "error" not in theirs or "Exception" not in theirs["error"]:
                 problems.append(f"{sql}: changejoin refuses it ({ours}), Flink computes it")
@@ -473,19 +461,17 @@ def differences(expressions_: list[str], rows: list[list], flink: dict, counts=N
     return problems
 
 
-# Slow: Flink's JVM, its planning and a job per 25 expressions (more where one fails), a minute
-# on two cores; changejoin's side is a fraction of a second.
+# Slow: Flink's JVM, its planning and a job per 25 expressions (more where one fails), a few
+# minutes on two cores; changejoin's side is a fraction of a second.
 def test_random_expressions_compute_what_flink_computes(tmp_path):
     rng = random.Random(SEED)
     rows = random_rows(rng)
     exprs = expressions(rng)
     json_rows = [[_json(v, t) for v, (_, t) in zip(row, COLUMNS)] for row in rows]
-    ours = {sql: changejoin(sql, json_rows) for sql in exprs}
-    failing = [sql for sql in exprs if ours[sql][0] is not None and fails(ours[sql][1])]
-    spec = {"columns": COLUMNS, "rows": json_rows, "expressions": exprs, "batch": 25, "failing": failing}
+    spec = {"columns": COLUMNS, "rows": json_rows, "expressions": exprs, "batch": 25}
     flink = flink_results(spec, tmp_path)
     counts: dict = {}
-    problems = differences(exprs, json_rows, flink, counts, ours)
+    problems = differences(exprs, json_rows, flink, counts)
     assert not problems, f"{len(problems)} of {len(exprs)} expressions differ (seed {SEED}):\n" + "\n".join(problems)
     print(f"seed {SEED}: {counts}")
     # the comparison is not vacuous: most values were computed by both and compared
