@@ -5,7 +5,7 @@ where at-least-once writes it twice. What operations do to it: a checkpoint rest
 copy, or missing the plan of its last micro-batch, and input whose log start moved before a replay,
 stop the service before anything is written again or skipped; a start aborts what any transactional
 id the checkpoint used left open. The crash tests (SIGKILL at named points) are in
-``test_exactly_once_crashes.py``."""
+``test_crashes.py``."""
 from __future__ import annotations
 
 import os

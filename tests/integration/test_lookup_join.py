@@ -138,7 +138,7 @@ def test_killed_after_its_lookups_a_replayed_micro_batch_joins_the_rows_they_fou
     the rows pinned by the killed run, so it writes the very records written first, and a later
     retraction retracts them."""
     from service import faults
-    from test_recovery import ServiceProcess, _group_alive, wait_until
+    from service_process import ServiceProcess, group_alive, wait_until
 
     products(postgres_url, pg_schema, [("p1", "apple", Decimal("1.50"), "gold")])
     h = harness(kafka_bootstrap, spark, tmp_path, new_topic, postgres_url, pg_schema)
@@ -148,7 +148,7 @@ def test_killed_after_its_lookups_a_replayed_micro_batch_joins_the_rows_they_fou
         svc.env = {**h.env, faults.ENV: "before-batch-commit@0"}
         svc.start()
         wait_until(lambda: not svc.alive(), 240, f"the service to kill itself; log tail:\n{svc.log_tail()}")
-        wait_until(lambda: not _group_alive(svc.proc.pid), 60, "the killed service's processes to end")
+        wait_until(lambda: not group_alive(svc.proc.pid), 60, "the killed service's processes to end")
         assert svc.proc.returncode == -9 and svc.commits() == []
         assert list((tmp_path / "checkpoint" / "changejoin" / "lookups" / "0").iterdir()), "micro-batch 0's lookups"
         rename(postgres_url, pg_schema, "p1", "green apple")
@@ -178,22 +178,35 @@ def h_changes(h: JoinHarness):
 
 def test_the_database_stopped_for_20_seconds_is_ridden_out(kafka_bootstrap, spark, tmp_path, new_topic,
                                                            postgres_server):
+    """The database stops while lookups are asked of it: they are retried until it is back. The
+    outage lasts until the lookups have tried to reconnect three times (through a proxy that counts
+    the attempts the stopped server did not answer), not a fixed 20 s: that the retries wait long
+    enough to ride out 30 s (at least 36.4 s in all) is proven on the client's own clock
+    (tests/integration/test_lookup_database.py)."""
+    from tcp_proxy import TcpProxy
+
     url = postgres_server.url
     execute(url, "CREATE SCHEMA shop")
     products(url, "shop", [(f"p{i}", f"name{i}", Decimal(i), "std") for i in range(10)])
-    h = harness(kafka_bootstrap, spark, tmp_path, new_topic, url, "shop")
+    proxy = TcpProxy(("127.0.0.1", postgres_server.port)).start()
+    h = harness(kafka_bootstrap, spark, tmp_path, new_topic, url.replace(f":{postgres_server.port}/", f":{proxy.port}/"),
+                "shop")
     h.start()
     try:
         h.send_left([("+I", order(i, f"p{i % 10}", 1)) for i in range(20)])
         h.service.process_available()
         postgres_server.stop()
         h.send_left([("+I", order(i, f"p{i % 10}", 1)) for i in range(20, 40)])
-        time.sleep(20)
+        deadline = time.monotonic() + 120
+        while proxy.unreachable < 3:  # the lookups of the new orders retried, three times, with the server down
+            assert time.monotonic() < deadline, "the lookups did not try to reconnect while the database was down"
+            time.sleep(0.1)
         postgres_server.start()
         h.service.process_available()
         retries = h.service.metrics.registry.get_sample_value("changejoin_lookup_retries_total")
     finally:
         h.service.stop()
+        proxy.stop()
     assert retries and retries >= 1
     assert h.retract_table() == {(i, f"p{i % 10}", 1, f"name{i % 10}", Decimal(i % 10).quantize(Decimal("0.01"))): 1
                                  for i in range(40)}

@@ -22,7 +22,7 @@ from service.checkpoint import CheckpointInUse, CheckpointMismatch
 from service.config import load_settings
 from service.rescale import RescaleError, rescale
 from service_harness import REPO_ROOT, SERVICE_PROCESS_ENV, JoinHarness, drop_replays, retract_table
-from test_recovery import (
+from service_process import (
     CATCH_UP_TIMEOUT_S,
     PARTITIONS,
     Changelogs,

@@ -1,5 +1,5 @@
 """The one end-to-end driver of the tests: produce input changelogs, run the real service (in
-process on the session's Spark, or as a process: see test_recovery.ServiceProcess), read the
+process on the session's Spark, or as a process: see service_process.ServiceProcess), read the
 output and dead-letter topics back, drop replays and materialize the output.
 
 The inputs' Avro schemas are the ones the service is configured with (``LEFT_SCHEMA_FILE``,
