@@ -12,7 +12,10 @@ A record's trip is three hops, and no hop makes or keeps a Python object per rec
 
 * the reading task (``decode.py``) keeps its records' timestamps (:class:`ReadTally`: 8 bytes
   each in an ``array``, appended in the loop that counts the records) and, once it has read them
-  all, files their *ages* at the task's start, ``reference - timestamp`` in milliseconds, in a
+  all, files their *ages* at the newest of them, ``reference - timestamp`` in milliseconds (a
+  reference the input determines, not a clock: a task run again must write the same shuffle
+  bytes, or Spark, which compares a retried map task's output by checksum, fails the job when an
+  executor is lost after a result task succeeded), in a
   fine log-linear histogram (exact below 16 ms, then 8 sub-buckets per power of two, at most 1/8
   wide), in one vectorized pass (numpy); the task's tally envelope carries it with the record count;
 * the producing task that gets the tally (``encode.py``) adds it to its counts, under the reading
@@ -70,12 +73,12 @@ def wall_clock_ms() -> int:
 class ReadTally:
     """What one reading task read: how many records, the partition of the last one (its tally's
     grouping key), and their Kafka timestamps, to be filed as ages at :attr:`reference_ms` (the
-    task's start) when the task has read them all (:meth:`value`)."""
+    newest of them unless given) when the task has read them all (:meth:`value`)."""
 
     __slots__ = ("reference_ms", "records", "partition", "stamps")
 
     def __init__(self, reference_ms: int | None = None):
-        self.reference_ms = wall_clock_ms() if reference_ms is None else reference_ms
+        self.reference_ms = reference_ms  # None: the newest timestamp read (:meth:`value`)
         self.records = 0
         self.partition = 0
         self.stamps = array("q")  # 8 bytes a record, no Python object kept
@@ -100,8 +103,11 @@ class ReadTally:
     def value(self) -> tuple:
         """The tally as its envelope carries it (``envelope.tally_envelope``): (records, reference
         ms, {fine bucket: records}, sum of the ages in ms)."""
-        ages, age_ms = fine_histogram(self.stamps, self.reference_ms)
-        return (self.records, self.reference_ms, ages, age_ms)
+        reference = self.reference_ms
+        if reference is None:
+            reference = max(self.stamps) if len(self.stamps) else 0
+        ages, age_ms = fine_histogram(self.stamps, reference)
+        return (self.records, reference, ages, age_ms)
 
 
 def fine_histogram(stamps: array, reference_ms: int) -> tuple[dict[int, int], int]:

@@ -320,13 +320,6 @@ from test_plan import TIMED  # noqa: E402
 from test_window_late_rows import SHIPMENTS, TIMED_ORDERS  # noqa: E402
 
 
-@pytest.fixture(autouse=True)
-def reading_clock(monkeypatch):
-    """The reading tasks' clock, fixed: their tallies carry the records' ages at it (latency.py),
-    which two runs of the same records must agree on to compare their join output whole."""
-    from service import latency
-
-    monkeypatch.setattr(latency, "wall_clock_ms", lambda: 1_000_000)
 
 LEFT_PK = {"JOIN_SQL": "SELECT o.order_id, o.product, o.quantity, p.price FROM orders o LEFT JOIN prices p "
                        "ON o.product = p.product"}

@@ -62,6 +62,21 @@ def test_a_reading_task_tallies_its_records_ages_as_the_arithmetic_says():
     assert age_ms == sum(ages)
 
 
+def test_a_task_run_again_later_tallies_the_same_bytes(monkeypatch):
+    """A reading task's tally goes through Spark's shuffle: run again (a lost executor), it must
+    write the same bytes, or Spark (which compares a retried map task's output by checksum) fails
+    the job. So the ages are taken at the newest timestamp read, never at a clock."""
+    records = [record(1_700_000_000_000 - age, offset=i) for i, age in enumerate([0, 5, 900, 61_000])]
+    tallies = []
+    for clock in (1_700_000_000_500, 1_700_000_090_000):
+        monkeypatch.setattr(latency, "wall_clock_ms", lambda clock=clock: clock)
+        tally = ReadTally()
+        list(tally.counted(iter(records)))
+        tallies.append(pickle.dumps(tally.value()))
+    assert tallies[0] == tallies[1]
+    assert pickle.loads(tallies[0])[1] == 1_700_000_000_000  # the newest record's timestamp
+
+
 def test_the_driver_files_each_latency_by_its_fine_buckets_upper_end_and_sums_them_exactly():
     reference = 1_700_000_000_000
     tally = ReadTally(reference)
@@ -128,5 +143,8 @@ def test_a_tally_travels_from_the_decoder_through_the_encoders_counts_to_the_bat
     latencies = batch.ages.latencies(1_000_000 + 700)
     assert latencies.count == 2 * 51 == sum(batch.input.values())
     assert latencies.sum_seconds == pytest.approx(2 * (sum(1_000 + i for i in range(50)) + 5_700) / 1000)
-    assert latencies.counts[LATENCY_BUCKETS.index(1.5)] == 2 * 50 and latencies.counts[LATENCY_BUCKETS.index(10.0)] == 2
+    # The ages are taken at the newest record (1,000,000 - 300 ms), committed 1,000 ms after it:
+    # the newest record's latency is exactly 1 s, the next 49 are filed at most an eighth above.
+    assert latencies.counts[LATENCY_BUCKETS.index(1.0)] == 2 and latencies.counts[LATENCY_BUCKETS.index(1.5)] == 2 * 49
+    assert latencies.counts[LATENCY_BUCKETS.index(10.0)] == 2
     assert pickle.loads(tally[3])[0] == 51
