@@ -8,9 +8,9 @@ Python CPU).
 
 - An editable install (``./dev``, ``pip install -e .``) compiles nothing, so a checkout always
   runs, and its tests always prove, the pure-Python modules it edits.
-  ``tests/integration/test_compiled_build.py`` builds the extensions aside and runs the
-  operators' conformance, property and unit tests, the record path's unit tests and two
-  end-to-end joins through them.
+  ``./dev test`` first builds the extensions aside and runs the operators' conformance,
+  property and unit tests, the record path's unit tests and two end-to-end joins through them
+  (``tests/support/compiled.py``).
 - ``CHANGEJOIN_PURE_PYTHON=1`` at build time makes a wheel without extensions. A module that
   fails to compile (no C compiler) is left out with a warning, never fails the build.
 - Only modules whose functions run inside Spark's tasks are listed, and none whose closures
@@ -36,8 +36,10 @@ COMPILED = (
     "operators/rows.py", "operators/splitside.py", "operators/state.py", "operators/stateformat.py",
     "operators/interval.py", "operators/temporal.py", "operators/upsert.py", "operators/window.py",
     # the record path inside Spark's tasks: read, decode, envelopes, the join's adapter, encode, produce
-    "service/avro.py", "service/deadletters.py", "service/decode.py", "service/encode.py",
-    "service/envelope.py", "service/kafka_records.py", "service/keys.py", "service/processor.py",
+    "service/avro/registry.py", "service/avro/schemas.py", "service/avro/values.py",
+    "service/avro/writer.py", "service/deadletters.py", "service/decode.py", "service/formats/rowkind.py",
+    "service/encode.py", "service/envelope.py", "service/kafka_records.py", "service/keys.py", "service/latency.py",
+    "service/processor.py",
     "service/sink.py", "service/sparkstate.py",
 )
 

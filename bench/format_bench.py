@@ -33,8 +33,8 @@ from datetime import datetime, timezone
 from bench.harness.changejoin import service_settings
 from bench.harness.data import ORDERS, PRICES, body, changelogs, debezium, json_value
 from bench.harness.report import append_results
+from service.catalog import plan_for
 from service.decode import InputDecoder
-from service.planner import build_plan
 from service.source import KafkaRecord
 
 FORMATS = {"rowkind": "left-pk", "debezium-json": "debezium"}  # format -> bench.compare scenario
@@ -57,7 +57,7 @@ def records(rows: int, keys: int) -> dict[str, tuple[list, list]]:
 
 def decoders() -> dict[str, tuple[InputDecoder, InputDecoder]]:
     with tempfile.TemporaryDirectory() as work:
-        plans = {f: build_plan(service_settings("127.0.0.1:1", s, 1, 1, f"{work}/{s}")) for f, s in FORMATS.items()}
+        plans = {f: plan_for(service_settings("127.0.0.1:1", s, 1, 1, f"{work}/{s}")) for f, s in FORMATS.items()}
     return {f: (InputDecoder(plan, 0, "rowkind", None), InputDecoder(plan, 1, "rowkind", None))
             for f, plan in plans.items()}
 
@@ -67,10 +67,10 @@ def decode_step(decoder: InputDecoder, recs) -> int:
 
 
 def values_only(decoder: InputDecoder, recs) -> int:
-    if decoder.debezium is not None:
-        changes = decoder.debezium.changes
+    if hasattr(decoder.format, "changes"):  # a Debezium format's: the message's changes
+        changes = decoder.format.changes
         return sum(len(changes(r.value)[0]) for r in recs)
-    decode = decoder.decoder.decode
+    decode = decoder.format.decoder.decode  # rowkind's Avro value decoder
     return sum(1 for r in recs if decode(r.value) is not None)
 
 

@@ -173,7 +173,7 @@ def thread_kind(name: str) -> str:
 # -- py-spy --------------------------------------------------------------------------------------
 PY_CATEGORIES = [  # (step, substrings of a frame "function (file:line)"); the first match from the leaf
     ("decode: fastavro read", ("fastavro/_read", "schemaless_reader")),
-    ("encode: Avro write", ("service/avro.py", "fastavro/_write")),
+    ("encode: Avro write", ("service/avro/", "fastavro/_write")),
     ("produce (confluent-kafka)", ("service/sink.py",)),
     ("encode: records, headers", ("service/encode.py", "service/kafka_records.py", "service/deadletters.py")),
     ("join: operators", ("operators/",)),

@@ -24,9 +24,9 @@ import time
 
 from bench.harness.changejoin import service_settings
 from devkit.kafka_broker import KafkaBroker
+from service.catalog import plan_for
 from service.encode import OutputEncoder
 from service.envelope import Target, pack
-from service.planner import build_plan
 from service.shipping import worker_config, worker_secrets
 from service.sink import KafkaSink, ensure_topics
 
@@ -61,7 +61,7 @@ def main() -> None:
             tempfile.TemporaryDirectory() as work:
         topic = f"sink-bench-{os.getpid()}"
         settings = service_settings(bootstrap, args.scenario, None, 2, f"{work}/cp", out=topic)
-        plan = build_plan(settings)
+        plan = plan_for(settings)
         config = {**worker_config(settings, plan, 2), **worker_secrets(settings)}
         ensure_topics(bootstrap, {}, {topic: 2})
         encoder, sink = OutputEncoder.from_config(config), KafkaSink.from_config(config)

@@ -34,6 +34,20 @@ from .temporal import EventTimeTemporalJoin, ProcessingTimeTemporalJoin, make_te
 from .upsert import UpsertMaterializer
 from .window import WindowJoin, make_window_join
 
+#: Each spec's operator: one dispatch for the service's plan (``JoinPlan.operator``) and the
+#: conformance runner, so that a new join kind is wired in one place.
+_MAKERS = ((JoinSpec, make_join), (TemporalJoinSpec, make_temporal_join), (IntervalJoinSpec, make_interval_join),
+           (WindowJoinSpec, make_window_join), (LookupJoinSpec, make_lookup_join))
+
+
+def operator_for(spec):
+    """The operator a spec describes (``make_join`` for a :class:`JoinSpec`, ...); raises
+    ConfigurationError for a spec the operators refuse."""
+    for kind, make in _MAKERS:
+        if type(spec) is kind:
+            return make(spec)
+    raise TypeError(f"no operator for {type(spec).__name__}")
+
 __all__ = [
     "ACCUMULATE", "EVENT", "PROC", "STATE_FORMAT_VERSION", "Change", "ChangelogNormalize", "ConditionError",
     "ConfigurationError", "Context", "EventTimeTemporalJoin", "Identity", "InputSpec", "IntervalJoin",
@@ -42,5 +56,5 @@ __all__ = [
     "NegativeSizeIntervalJoin", "Output", "OutputCalc", "ProcessingTimeTemporalJoin", "Record", "RegularJoin", "RowKind",
     "SemiAntiJoin", "StateLayout", "TemporalJoinSpec", "TemporalKind", "UpsertMaterializer", "WindowJoin",
     "WindowJoinSpec", "WindowKind", "WindowSpec", "choose_layout", "compile_condition", "make_interval_join",
-    "make_join", "make_lookup_join", "make_temporal_join", "make_window_join", "upsert_changes",
+    "make_join", "make_lookup_join", "make_temporal_join", "make_window_join", "operator_for", "upsert_changes",
 ]

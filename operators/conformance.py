@@ -41,10 +41,7 @@ from . import (
     WindowSpec,
     choose_layout,
     compile_condition,
-    make_interval_join,
-    make_join,
-    make_temporal_join,
-    make_window_join,
+    operator_for,
 )
 from .spec import WINDOW_COLUMNS
 from .testing import InMemoryState, LocalRunner
@@ -71,6 +68,11 @@ def _watermark(value: Any) -> float:
 
 def build_operator(case: dict):
     """The operator a case asks for; raises ConfigurationError for a join that must be refused."""
+    return operator_for(case_spec(case))
+
+
+def case_spec(case: dict):
+    """The spec of the join a case asks for (``operators.operator_for`` builds its operator)."""
     kind = case["kind"]
     if kind == "config_error":
         kind = case.get("requested_kind", kind)
@@ -100,10 +102,10 @@ def build_operator(case: dict):
         spec = JoinSpec(
             join_type, sides[0], sides[1], filter_nulls, condition, projection, case.get("mini_batch_size")
         )
-        return make_join(spec)
+        return spec
 
     if kind in ("interval", "window"):
-        return _build_time_bounded(case, kind, join_type, filter_nulls, condition, projection)
+        return _time_bounded_spec(case, kind, join_type, filter_nulls, condition, projection)
 
     attr = case["time_attribute"]
     iso = attr.get("unit") == "iso8601"
@@ -123,14 +125,14 @@ def build_operator(case: dict):
         drop_update_before_on_right=bool(case.get("drop_update_before_on_right")),
         right_is_versioned=case["right_input_spec"]["kind"] == "versioned",
     )
-    return make_temporal_join(spec)
+    return spec
 
 
 def _time_column(value):
     return None if value == "proctime" else value
 
 
-def _build_time_bounded(case, kind, join_type, filter_nulls, condition, projection):
+def _time_bounded_spec(case, kind, join_type, filter_nulls, condition, projection):
     """An interval or window join (tests/conformance/README.md sections 10 and 11)."""
     left = InputSpec(tuple(case["left_schema"]), tuple(case["left_join_key"]))
     right = InputSpec(tuple(case["right_schema"]), tuple(case["right_join_key"]))
@@ -154,7 +156,7 @@ def _build_time_bounded(case, kind, join_type, filter_nulls, condition, projecti
             time_of=time_of,
             inputs_append_only=append_only,
         )
-        return make_interval_join(spec)
+        return spec
     window = case.get("window") or {}
     try:
         window_kind = WindowKind(window.get("type"))
@@ -180,7 +182,7 @@ def _build_time_bounded(case, kind, join_type, filter_nulls, condition, projecti
         time_of=time_of,
         inputs_append_only=append_only,
     )
-    return make_window_join(spec)
+    return spec
 
 
 def run_case(case: dict, state: InMemoryState | None = None) -> dict:

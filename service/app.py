@@ -28,11 +28,12 @@ from contextlib import contextmanager
 from pyspark.sql.streaming import StreamingQueryListener
 
 from . import checkpoint
+from .catalog import plan_for
 from .config import Settings
+from .explain import explain
 from .metrics import JoinMetrics, MetricsServer, ready_window_seconds
 from .pipeline import BatchCounts, JoinPipeline
 from .plan import JoinPlan, TimeMode
-from .planner import build_plan, explain
 from .session import SHUFFLE_PARTITIONS, expect_stop, query_start_properties, spark_session
 from .transactions import keep_progress_topic
 
@@ -85,7 +86,7 @@ class Service:
 
     def __init__(self, settings: Settings, plan: JoinPlan | None = None, spark=None, on_batch=None):
         self.settings = settings
-        self.plan = plan or build_plan(settings)
+        self.plan = plan or plan_for(settings)
         self._spark = spark
         self._listeners = [on_batch] if on_batch else []
         self.query = None

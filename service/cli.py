@@ -6,7 +6,9 @@ import json
 import logging
 import sys
 
-from .config import ConfigError, load_settings, redact, redact_text, unused_settings
+from .config import load_settings, unused_settings
+from .errors import ChangejoinError
+from .secrets import redact, redact_text
 
 log = logging.getLogger("service.cli")
 
@@ -25,16 +27,18 @@ def _configure_logging(level: str = "INFO", fmt: str = "text", secrets=()) -> No
 
 
 def _settings_and_plan():
-    from .planner import build_plan
+    from .catalog import plan_for
 
     settings = load_settings()
-    return settings, build_plan(settings)
+    return settings, plan_for(settings)
 
 
 def servers_the_plan_reads(settings) -> list[str]:
     """The servers building the plan contacts, as check-config names them: the registry for input
-    schemas, the lookup table's catalog, a debezium-json topic's newest message."""
+    schemas, the lookup table's catalog, the newest message of a topic whose messages embed its
+    schema (``formats.SchemaSource.MESSAGES``)."""
     from .contact import registry_subjects
+    from .formats import SchemaSource, format_of
 
     found = []
     if settings.schema_registry_url and registry_subjects(settings):
@@ -44,8 +48,10 @@ def servers_the_plan_reads(settings) -> list[str]:
     sides = [(settings.left_format, settings.left_schema_file)]
     if not settings.lookup:
         sides.append((settings.right_format, settings.right_schema_file))
-    if any(fmt == "debezium-json" and not schema_file for fmt, schema_file in sides):
-        found.append("Kafka (KAFKA_BOOTSTRAP_SERVERS), for a debezium-json topic's embedded schema")
+    embedding = [fmt for fmt, schema_file in sides
+                 if format_of(fmt).schema_source(schema_file) is SchemaSource.MESSAGES]
+    if embedding:
+        found.append(f"Kafka (KAFKA_BOOTSTRAP_SERVERS), for a {embedding[0]} topic's embedded schema")
     return found
 
 
@@ -67,14 +73,14 @@ def cmd_run(args) -> int:
     from . import checkpoint
     from .app import Service, log_fatal
     from .plan import PlanError
-    from .planner import build_plan
+    from .catalog import plan_for
 
     try:
         # A plan that needs no server is built first, so that a configuration error is said at once.
         first = bool(servers_the_plan_reads(settings))
         if first:
             wait_for_servers(settings)
-        plan = build_plan(settings)
+        plan = plan_for(settings)
         if not first:
             # a local checkpoint made for another join is refused before waiting for any server
             checkpoint.check(plan, settings.checkpoint_location, settings.state_buckets is not None)
@@ -103,10 +109,10 @@ def cmd_check_config(args) -> int:
     if unreached:  # the plan may need a server that did not answer: say what each server did, and stop
         return _connect_verdict(_server_checks(settings, None, reached, unreached))
     from .plan import PlanError
-    from .planner import build_plan
+    from .catalog import plan_for
 
     try:
-        plan = build_plan(settings)
+        plan = plan_for(settings)
     except PlanError:
         if args.connect:  # what the servers hold may be why (a subject that is not registered)
             _server_checks(settings, None, reached, [])
@@ -120,7 +126,7 @@ def cmd_check_config(args) -> int:
     for key, value in sorted(spark_properties(settings).items()):
         print(f"  {key}={redact(key, value)}")
     print("plan:")
-    from .planner import explain
+    from .explain import explain
 
     for line in explain(plan).splitlines():
         print(f"  {line}")
@@ -249,9 +255,14 @@ def compiled_modules() -> list[str]:
     import operators
 
     suffixes = tuple(importlib.machinery.EXTENSION_SUFFIXES)
-    return sorted(f"{package.__name__}.{path.name.partition('.')[0]}"
-                  for package in (expressions, operators, sys.modules[__package__])
-                  for path in Path(package.__path__[0]).iterdir() if path.name.endswith(suffixes))
+    found = []
+    for package in (expressions, operators, sys.modules[__package__]):
+        root = Path(package.__path__[0])
+        for path in root.rglob("*"):  # a subpackage's modules too (service/avro/)
+            if path.name.endswith(suffixes):
+                found.append(".".join((package.__name__, *path.relative_to(root).parent.parts,
+                                       path.name.partition(".")[0])))
+    return sorted(found)
 
 
 def build_description() -> str:
@@ -302,14 +313,14 @@ def cmd_rescale(args) -> int:
     settings = load_settings()
     _configure_logging(settings.log_level, settings.log_format, settings.secret_values())
     from .plan import PlanError
-    from .planner import build_plan
+    from .catalog import plan_for
     from .rescale import rescale
 
     if args.partitions < 1:
         print(f"changejoin rescale: --partitions {args.partitions}: at least 1", file=sys.stderr)
         return 2
     try:
-        print(rescale(settings, build_plan(settings), args.partitions))
+        print(rescale(settings, plan_for(settings), args.partitions))
     except PlanError as err:  # in use, not committed, too many partitions: one line, what to do
         print(f"changejoin rescale: {err}", file=sys.stderr)
         return 2
@@ -459,23 +470,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.fn(args)
-    except ConfigError as err:
-        print(f"changejoin: {err}", file=sys.stderr)
-        return 2
-    except ValueError as err:  # PlanError, QueryError: the message names the variable to fix
-        from .plan import PlanError
-
-        if isinstance(err, PlanError):
-            print(refusal(err), file=sys.stderr)
-            return 2
-        raise
-
-
-def refusal(err: BaseException) -> str:
-    """A refused configuration as the user reads it: ``changejoin: <what is wrong>`` and its further
-    lines indented (a SQL refusal: what is supported, the docs/sql.md section)."""
-    lines = [line.strip() for line in str(err).strip().splitlines() if line.strip()]
-    return "\n".join([f"changejoin: {lines[0]}"] + [f"  {line}" for line in lines[1:]])
+    except ChangejoinError as err:  # the one place: what a user can cause or must act on, said as its class says
+        print(err.refusal(), file=sys.stderr)  # ConfigError, PlanError (exit 2): the variable to fix
+        return err.exit_code
 
 
 if __name__ == "__main__":

@@ -8,109 +8,26 @@ from __future__ import annotations
 
 import difflib
 import logging
-import json
 import os
 import re
 from fractions import Fraction
-from typing import Iterable, Literal, Mapping
-from urllib.parse import unquote, urlparse
+from typing import Literal, Mapping
+from urllib.parse import urlparse
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from .kafka_records import LIBRDKAFKA_MESSAGE_MAX_BYTES, output_framing_bytes
+from .errors import ChangejoinError
+from .formats import DEFAULT as DEFAULT_FORMAT
+from .formats import NAMES as FORMAT_NAMES
+from .formats import SOURCE_TIME, Format, InputSide, SchemaSource, format_of
+from .kafka_records import DEFAULT_ROWKIND_HEADER, LIBRDKAFKA_MESSAGE_MAX_BYTES, output_framing_bytes
+from .secrets import MIN_SCRUBBED_LENGTH, is_secret_name, redact, redact_text, url_passwords
 
 KAFKA_CLIENT_PREFIX = "KAFKA_CLIENT_"
 SPARK_CONF_PREFIX = "SPARK_CONF_"
 ENV_PREFIXES = (KAFKA_CLIENT_PREFIX, SPARK_CONF_PREFIX)
 
-# -- secrets -------------------------------------------------------------------------------------
-# The one rule for what is never printed or logged (check-config, log lines, configuration
-# errors). A name (an environment variable, a librdkafka property or a Spark property) is split
-# into lower-case words at ".", "_", "-" and camelCase boundaries; it names a secret when
-#   - a word contains password, passwd, passphrase, secret, token, credential or jaas, or is sas
-#     (an Azure shared access signature), or the words "user info" / "oauthbearer config" appear;
-#   - or it has the word "key" right after secret, access, private, encryption, account, api,
-#     signing, master, shared or sse (s3a.secret.key, s3a.access.key, fs.azure.account.key.<host>,
-#     ssl private keys), or right before pem, data or material (ssl.key.pem);
-# unless its last word says the value only points at or describes the secret (a file, location,
-# path, class, mechanism, algorithm, size, ...): ssl.key.location, spark.authenticate.secret.file,
-# fs.s3a.aws.credentials.provider. So OUTPUT_KEY, LEFT_PRIMARY_KEY, LEFT_KEY_FORMAT and
-# spark.io.encryption.keySizeBits are shown. Independently of names, the user info of every URL
-# in every value (``https://user:pass@host``) is hidden.
-REDACTED = "*****"
-_SECRET_WORDS = ("password", "passwd", "passphrase", "secret", "token", "credential", "jaas")
-_KEY_QUALIFIERS = frozenset({"secret", "access", "private", "encryption", "account", "api", "signing",
-                             "master", "shared", "sse"})
-_KEY_MATERIAL = frozenset({"pem", "data", "material"})
-_DESCRIBES_ONLY = frozenset({"file", "location", "path", "dir", "provider", "class", "url", "endpoint",
-                             "mechanism", "method", "algorithm", "type", "format", "size", "bits", "length",
-                             "enabled", "id", "name"})
-_WORDS = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
-URL_USER_INFO = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)[^/\s@]+@")
-
-
-def _words(name: str) -> list[str]:
-    return [w.lower() for part in re.split(r"[._\-\s]+", name) for w in _WORDS.findall(part)]
-
-
-def is_secret_name(name: str) -> bool:
-    """Whether the value of this variable or property is a secret (see the rule above)."""
-    words = _words(name)
-    if not words or words[-1] in _DESCRIBES_ONLY:
-        return False
-    if any(s in w for w in words for s in _SECRET_WORDS) or "sas" in words:
-        return True
-    pairs = list(zip(words, words[1:]))
-    for first, second in pairs:
-        if (first, second) in (("user", "info"), ("oauthbearer", "config")) or first == "userinfo":
-            return True
-        if second == "key" and first in _KEY_QUALIFIERS:
-            return True
-        if first == "key" and second in _KEY_MATERIAL:
-            return True
-    return "userinfo" in words
-
-
-def redact_text(text: str, secrets: Iterable[str] = ()) -> str:
-    """``text`` without URL user info and without any of ``secrets`` (also JSON-escaped), each
-    where it stands as a value of its own: not where it is part of a longer word (a password
-    ``post`` leaves ``postgresql`` alone, and ``s3cret`` leaves ``s3cret2``)."""
-    text = URL_USER_INFO.sub(lambda m: m.group(1) + REDACTED + "@", text)
-    for secret in sorted({s for s in secrets if s}, key=len, reverse=True):
-        escaped = json.dumps(secret, ensure_ascii=False)[1:-1]
-        for form in {secret, escaped}:
-            text = _value_of_its_own(form).sub(REDACTED, text)
-    return text
-
-
-def _value_of_its_own(secret: str) -> re.Pattern:
-    """``secret`` where no letter or digit continues it on either side (where its own first or
-    last character is one: a secret that starts or ends with punctuation is matched there as is)."""
-    before = r"(?<![A-Za-z0-9])" if secret[:1].isalnum() else ""
-    after = r"(?![A-Za-z0-9])" if secret[-1:].isalnum() else ""
-    return re.compile(before + re.escape(secret) + after)
-
-
-def redact(name: str, value):
-    """A variable's (or property's) value as it may be shown."""
-    if value is None:
-        return None
-    if is_secret_name(name):
-        return REDACTED
-    return redact_text(value) if isinstance(value, str) else value
-
-
-def _url_secrets(url: str | None) -> list[str]:
-    """The password of a URL's user info, as a value to hide wherever it shows. A user name is no
-    secret (``postgresql://postgres@db/postgres`` must not lose every ``postgres``); within a URL
-    the whole user info is hidden anyway (``URL_USER_INFO``)."""
-    found = []
-    for match in re.finditer(r"(?i)[a-z][a-z0-9+.\-]*://([^/\s@]+)@", url or ""):
-        info = match.group(1)
-        if ":" in info:
-            password = info.split(":", 1)[1]
-            found += [password, unquote(password)]  # as the URL has it, and as the client sends it
-    return found
+# What is never printed or logged, and where a URL carries a password: service/secrets.py.
 
 
 def local_directory(location: str) -> str | None:
@@ -125,8 +42,13 @@ def local_directory(location: str) -> str | None:
 _TRANSACTIONAL_ID = re.compile(r"^[A-Za-z0-9._-]+$")
 
 
-class ConfigError(ValueError):
+class ConfigError(ValueError, ChangejoinError):
     """The environment does not describe a runnable service; the message names the variables."""
+
+    exit_code = 2
+
+    def refusal(self) -> str:
+        return f"changejoin: {self}"
 
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|sec|m|min|h|d)?\s*$", re.IGNORECASE)
@@ -180,7 +102,7 @@ def _column_list(text: str | None) -> tuple[str, ...] | None:
 _PROBLEM_SEPARATOR = "\n"
 
 ChangelogMode = Literal["retract", "upsert", "append"]
-InputFormat = Literal["rowkind", "debezium-json", "debezium-avro"]  # service/debezium.py
+InputFormat = Literal[FORMAT_NAMES]  # service/formats/
 KeyFormat = Literal["auto", "avro", "raw"]  # message keys of upsert inputs, see keys.py
 Delivery = Literal["at-least-once", "exactly-once"]
 DEFAULT_DELIVERY: Delivery = "exactly-once"  # docs/semantics.md, "Delivery guarantees": why
@@ -207,11 +129,11 @@ class Settings(BaseModel):
     right_primary_key: tuple[str, ...] | None = Field(None, alias="RIGHT_PRIMARY_KEY")
     left_changelog_mode: ChangelogMode = Field("retract", alias="LEFT_CHANGELOG_MODE")
     right_changelog_mode: ChangelogMode = Field("retract", alias="RIGHT_CHANGELOG_MODE")
-    left_format: InputFormat = Field("rowkind", alias="LEFT_FORMAT")
-    right_format: InputFormat = Field("rowkind", alias="RIGHT_FORMAT")
+    left_format: InputFormat = Field(DEFAULT_FORMAT, alias="LEFT_FORMAT")
+    right_format: InputFormat = Field(DEFAULT_FORMAT, alias="RIGHT_FORMAT")
     left_key_format: KeyFormat = Field("auto", alias="LEFT_KEY_FORMAT")
     right_key_format: KeyFormat = Field("auto", alias="RIGHT_KEY_FORMAT")
-    rowkind_header: str = Field("rowkind", alias="ROWKIND_HEADER", min_length=1)
+    rowkind_header: str = Field(DEFAULT_ROWKIND_HEADER, alias="ROWKIND_HEADER", min_length=1)
     join_sql: str = Field(alias="JOIN_SQL", min_length=1)
     left_event_time_column: str | None = Field(None, alias="LEFT_EVENT_TIME_COLUMN")
     right_event_time_column: str | None = Field(None, alias="RIGHT_EVENT_TIME_COLUMN")
@@ -299,8 +221,8 @@ class Settings(BaseModel):
                 problems.append("SCHEMA_REGISTRY_URL: set it, or set LEFT_SCHEMA_FILE (plain Avro bodies); the right "
                                 "side is the table RIGHT_LOOKUP_URL names")
         else:
-            missing = [side for side in ("left", "right") if getattr(self, f"{side}_format") == "rowkind"
-                       and not getattr(self, f"{side}_schema_file")]
+            missing = [side for side in ("left", "right") if _registry_or_file(
+                format_of(getattr(self, f"{side}_format")), getattr(self, f"{side}_schema_file"))]
             if not self.schema_registry_url and missing:
                 files = " and ".join(f"{side.upper()}_SCHEMA_FILE" for side in missing)
                 problems.append(f"SCHEMA_REGISTRY_URL: set it, or set {files} (plain Avro bodies)")
@@ -311,7 +233,7 @@ class Settings(BaseModel):
             if path and not os.path.isfile(path):
                 problems.append(f"{var}: no such file {path!r}")
         for side in ("left", "right"):
-            # a Debezium side too: upsert is its default only with a primary key (planner._debezium_mode)
+            # a Debezium side too: upsert is its default only with a primary key (Format.changelog_mode)
             if getattr(self, f"{side}_changelog_mode") == "upsert" and not getattr(self, f"{side}_primary_key"):
                 problems.append(f"{side.upper()}_PRIMARY_KEY: required when {side.upper()}_CHANGELOG_MODE=upsert")
         if self.output_mode == "upsert" and not self.output_key:
@@ -359,26 +281,23 @@ class Settings(BaseModel):
         return problems
 
     def _format_problems(self) -> list[str]:
-        """A Debezium topic carries its change kinds in its envelopes (and may carry its event time)."""
-        from .debezium import SOURCE_TIME
-
+        """What each input's format (service/formats/) asks of the configuration: a Debezium topic
+        carries its change kinds in its envelopes (and may carry its event time)."""
         problems = []
         for side in ("left", "right"):
-            fmt = getattr(self, f"{side}_format")
+            fmt = format_of(getattr(self, f"{side}_format"))
             var = f"{side.upper()}_FORMAT"
-            if fmt == "rowkind":
+            mode = getattr(self, f"{side}_changelog_mode")
+            if f"{side}_changelog_mode" in self.model_fields_set and mode not in fmt.changelog_modes:
+                problems.append(f"{side.upper()}_CHANGELOG_MODE: {var}={fmt.name} reads "
+                                f"{' or '.join(fmt.changelog_modes)} topics, not {mode}")
+            if fmt.envelope_time is None:
                 if getattr(self, f"{side}_event_time_column") == SOURCE_TIME and not (side == "right" and self.lookup):
                     problems.append(f"{side.upper()}_EVENT_TIME_COLUMN: {SOURCE_TIME} is a Debezium envelope's; "
-                                    f"{var}=rowkind has none: name a column of the row")
-                continue
-            if fmt == "debezium-avro":
-                if not self.schema_registry_url:
-                    problems.append(f"{var}: debezium-avro reads Confluent's wire format, whose schemas are a "
-                                    "registry's: set SCHEMA_REGISTRY_URL")
-                if getattr(self, f"{side}_schema_file"):
-                    problems.append(f"{side.upper()}_SCHEMA_FILE: not used with {var}=debezium-avro (each message's "
-                                    "schema is the registry's); unset it")
-            if side == "right" and self.lookup:
+                                    f"{var}={fmt.name} has none: name a column of the row")
+            problems += fmt.config_problems(InputSide(side.upper(), getattr(self, f"{side}_topic") or "",
+                                                      getattr(self, f"{side}_schema_file")), self.schema_registry_url)
+            if side == "right" and self.lookup and fmt.name != DEFAULT_FORMAT:
                 problems.append(f"{var}: the right side of a lookup join is a database table; unset it")
         return problems
 
@@ -609,12 +528,12 @@ class Settings(BaseModel):
             if info.alias and isinstance(value, str):
                 if is_secret_name(info.alias):
                     values.append(value)
-                values += _url_secrets(value)
+                values += url_passwords(value)
         for props in (self.kafka_client, self.spark_conf):
             for key, value in props.items():
                 if is_secret_name(key):
                     values.append(value)
-                values += _url_secrets(value)
+                values += url_passwords(value)
         return [v for v in values if len(v) >= MIN_SCRUBBED_LENGTH]
 
     def __repr__(self) -> str:
@@ -624,17 +543,13 @@ class Settings(BaseModel):
     __str__ = __repr__
 
 
-# Secrets shorter than this are hidden where they are printed by name, but not searched for in free
-# text: replacing every occurrence of two letters would garble the logs.
-MIN_SCRUBBED_LENGTH = 4
-
-# Spark's own redaction of its UI, event logs and plans (default: secret|password|token|access.key),
-# widened towards the rule of is_secret_name (session.py sets it). Spark also matches it against values.
-SPARK_REDACTION_REGEX = (r"(?i)secret|password|passwd|passphrase|token|credential|jaas|access[.]?key"
-                         r"|account[.]key|private[.]key|encryption[.]key|oauthbearer[.]config|user[._]?info")
-
 _ACKS_ALL = ("all", "-1")
 _SECURITY_PROTOCOLS = ("plaintext", "ssl", "sasl_plaintext", "sasl_ssl")
+
+
+def _registry_or_file(fmt: Format, schema_file: str | None) -> bool:
+    """Whether an input's reader schema is the registry's for want of a schema file."""
+    return SchemaSource.FILE in fmt.schema_sources and fmt.schema_source(schema_file) is SchemaSource.REGISTRY
 
 
 def _field_of(alias: str) -> str:
@@ -894,7 +809,7 @@ def unused_settings(settings: Settings, plan) -> list[str]:
             warn(var, f"it applies to DELIVERY=exactly-once only (DELIVERY={settings.delivery})")
     for side in (plan.left, plan.right):
         var = f"{'LEFT' if side.side == 0 else 'RIGHT'}_KEY_FORMAT"
-        if side.format != "rowkind":
+        if not format_of(side.format).message_keys:
             warn(var, f"a {side.format} input is keyed by the primary key in its envelopes, not by its message keys")
         elif not side.direct_upsert:
             warn(var, "message keys are read only for the tombstones of an upsert input whose join key is "

@@ -23,7 +23,9 @@ import time
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-from .config import Settings, redact_text
+from .config import Settings
+from .errors import ChangejoinError
+from .secrets import redact_text
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +34,7 @@ log = logging.getLogger(__name__)
 CONNECTION, CREDENTIALS, TLS, CONTENT = "connection", "credentials", "tls", "content"
 
 
-class ServerError(RuntimeError):
+class ServerError(RuntimeError, ChangejoinError):
     """A server the configuration names did not answer, or refused: one line naming the variable
     (``variable``), the address and the cause; ``kind`` is one of CONNECTION, CREDENTIALS, TLS,
     CONTENT."""
@@ -53,17 +55,12 @@ class Check:
 def scrub(text: str, settings: Settings) -> str:
     """``text`` without the configuration's passwords (the lookup database's, the registry's, the
     Kafka client's secret properties) and without URL user info: what a server's error may quote."""
-    from urllib.parse import urlsplit
-
-    from .config import is_secret_name
+    from .secrets import is_secret_name, url_passwords
 
     secrets = [settings.right_lookup_password or "", settings.schema_registry_basic_auth_user_info or ""]
     secrets += [(settings.schema_registry_basic_auth_user_info or "").partition(":")[2]]
     for url in (settings.right_lookup_url, settings.schema_registry_url):
-        try:
-            secrets.append((urlsplit(url or "").password) or "")
-        except ValueError:
-            pass
+        secrets += url_passwords(url)
     secrets += [value for key, value in settings.kafka_client.items() if is_secret_name(key)]
     return redact_text(text, [secret for secret in secrets if len(secret) >= 3])
 
@@ -280,13 +277,16 @@ def wait_for_registry(settings: Settings, timeout_s: float | None = None) -> lis
 
 
 def registry_subjects(settings: Settings) -> list[tuple[str, str]]:
-    """(variable, subject) of each input whose schema the service reads from the registry: a
-    ``rowkind`` input without a schema file, a ``debezium-avro`` input."""
+    """(variable, subject) of each input whose schema the service reads from the registry (its
+    format's ``SchemaSource.REGISTRY``: a ``rowkind`` input without a schema file, a
+    ``debezium-avro`` input)."""
+    from .formats import SchemaSource, format_of
+
     sides = [("LEFT", settings.left_topic, settings.left_format, settings.left_schema_file)]
     if not settings.lookup:
         sides.append(("RIGHT", settings.right_topic, settings.right_format, settings.right_schema_file))
     return [(f"{side}_TOPIC", f"{topic}-value") for side, topic, fmt, schema_file in sides
-            if fmt == "debezium-avro" or (fmt == "rowkind" and not schema_file)]
+            if format_of(fmt).schema_source(schema_file) is SchemaSource.REGISTRY]
 
 
 def registry_checks(settings: Settings, subjects: list[str], timeout_s: float) -> Iterator[Check]:

@@ -20,7 +20,8 @@ from enum import StrEnum
 
 from operators import RowKind
 
-from .kafka_records import record_bytes
+from .errors import ChangejoinError
+from .kafka_records import DEFAULT_ROWKIND_HEADER, record_bytes
 
 
 class Reason(StrEnum):
@@ -48,7 +49,7 @@ class Reason(StrEnum):
     EXPRESSION_ERROR = "expression_error"  # an expression of JOIN_SQL failed on the row (a CAST Flink fails on...)
 
 
-class DeadLetterError(Exception):
+class DeadLetterError(ChangejoinError):
     """A record that must become a dead letter, raised where the problem is found."""
 
     def __init__(self, reason: Reason, detail: str = ""):
@@ -145,7 +146,7 @@ def render(letter: dict) -> tuple[bytes | None, bytes | None, list[tuple[str, by
     record = letter["original"]
     if record is None:
         key = value = None
-        headers = [("row", repr(letter["row"]).encode()), ("rowkind", RowKind(letter["kind"]).short.encode())]
+        headers = [("row", repr(letter["row"]).encode()), (DEFAULT_ROWKIND_HEADER, RowKind(letter["kind"]).short.encode())]
         headers += reason_headers(letter["reason"], letter["detail"], *(letter.get("source") or ()))
     else:
         key, value, headers = record["key"], record["value"], list(record["headers"])

@@ -21,6 +21,9 @@ import json
 import os
 import tempfile
 
+from .errors import ChangejoinError
+from .kafka_records import DEFAULT_ROWKIND_HEADER
+
 #: The demo's Avro schemas by topic (``schemas/orders.avsc`` and ``schemas/prices.avsc``).
 SCHEMAS = {
     "orders": {
@@ -44,7 +47,7 @@ LEGEND = ("+I insert a row, -U retract the row an update replaces, +U insert the
           "-D delete a row")
 
 
-class DemoUnavailable(RuntimeError):
+class DemoUnavailable(RuntimeError, ChangejoinError):
     """What the demo needs is not installed here; the message says what to install."""
 
 
@@ -90,7 +93,7 @@ def produce_changelog(bootstrap: str, schemas: dict[str, dict], changelog=CHANGE
     for topic, kind, row in changelog:
         print(f"  {topic:<{width}}  {kind}  {show_row(row)}")
         producer.produce(topic, key=row["product"].encode(), value=_encode(schemas[topic], row),
-                         headers=[("rowkind", kind.encode())])
+                         headers=[(DEFAULT_ROWKIND_HEADER, kind.encode())])
         # One record per produce request: the embedded Tansu broker reports wrong end offsets for
         # batches of several records (a known Tansu gap), and the demo must run on it.
         producer.flush(10)
@@ -125,7 +128,7 @@ def read_output(bootstrap: str, topic: str, schema: dict) -> list[tuple[str, dic
                 task, _, index = headers["changejoin.seq"].decode().partition(":")
                 order = (int(headers["changejoin.batch"]), msg.timestamp()[1], int(task), int(index))
                 row = fastavro.schemaless_reader(io.BytesIO(msg.value()), parsed, None)
-                changes.append((order, headers["rowkind"].decode(), row))
+                changes.append((order, headers[DEFAULT_ROWKIND_HEADER].decode(), row))
                 if msg.offset() + 1 >= high:
                     break
         return [(kind, row) for _, kind, row in sorted(changes, key=lambda c: c[0])]
@@ -190,7 +193,7 @@ def run_demo(lookup: bool = False) -> int:
         return _run_lookup_demo()
     from .app import Service
     from .config import load_settings
-    from .planner import explain
+    from .explain import explain
     from .sink import ensure_topics
 
     broker = None
@@ -260,7 +263,7 @@ def _run_lookup_demo() -> int:
 
     from .app import Service
     from .config import load_settings
-    from .planner import explain
+    from .explain import explain
     from .sink import ensure_topics
 
     with contextlib.ExitStack() as stack:

@@ -24,6 +24,7 @@ from .avro import SchemaRegistry, ValueEncoder, output_schema
 from .deadletters import Reason
 from .envelope import Target, loads, unpack
 from .kafka_records import output_framing_bytes, record_bytes
+from .latency import count_ages
 from .plan import JoinPlan, OutputMode
 from .shipping import built, registry
 
@@ -82,7 +83,8 @@ class OutputEncoder:
         upsert mode), so a replay numbers its records the same way. ``counts`` gets, per
         ``("output", RowKind)`` or ``("dead_letter", reason)``, how many records were written, per
         ``("skipped", reason)`` how many input records carried no row change, and per
-        ``("input", side)`` how many records of the input the reading tasks read."""
+        ``("input", side)`` how many records of the input the reading tasks read, and their ages
+        (``latency.count_ages``)."""
         batch = (BATCH_HEADER, str(batch_id).encode())
         seq_format = b"%d:%%d" % task  # changejoin.seq: b"<task>:<index>"
         topic = self.topic
@@ -95,8 +97,10 @@ class OutputEncoder:
         partitions = self.partitions
         for target, kind, payload, route in rows:
             if target == _TALLY:  # records a reading task read: counted, not written
+                tally = loads(payload)
                 label = ("input", _SIDES[kind])
-                counts[label] = counts.get(label, 0) + loads(payload)
+                counts[label] = counts.get(label, 0) + tally[0]
+                count_ages(counts, tally)  # their ages, for the end-to-end latency
                 continue
             if target == _DEAD_LETTER:
                 letter = loads(payload)

@@ -193,12 +193,13 @@ def unpacked(payload: bytes) -> list:
     return loads(payload)
 
 
-def tally_envelope(side: int, records: int, partition: int) -> tuple:
-    """How many Kafka records of input ``side`` a reading task read (its last envelope): it
-    travels with the rows to the producing task, which reports it with the batch's counts. A
-    packed envelope stands for hundreds of records, so Spark's own count of input rows does not
-    count records."""
-    return (dead_letter_group(partition), _TALLY, side, dumps(records), None, 0, partition, -1)
+def tally_envelope(side: int, tally: tuple, partition: int) -> tuple:
+    """What a reading task read of input ``side`` (its last envelope): ``tally`` is
+    ``latency.ReadTally.value()``, the number of Kafka records first, then their ages for the
+    end-to-end latency. It travels with the rows to the producing task, which reports it with the
+    batch's counts. A packed envelope stands for hundreds of records, so Spark's own count of
+    input rows does not count records."""
+    return (dead_letter_group(partition), _TALLY, side, dumps(tally), None, 0, partition, -1)
 
 
 def heartbeat_envelope(event_time_ms: int) -> tuple:
@@ -218,7 +219,7 @@ class Target(IntEnum):
     PACKED = 2  # consecutive changes of one call, in order (see pack); kind is unused
     KEYED = 3  # changes of one bucket of upsert keys, for the upsert materializer (STATE_BUCKETS):
     #            payload = the pickled list of (upsert key group, kind, row), in order; okey = the bucket
-    TALLY = 4  # records a reading task read: kind = the input side, payload = the pickled count
+    TALLY = 4  # records a reading task read: kind = the input side, payload = the pickled tally (tally_envelope)
 
 
 def output_route(group: bytes) -> bytes:

@@ -10,6 +10,9 @@ against the broker's limit too. A header costs its name and value with a length 
 """
 from __future__ import annotations
 
+#: The header that carries a row's change kind (``ROWKIND_HEADER``'s default): on the output's
+#: records, a dead letter of a row, and the input records of the ``rowkind`` format.
+DEFAULT_ROWKIND_HEADER = "rowkind"
 LIBRDKAFKA_MESSAGE_MAX_BYTES = 1_000_000  # librdkafka's default message.max.bytes
 RECORD_OVERHEAD = 36
 BATCH_HEADER = 61
@@ -27,7 +30,7 @@ def record_bytes(key: bytes | None, value: bytes | None, headers) -> int:
     return size
 
 
-def output_framing_bytes(rowkind_header: str = "rowkind") -> int:
+def output_framing_bytes(rowkind_header: str = DEFAULT_ROWKIND_HEADER) -> int:
     """The room an output record needs within ``message.max.bytes`` besides its key and value
     (215 bytes with the default ROWKIND_HEADER)."""
     headers = {rowkind_header: 2, **_OUTPUT_HEADERS}

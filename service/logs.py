@@ -40,7 +40,7 @@ class JsonFormatter(logging.Formatter):
 
 
 class RedactingFormatter(logging.Formatter):
-    """Wraps a formatter; what it produces is scrubbed by ``config.redact_text``: URL user info, and
+    """Wraps a formatter; what it produces is scrubbed by ``secrets.redact_text``: URL user info, and
     every value in ``secrets`` (the service passes ``Settings.secret_values()``), raw or JSON-escaped.
     Applied to the whole formatted line, so messages, ``extra`` fields and tracebacks alike."""
 
@@ -50,7 +50,7 @@ class RedactingFormatter(logging.Formatter):
         self.secrets = tuple(secrets)
 
     def format(self, record: logging.LogRecord) -> str:
-        from .config import redact_text
+        from .secrets import redact_text
 
         return redact_text(self.inner.format(record), self.secrets)
 

@@ -3,7 +3,7 @@
 source -> decode -> **lookup** -> join -> encode -> sink
 
 A lookup join (``PlanKind.LOOKUP``) reads one topic; its right side is a database table
-(``database.py``). This step runs in the reading task, right after decode (a ``mapInArrow`` on the
+(``service/database/``). This step runs in the reading task, right after decode (a ``mapInArrow`` on the
 source's rows: the same Spark stage, no shuffle), so that one task asks the database for all its
 rows at once: the distinct lookup keys of its accumulate rows (``+I``, ``+U``), in chunks of
 ``LOOKUP_BATCH_SIZE`` keys per query, all in one snapshot. Retractions are never looked up: the
@@ -57,6 +57,7 @@ from operators import ACCUMULATE
 from . import deadletters
 from .deadletters import Reason
 from .envelope import KIND, OFFSET, PART, PAYLOAD, TAG, TS, Tag, dead_letter_group, dumps, loads
+from .errors import ChangejoinError
 from .plan import JoinPlan
 from .shipping import built
 
@@ -71,11 +72,11 @@ _DELETE = 3  # RowKind -D
 _checked_volumes: set[tuple[str, str]] = set()  # (directory, token) this worker process found shared
 
 
-class PinVolumeError(RuntimeError):
+class PinVolumeError(RuntimeError, ChangejoinError):
     """The checkpoint directory cannot hold pinned lookups: one line naming CHECKPOINT_LOCATION."""
 
 
-class PinMismatch(RuntimeError):
+class PinMismatch(RuntimeError, ChangejoinError):
     """A pin holds columns a replay cannot join: one line saying what changed and what to do."""
 
 

@@ -7,7 +7,9 @@ one process, e.g. in tests) and is fed from two places, both on the driver:
   JSON of every micro-batch to :meth:`JoinMetrics.observe_progress`): input records per side, batch
   duration and size, the last committed batch, state size, input lag;
 * the counts the producing tasks report for every micro-batch (``pipeline.BatchCounts``, through
-  :meth:`JoinMetrics.observe_batch`): output records by RowKind and dead letters by reason.
+  :meth:`JoinMetrics.observe_batch`): output records by RowKind and dead letters by reason, input
+  records, and their end-to-end latencies (``latency.py``), which arrive as bucket counts and are
+  exported by :class:`BucketHistogram`.
 
 :class:`MetricsServer` serves ``/metrics``, ``/healthz`` and ``/readyz`` from one small WSGI
 server (``wsgiref`` + ``prometheus_client.make_wsgi_app``) on a daemon thread.
@@ -55,8 +57,11 @@ from datetime import datetime
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, make_wsgi_app
+from prometheus_client.core import HistogramMetricFamily
+from prometheus_client.utils import floatToGoString
 
 from .deadletters import Reason
+from .latency import LATENCY_BUCKETS
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +70,7 @@ SIDES = ("left", "right")
 DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 #: The RowKinds of the output records (``changejoin_output_records_total{kind}``).
 ROW_KINDS = ("+I", "-U", "+U", "-D")
-#: The kinds of database error a lookup counts (``database.py``), served at 0 from the start.
+#: The kinds of database error a lookup counts (``service/database/``), served at 0 from the start.
 LOOKUP_ERROR_KINDS = ("connection", "timeout", "conflict", "data", "query")
 RECORD_BUCKETS = (0, 1, 10, 100, 1_000, 10_000, 100_000, 1_000_000, 10_000_000)
 
@@ -131,6 +136,10 @@ class JoinMetrics:
         self.batch_duration = Histogram(
             PREFIX + "batch_duration_seconds", "Micro-batch duration (Spark's triggerExecution).",
             buckets=DURATION_BUCKETS, registry=r)
+        self.end_to_end_latency = BucketHistogram(
+            PREFIX + "end_to_end_latency_seconds", "Input records from their Kafka timestamp to the commit of their "
+            "micro-batch's output (every producing task's transaction committed, or its records acknowledged), "
+            "records without output included.", LATENCY_BUCKETS, registry=r)
         self.batch_input = Histogram(
             PREFIX + "batch_input_records", "Input records per micro-batch (both sides).",
             buckets=RECORD_BUCKETS, registry=r)
@@ -303,6 +312,8 @@ class JoinMetrics:
             if counts.input.get(side):
                 self.input_records.labels(side=side).inc(counts.input[side])
         self.batch_input.observe(sum(counts.input.values()))
+        if counts.latency is not None and counts.latency.count:
+            self.end_to_end_latency.add(counts.latency.counts, counts.latency.sum_seconds)
         for kind, n in counts.output.items():
             if n:
                 self.output_records.labels(kind=kind).inc(n)
@@ -372,6 +383,44 @@ class JoinMetrics:
         if age > self.liveness_timeout_s:
             return False, f"no progress or idle report for {age:.0f}s (LIVENESS_TIMEOUT {self.liveness_timeout_s:g}s)"
         return True, "ok"
+
+
+class BucketHistogram:
+    """A Prometheus histogram fed with counts per bucket rather than one value at a time (the
+    end-to-end latency: tens of thousands of records a micro-batch, filed in buckets by the
+    workers, ``latency.py``). ``prometheus_client``'s ``Histogram`` only observes values, so this
+    is a custom collector of the registry, exposing a ``HistogramMetricFamily``: cumulative
+    ``_bucket`` counts by ``le``, ``_count`` and ``_sum``."""
+
+    def __init__(self, name: str, documentation: str, buckets: Iterable[float], registry: CollectorRegistry):
+        self.name, self.documentation = name, documentation
+        self.bounds = tuple(buckets)
+        self._counts = [0] * (len(self.bounds) + 1)  # per bound, the last past every bound
+        self._sum = 0.0
+        self._lock = threading.Lock()
+        registry.register(self)
+
+    def add(self, counts: Iterable[int], sum_value: float) -> None:
+        """Records per bucket (not cumulative: ``counts[i]`` of them at most ``bounds[i]`` and
+        above the bound before; one more count for those above every bound), their sum."""
+        counts = list(counts)
+        if len(counts) != len(self._counts):
+            raise ValueError(f"{self.name}: {len(counts)} bucket counts for {len(self._counts)} buckets")
+        with self._lock:
+            self._counts = [a + b for a, b in zip(self._counts, counts)]
+            self._sum += sum_value
+
+    def describe(self):
+        return [HistogramMetricFamily(self.name, self.documentation)]
+
+    def collect(self):
+        with self._lock:
+            counts, total = list(self._counts), self._sum
+        cumulative, buckets = 0, []
+        for bound, n in zip(self.bounds + (float("inf"),), counts):
+            cumulative += n
+            buckets.append((floatToGoString(bound), cumulative))
+        yield HistogramMetricFamily(self.name, self.documentation, buckets=buckets, sum_value=total)
 
 
 def input_lag(source: Mapping[str, Any]) -> dict[str, int]:

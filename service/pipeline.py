@@ -22,6 +22,7 @@ from pyspark.sql import functions as F
 from . import faults
 from .config import Settings
 from .envelope import ENVELOPE_SCHEMA, OUTPUT_SCHEMA, Target
+from .latency import AGE_MS, AGES, BatchAges, Latencies, wall_clock_ms
 from .plan import JoinPlan, PlanKind
 from .processor import JoinProcessor, NormalizeProcessor, UpsertProcessor
 from .shipping import built, worker_config, worker_secrets
@@ -53,6 +54,9 @@ class BatchCounts:
     # What the skipped shares hold, written by an earlier attempt or run: (target, label) -> n, as
     # output and dead_letters above. Not written again, so not counted again by the metrics.
     replayed: dict[tuple[str, str], int] = field(default_factory=dict)
+    # The ages of the records read (latency.py), and their latencies once the output is committed.
+    ages: BatchAges = field(default_factory=BatchAges)
+    latency: Latencies | None = None
 
     def add(self, target: str, label: str, n: int) -> None:
         """One row a producing task reported (:func:`produce_partition`)."""
@@ -64,6 +68,8 @@ class BatchCounts:
             self.replayed[key] = self.replayed.get(key, 0) + n
             if key[0] == "input":  # written before, but read again by this run
                 self.input[label] = self.input.get(label, 0) + n
+            elif key[0] in (AGES, AGE_MS):  # read again by this run: its latency is this run's
+                self.ages.add(key[0], label, n)
         elif target == "transaction":
             (self.committed if label == "committed" else self.skipped).append(n)
         elif target == "init_us":
@@ -76,6 +82,8 @@ class BatchCounts:
             self.ignored[label] = self.ignored.get(label, 0) + n
         elif target == "input":
             self.input[label] = self.input.get(label, 0) + n
+        elif target in (AGES, AGE_MS):
+            self.ages.add(target, label, n)
 
     @property
     def replayed_records(self) -> int:
@@ -159,7 +167,9 @@ def _produce_transaction(config, batch_id, partition, attempt, batches, rows, en
             counts.clear()
             report.append(("transaction", "skipped", partition))
         elif share.rows:
-            transaction.write(share, counts, batch.get("input"),
+            # The marker keeps the counts but not the ages (latency.py): they describe no record written.
+            marker_counts = {key: n for key, n in counts.items() if key[0] not in (AGES, AGE_MS)}
+            transaction.write(share, marker_counts, batch.get("input"),
                               crash=(lambda point, batch: faults.crash(crash, point, batch)) if crash else None)
             faults.crash(crash, "after-commit", batch_id)
             report += [("transaction", "committed", partition),
@@ -300,8 +310,12 @@ class JoinPipeline:
         batch = self._delivery_batch(batch_id) if self.delivery else None
         rows = (batch_df.select("target", "kind", "payload", "okey")
                 .mapInArrow(produce_partition(self._sink_config, batch_id, batch), COUNTS_SCHEMA).collect())
+        # Every task has committed its share (or had every record acknowledged): the records
+        # of the micro-batch have their output, and their end-to-end latency (latency.py).
+        committed_ms = wall_clock_ms()
         for row in rows:
             counts.add(row.target, row.label, row.n)
+        counts.latency = counts.ages.latencies(committed_ms)
         if self.plan.kind is PlanKind.LOOKUP:
             self._lookup_batch(counts)
         faults.crash(self._sink_config.get("crash"), "before-batch-commit", batch_id)

@@ -31,17 +31,16 @@ from operators import (
     WindowSpec,
     choose_layout,
     compile_condition,
-    make_interval_join,
-    make_join,
-    make_lookup_join,
-    make_temporal_join,
-    make_window_join,
+    operator_for,
 )
 from operators.spec import WINDOW_COLUMNS
 
 from expressions.types import parse_type
 
 from .avro import field_defaults, to_epoch_millis, type_family
+from .errors import ChangejoinError
+from .formats import DEFAULT as DEFAULT_FORMAT
+from .formats import format_of
 
 log = logging.getLogger(__name__)
 
@@ -80,8 +79,10 @@ class OutputMode(StrEnum):
     UPSERT = "upsert"
 
 
-class PlanError(ValueError):
+class PlanError(ValueError, ChangejoinError):
     """The configuration is consistent but the join it describes cannot be built."""
+
+    exit_code = 2
 
 
 @dataclass(frozen=True)
@@ -108,10 +109,10 @@ class SidePlan:
     # The stream of a lookup join: its rows are grouped by their identity (join_key holds the
     # identity's columns: the primary key, or every column), an upsert input by its message key.
     lookup_stream: bool = False
-    # How records are read (service/debezium.py): "rowkind" (an Avro value and a RowKind header),
-    # "debezium-json" or "debezium-avro"; for the latter two, each column's Connect type name where
-    # the topic's schema told it (its values' encodings).
-    format: str = "rowkind"
+    # How records are read: the name of its input format (service/formats/), and each column's
+    # type name in the source where the format has them (a Debezium topic's Connect types, where
+    # its schema told them: its values' encodings).
+    format: str = DEFAULT_FORMAT
     source_types: dict | None = None
     # What the rows go through before the join (JOIN_SQL's input subquery, a WHERE pushed down,
     # computed equi-keys; ``service.sql.InputCalc``): "computed" [[name, type, typed node, SQL]],
@@ -176,11 +177,10 @@ class SidePlan:
 
     @property
     def source_time(self) -> bool:
-        """Whether this side's event time is its Debezium envelopes' ``source.ts_ms`` (the column
-        ``debezium.SOURCE_TIME``)."""
-        from .debezium import SOURCE_TIME
-
-        return self.time_column is not None and self.format != "rowkind" and self.columns[self.time_column] == SOURCE_TIME
+        """Whether this side's event time is its envelopes' time (a Debezium topic's ``source.ts_ms``:
+        ``formats.SOURCE_TIME``)."""
+        envelope_time = format_of(self.format).envelope_time
+        return self.time_column is not None and envelope_time is not None and self.columns[self.time_column] == envelope_time
 
     @property
     def normalized(self) -> bool:
@@ -517,6 +517,10 @@ class JoinPlan:
         return OutputCalc(operator, calc)
 
     def _join_operator(self):
+        return operator_for(self.operator_spec())
+
+    def operator_spec(self):
+        """What the join operator is (an ``operators`` spec; ``operators.operator_for`` builds it)."""
         left, right = self.left.input_spec(), self.right.input_spec()
         condition = None
         if self.condition is not None:
@@ -528,33 +532,32 @@ class JoinPlan:
                                           left_types=self.joined_families(0), right_types=self.joined_families(1))
         append_only = tuple(s.changelog_mode == "append" for s in self.sides)
         if self.kind is PlanKind.LOOKUP:
-            return make_lookup_join(LookupJoinSpec(
+            return LookupJoinSpec(
                 join_type=self.join_type, left_width=len(self.left.columns), right_width=len(self.right.columns),
                 identity=self.lookup_identity, upsert=self.left.changelog_mode == "upsert", condition=condition,
                 projection=self.projection, state_ttl_ms=self.left.state_ttl_ms,
-            ))
+            )
         if self.kind in (PlanKind.INTERVAL_EVENT_TIME, PlanKind.INTERVAL_PROCESSING_TIME):
-            return make_interval_join(IntervalJoinSpec(
+            return IntervalJoinSpec(
                 join_type=self.join_type, left=left, right=right,
                 lower_ms=self.interval_ms[0], upper_ms=self.interval_ms[1],
                 left_time=self.left.time_column, right_time=self.right.time_column,
                 filter_nulls=self.filter_nulls, condition=condition, projection=self.projection,
                 time_of=to_epoch_millis, inputs_append_only=append_only,
-            ))
+            )
         if self.kind is PlanKind.WINDOW:
-            return make_window_join(WindowJoinSpec(
+            return WindowJoinSpec(
                 join_type=self.join_type, left=left, right=right, window=self.window_spec,
                 left_time=self.left.time_column, right_time=self.right.time_column,
                 filter_nulls=self.filter_nulls, condition=condition, projection=self.projection,
                 time_of=to_epoch_millis, inputs_append_only=append_only,
-            ))
+            )
         if self.kind is PlanKind.REGULAR:
-            spec = JoinSpec(
+            return JoinSpec(
                 self.join_type, left, right, self.filter_nulls, condition, self.projection,
                 self.mini_batch_size,
             )
-            return make_join(spec)
-        spec = TemporalJoinSpec(
+        return TemporalJoinSpec(
             kind=TemporalKind.EVENT_TIME if self.is_event_time else TemporalKind.PROCESSING_TIME,
             join_type=self.join_type,
             left=left,
@@ -571,7 +574,13 @@ class JoinPlan:
             # where the next begins, so Flink's planner drops -U before the join, and so do we.
             drop_update_before_on_right=self.is_event_time,
         )
-        return make_temporal_join(spec)
+
+def record_name(topic: str) -> str:
+    """An Avro record name made of a topic's (or a table's) name: the output schema's, a derived
+    reader schema's."""
+    cleaned = "".join(ch if ch.isalnum() else "_" for ch in topic)
+    return cleaned if cleaned[:1].isalpha() else f"t_{cleaned}"
+
 
 def _to_float(value) -> float:
     return float(value)

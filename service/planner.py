@@ -1,27 +1,47 @@
 """The planner: the configuration resolved against the input schemas into a :class:`JoinPlan`.
 
-``build_plan`` runs once on the driver (``run`` and ``check-config``). It loads the input schemas,
-parses ``JOIN_SQL`` (``service.sql``), resolves every column to its index, chooses each input's
-state layout from its join key and primary key, and derives the output schema. The plan it
-returns is what the workers receive (``service/plan.py``); this module and the SQL front end
-stay on the driver. :func:`explain` renders a plan for ``check-config`` and the start-up log.
+``build_plan`` runs once on the driver (``run`` and ``check-config``). It reads nothing: the input
+schemas and a lookup join's table come in an :class:`InputCatalog` (``service/catalog.py`` reads
+them; a test builds one). It parses ``JOIN_SQL`` (``service.sql``), resolves every column to its
+index, chooses each input's state layout from its join key and primary key, and derives the
+output schema. The plan it returns is what the workers receive (``service/plan.py``); this module
+and the SQL front end stay on the driver. ``service/explain.py`` renders a plan for ``check-config`` and the start-up log.
 """
 from __future__ import annotations
 
-import json
+from dataclasses import dataclass
+from typing import Any, Callable
 
-from operators import ConditionError, ConfigurationError, JoinType, TemporalKind, WindowKind
+from operators import ConditionError, ConfigurationError, JoinType, TemporalKind
 from operators.condition import comparable
 from operators.spec import WINDOW_COLUMNS
 
 from expressions import from_avro
 
-from .avro import SchemaError, SchemaRegistry, load_schema_file, output_schema, record_columns
+from .avro import SchemaError, output_schema, record_columns
 from .config import Settings
-from .debezium import SOURCE_TIME, source_types
+from .formats import format_of
 from .keys import KeyDecoder
-from .plan import DEFAULT_STATE_BUCKETS, TIME_BOUNDED_KINDS, JoinPlan, OutputMode, PlanError, PlanKind, SidePlan
-from .sql import JoinQuery, QueryError, describe, interval_sql, parse_join_sql
+from .plan import (
+    DEFAULT_STATE_BUCKETS,
+    JoinPlan,
+    OutputMode,
+    PlanError,
+    PlanKind,
+    SidePlan,
+    record_name,
+)
+from .sql import JoinQuery, QueryError, describe, parse_join_sql
+
+
+@dataclass(frozen=True)
+class InputCatalog:
+    """What the inputs are, as the planner needs them: each stream input's reader schema (an Avro
+    record of its row, as its format found it) and a lookup join's table (``database.TableInfo``)."""
+
+    left_schema: dict
+    right_schema: dict | None = None  # None for a lookup join: its table's columns
+    table: Any = None  # database.TableInfo of RIGHT_LOOKUP_TABLE, for a lookup join
 
 
 def _index(columns: tuple[str, ...], name: str, what: str) -> int:
@@ -33,97 +53,20 @@ def _index(columns: tuple[str, ...], name: str, what: str) -> int:
     raise PlanError(f"{what}: no column {name!r}; the columns are {', '.join(columns)}")
 
 
-def load_input_schemas(settings: Settings, registry: SchemaRegistry | None, table=None) -> tuple[dict, dict]:
-    """Reader schemas: the local .avsc files if given, else the registry's latest `<topic>-value`;
-    a lookup join's table (``table``, its catalog) as a record of the columns it can read."""
-    schemas = []
-    inputs = [("LEFT_SCHEMA_FILE", settings.left_schema_file, settings.left_topic, settings.left_format)]
-    if table is None:
-        inputs.append(("RIGHT_SCHEMA_FILE", settings.right_schema_file, settings.right_topic, settings.right_format))
-    for var, path, topic, fmt in inputs:
-        if not path and fmt == "debezium-json":
-            schemas.append(embedded_schema(settings, var, topic))
-        elif fmt == "debezium-avro":
-            schemas.append(registered_schema(registry, var, topic))
-        elif path:
-            try:
-                schemas.append(load_schema_file(path))
-            except Exception as err:
-                raise PlanError(f"{var}: {err}") from None
-        else:
-            try:
-                schemas.append(registry.latest(f"{topic}-value")[1])
-            except Exception as err:
-                advice = f"; register it or set {var}" if getattr(err, "kind", None) == "content" else ""
-                raise PlanError(
-                    f"SCHEMA_REGISTRY_URL: cannot get the latest schema of subject {topic}-value ({err}){advice}"
-                ) from None
-    if table is not None:
-        schemas.append(table_schema(table))
-    return schemas[0], schemas[1]
-
-
-# -- Debezium topics ------------------------------------------------------------------------------
-def embedded_schema(settings: Settings, var: str, topic: str) -> dict:
-    """A debezium-json topic's row schema, from the schema its newest message embeds (Kafka
-    Connect's JSON converter with schemas enabled): an Avro record whose fields keep their Connect
-    type names (``debezium.source_types``)."""
-    from .debezium import FormatError, row_schema
-    from .sink import newest_values
-
-    try:
-        values = newest_values(settings.kafka_bootstrap_servers, settings.consumer_properties(), topic)
-    except Exception as err:  # noqa: BLE001 - the broker's error, in one line
-        raise PlanError(f"{var}: not set, and the schema of topic {topic} could not be read from its messages "
-                        f"({err}); set {var} (the row's Avro record)") from None
-    for value in values:
-        try:
-            message = json.loads(value)
-        except ValueError:
-            continue
-        if isinstance(message, dict) and isinstance(message.get("schema"), dict):
-            try:
-                return row_schema(message["schema"], _record_name(topic))[0]
-            except FormatError as err:
-                raise PlanError(f"{var}: not set, and topic {topic}'s newest message embeds no Debezium row schema "
-                                f"({err}); set {var}") from None
-    raise PlanError(f"{var}: required for a debezium-json topic whose messages embed no schema (topic {topic} has "
-                    "none with one yet: value.converter.schemas.enable=false, or an empty topic); set it to the row's "
-                    "Avro record (the table's columns, not the envelope)")
-
-
-def registered_schema(registry: SchemaRegistry, var: str, topic: str) -> dict:
-    """A debezium-avro topic's row schema, from the envelope schema latest registered for
-    ``<topic>-value`` (``debezium.avro_row_schema``)."""
-    from .debezium import FormatError, avro_row_schema
-
-    fmt = var.replace("SCHEMA_FILE", "FORMAT")
-    try:
-        envelope = registry.latest(f"{topic}-value")[1]
-    except Exception as err:  # noqa: BLE001 - the registry's error, in one line
-        raise PlanError(f"SCHEMA_REGISTRY_URL: cannot get the latest schema of subject {topic}-value ({err}); "
-                        f"{fmt}=debezium-avro reads the row schema from it") from None
-    try:
-        return avro_row_schema(envelope, _record_name(topic))[0]
-    except FormatError as err:
-        raise PlanError(f"{fmt}: subject {topic}-value's latest schema is no Debezium envelope ({err})") from None
-
-
 def with_source_times(settings: Settings, schemas) -> tuple[dict, dict]:
-    """The row schemas, a Debezium input whose ``*_EVENT_TIME_COLUMN`` is ``source.ts_ms`` with
-    the column that carries its envelopes' ``source.ts_ms`` appended (``debezium.SOURCE_TIME``)."""
-    from .debezium import SOURCE_TIME, SOURCE_TIME_TYPE
-
+    """The row schemas, an input whose ``*_EVENT_TIME_COLUMN`` is its envelopes' time (a Debezium
+    topic's ``source.ts_ms``: ``formats.SOURCE_TIME``) with the column that carries it appended."""
     out = list(schemas)
     for side, (fmt, column) in enumerate(((settings.left_format, settings.left_event_time_column),
                                           (settings.right_format, settings.right_event_time_column))):
-        if fmt == "rowkind" or column != SOURCE_TIME or out[side] is None:
+        time = format_of(fmt).envelope_time
+        if time is None or column != time or out[side] is None:
             continue
         fields = out[side].get("fields") or []
-        if any(f.get("name") == SOURCE_TIME for f in fields):
+        if any(f.get("name") == time for f in fields):
             raise PlanError(f"{('LEFT', 'RIGHT')[side]}_EVENT_TIME_COLUMN: the {('left', 'right')[side]} topic's rows "
-                            f"have a column named {SOURCE_TIME}, the name of the envelope's time; rename the column")
-        out[side] = {**out[side], "fields": [*fields, {"name": SOURCE_TIME, "type": SOURCE_TIME_TYPE}]}
+                            f"have a column named {time}, the name of the envelope's time; rename the column")
+        out[side] = {**out[side], "fields": [*fields, {"name": time, "type": format_of(fmt).envelope_time_type}]}
     return out[0], out[1]
 
 
@@ -134,29 +77,14 @@ def _named_in_sql(settings: Settings, column: str) -> bool:
     return re.search(rf"(?i)(?<![\w\"]){re.escape(column)}(?![\w\"])", settings.join_sql) is not None
 
 
-def _unreadable_debezium_columns(settings: Settings, schemas) -> None:
-    """A Debezium column of a type the format does not read, named in JOIN_SQL: refused by name."""
-    from .debezium import unsupported_columns
-
+def _unreadable_columns(settings: Settings, schemas) -> None:
+    """A column of a type its input's format does not read, named in JOIN_SQL: refused by name."""
     for side, schema in enumerate(schemas):
-        fmt = (settings.left_format, settings.right_format)[side]
-        if fmt == "rowkind":
-            continue
-        for column, why in unsupported_columns(schema).items():
+        fmt = format_of((settings.left_format, settings.right_format)[side])
+        for column, why in fmt.unreadable_columns(schema).items():
             if _named_in_sql(settings, column):
-                raise PlanError(f"JOIN_SQL: column {column} of the {('left', 'right')[side]} Debezium topic has "
-                                f"{why}, which the {fmt} format does not read; leave it out of the query")
-
-
-# -- the lookup join's table ---------------------------------------------------------------------
-def describe_lookup_table(settings: Settings):
-    """The catalog of the table RIGHT_LOOKUP_URL / RIGHT_LOOKUP_TABLE name (``service/database.py``)."""
-    from .database import DatabaseError, describe_table
-
-    try:
-        return describe_table(settings.right_lookup_url, settings.right_lookup_password, settings.lookup_table_name)
-    except DatabaseError as err:
-        raise PlanError(f"RIGHT_LOOKUP_URL: {err}") from None
+                raise PlanError(f"JOIN_SQL: column {column} of the {('left', 'right')[side]} {fmt.protocol} topic has "
+                                f"{why}, which the {fmt.name} format does not read; leave it out of the query")
 
 
 def table_schema(table, read: set[str] | None = None) -> dict:
@@ -168,7 +96,7 @@ def table_schema(table, read: set[str] | None = None) -> dict:
             continue
         fields.append({"name": c.name, "type": ["null", c.avro_type], "default": None} if c.nullable
                       else {"name": c.name, "type": c.avro_type})
-    return {"type": "record", "name": _record_name(table.table), "fields": fields}
+    return {"type": "record", "name": record_name(table.table), "fields": fields}
 
 
 def _lookup(settings: Settings, table, keys, sides) -> dict:
@@ -236,28 +164,25 @@ def _unsupported_columns(settings: Settings, table) -> None:
                             f"cannot read ({c.unsupported}); leave it out of the query, or cast it in a view")
 
 
-def build_plan(settings: Settings, schemas: tuple[dict, dict] | None = None, table=None) -> JoinPlan:
-    """Resolve the configuration into a plan; raises PlanError naming what to fix. A lookup join
-    (RIGHT_LOOKUP_URL) reads its table's catalog, unless ``table`` gives it (``database.TableInfo``).
+def build_plan(settings: Settings, catalog: InputCatalog) -> JoinPlan:
+    """Resolve the configuration against the inputs' catalog (``catalog.read_catalog``: their reader
+    schemas, a lookup join's table) into a plan; raises PlanError naming what to fix. Reads nothing.
 
     Each step below decides one thing; they run in this order, which is the order in which
     problems are reported (the first one found is the error)."""
-    if settings.lookup and table is None:
-        table = describe_lookup_table(settings)
-    if schemas is None:
-        schemas = load_input_schemas(settings, _schema_registry(settings), table)
-    elif table is not None:
-        schemas = (schemas[0], table_schema(table))
+    table = catalog.table
+    schemas = (catalog.left_schema, table_schema(table) if table is not None else catalog.right_schema)
     schemas = with_source_times(settings, schemas)
     columns = _input_columns(settings, schemas)
     names = [tuple(c.name for c in cols) for cols in columns]
     configured_times = _configured_time_columns(settings, names)
     if table is not None:
         _unsupported_columns(settings, table)
-    _unreadable_debezium_columns(settings, schemas)
+    _unreadable_columns(settings, schemas)
     query = _parse_query(settings, names, configured_times, _types(columns))
     kind = _plan_kind(query, settings)
-    if kind is PlanKind.LOOKUP:  # the table's side: the columns the query reads, and nothing else
+    steps = KIND_STEPS[kind]
+    if steps.lookup:  # the table's side: the columns the query reads, and nothing else
         schemas = (schemas[0], table_schema(table, _read_columns(query, names[1])))
         columns = _input_columns(settings, schemas)
         names = [tuple(c.name for c in cols) for cols in columns]
@@ -265,12 +190,12 @@ def build_plan(settings: Settings, schemas: tuple[dict, dict] | None = None, tab
     names = _joined_names(query, names)
     keys = _join_keys(query, names)
     pks = _primary_keys(settings, names)
-    if kind is PlanKind.LOOKUP:
+    if steps.lookup:
         pks[1] = None  # the table's primary key makes no difference to the join's state
-    time_columns = _time_columns(settings, kind, query, names, configured_times)
-    _check_mini_batch(settings, kind)
-    _check_time_bounded_inputs(settings, kind)
-    sides = _side_plans(settings, kind, schemas, columns, names, keys, pks, time_columns, query.inputs)
+    time_columns = steps.time_columns(settings, kind, query, names, configured_times)
+    for check in steps.checks:
+        check(settings, kind)
+    sides = steps.sides(settings, kind, schemas, columns, names, keys, pks, time_columns, query.inputs)
     projection, output_names, output = _projection(query, kind, names)
     schema = _output_schema(settings.output_topic, kind, query.join_type, sides, projection, output_names, output)
     output_key = _output_key(settings, output_names)
@@ -279,11 +204,11 @@ def build_plan(settings: Settings, schemas: tuple[dict, dict] | None = None, tab
         filter_nulls=tuple(not ns for ns in query.null_safe_keys), condition_sql=query.condition_sql,
         condition=query.condition, output=output,
         projection=projection, output_names=output_names, output_schema=schema, output_key=output_key,
-        mini_batch_size=settings.mini_batch_size, retention_ms=_retention(settings, kind),
+        mini_batch_size=settings.mini_batch_size, retention_ms=_retention(settings) if steps.retention else None,
         output_mode=OutputMode(settings.output_mode), interval_ms=_interval_ms(query), window=_window(query),
         state_buckets=DEFAULT_STATE_BUCKETS if settings.state_buckets is None else settings.state_buckets,
-        lookup=_lookup(settings, table, keys, sides) if kind is PlanKind.LOOKUP else None,
-        description=describe(query).replace("processing-time temporal", "lookup") if kind is PlanKind.LOOKUP
+        lookup=_lookup(settings, table, keys, sides) if steps.lookup else None,
+        description=describe(query).replace("processing-time temporal", "lookup") if steps.lookup
         else describe(query),
     )
     _check_types(plan)
@@ -323,13 +248,6 @@ def _input_columns(settings: Settings, schemas) -> list:
                 f"SCHEMA_REGISTRY_URL (subject {getattr(settings, f'{side.lower()}_topic')}-value)"
             raise PlanError(f"{where}: {err}: the {side.lower()} input's values must be Avro records") from None
     return columns
-
-
-def _schema_registry(settings: Settings) -> SchemaRegistry | None:
-    """The schema registry the input schemas come from when no schema file is given."""
-    if not settings.schema_registry_url:
-        return None
-    return SchemaRegistry(settings.schema_registry_url, settings.schema_registry_basic_auth_user_info)
 
 
 def _configured_time_columns(settings: Settings, names) -> tuple[str | None, str | None]:
@@ -400,16 +318,15 @@ def _primary_keys(settings: Settings, names) -> list[tuple[int, ...] | None]:
     return pks
 
 
-def _time_columns(settings: Settings, kind: PlanKind, query: JoinQuery, names, configured_times) -> list[int | None]:
-    """Each input's time column: an interval or window join's time attributes, an event-time
-    temporal join's AS OF column and versioned table time; none for the other joins."""
-    if kind in TIME_BOUNDED_KINDS:
-        return _time_attributes(settings, kind, query, names, configured_times)
-    if kind is PlanKind.TEMPORAL_EVENT_TIME:
-        return _temporal_time_columns(settings, query, names, configured_times)
-    if kind is PlanKind.LOOKUP:
-        return [None, None]
-    if kind is PlanKind.TEMPORAL_PROCESSING_TIME and settings.right_event_time_column:
+def _no_time_columns(settings: Settings, kind: PlanKind, query: JoinQuery, names, configured) -> list[int | None]:
+    """A regular or lookup join has no time columns."""
+    return [None, None]
+
+
+def _processing_time_columns(settings: Settings, kind: PlanKind, query: JoinQuery, names,
+                             configured) -> list[int | None]:
+    """A processing-time temporal join has none, and refuses a versioned table's time."""
+    if settings.right_event_time_column:
         raise PlanError(
             "RIGHT_EVENT_TIME_COLUMN: a processing-time temporal join (FOR SYSTEM_TIME AS OF PROCTIME()) "
             "cannot use a versioned table with an event-time attribute; Flink only allows processing-time "
@@ -453,7 +370,8 @@ def _time_attributes(settings: Settings, kind: PlanKind, query, names, configure
     return out
 
 
-def _temporal_time_columns(settings: Settings, query: JoinQuery, names, configured_times) -> list[int | None]:
+def _temporal_time_columns(settings: Settings, kind: PlanKind, query: JoinQuery, names,
+                           configured_times) -> list[int | None]:
     """An event-time temporal join's times: the left input's AS OF column (its one time attribute)
     and the versioned table's RIGHT_EVENT_TIME_COLUMN."""
     left = _index(names[0], query.left_time_column, "JOIN_SQL (FOR SYSTEM_TIME AS OF)")
@@ -470,20 +388,18 @@ def _temporal_time_columns(settings: Settings, query: JoinQuery, names, configur
     return [left, _index(names[1], settings.right_event_time_column, "RIGHT_EVENT_TIME_COLUMN")]
 
 
-def _check_mini_batch(settings: Settings, kind: PlanKind) -> None:
+def _no_mini_batch(settings: Settings, kind: PlanKind) -> None:
     """Mini-batch folding (MINI_BATCH_SIZE) is for regular joins."""
-    if kind is not PlanKind.REGULAR and settings.mini_batch_size:
+    if settings.mini_batch_size:
         raise PlanError("MINI_BATCH_SIZE: mini-batch folding applies to regular joins only")
 
 
 def _check_time_bounded_inputs(settings: Settings, kind: PlanKind) -> None:
     """An interval or window join takes append-only inputs and cleans its state up by time, without a TTL."""
-    if kind not in TIME_BOUNDED_KINDS:
-        return
     what = "a window join" if kind is PlanKind.WINDOW else "an interval join"
     for var, mode, fmt in (("LEFT_CHANGELOG_MODE", settings.left_changelog_mode, settings.left_format),
                            ("RIGHT_CHANGELOG_MODE", settings.right_changelog_mode, settings.right_format)):
-        if fmt != "rowkind" and mode != "append":
+        if format_of(fmt).changes_in_messages and mode != "append":
             raise PlanError(
                 f"{var.replace('CHANGELOG_MODE', 'FORMAT')}: a {fmt} topic is a changelog (updates and deletes), "
                 f"but the inputs of {what} must be append-only, as in Flink; for an insert-only table set "
@@ -505,7 +421,7 @@ def _check_time_bounded_inputs(settings: Settings, kind: PlanKind) -> None:
             )
 
 
-def _joins_upsert_directly(kind: PlanKind, mode: str, key: tuple[int, ...], pk: tuple[int, ...] | None,
+def _joins_upsert_directly(mode: str, key: tuple[int, ...], pk: tuple[int, ...] | None,
                            filtered: bool = False, keeps_key: bool = True) -> bool:
     """Whether an input goes to the join without a normalize stage.
 
@@ -519,16 +435,15 @@ def _joins_upsert_directly(kind: PlanKind, mode: str, key: tuple[int, ...], pk: 
     retract the row it replaces), and so is one whose primary key its input subquery drops."""
     if filtered or not keeps_key:
         return False
-    return kind is PlanKind.REGULAR and mode == "upsert" and pk is not None and set(key) == set(pk)
+    return mode == "upsert" and pk is not None and set(key) == set(pk)
 
 
 def _side_plans(settings: Settings, kind: PlanKind, schemas, columns, names, keys, pks,
                 time_columns, inputs=(None, None)) -> list[SidePlan]:
     """Each input's plan: its topic, columns, keys, time column, state TTL and how its rows reach the join."""
-    ttls = (settings.left_ttl_ms, settings.right_ttl_ms) if kind is PlanKind.REGULAR else (None, None)
+    steps = KIND_STEPS[kind]
+    ttls = (settings.left_ttl_ms, settings.right_ttl_ms) if steps.side_ttls else (None, None)
     calcs = [_calc(i, columns) for i in inputs]
-    if kind is PlanKind.LOOKUP:
-        return _lookup_sides(settings, schemas, columns, names, keys, pks, calcs[0])
     modes = (settings.left_changelog_mode, settings.right_changelog_mode)
     delays = (settings.left_watermark_delay_ms, settings.right_watermark_delay_ms)
     topics = (settings.left_topic, settings.right_topic)
@@ -536,13 +451,13 @@ def _side_plans(settings: Settings, kind: PlanKind, schemas, columns, names, key
     key_formats = (settings.left_key_format, settings.right_key_format)
     formats = (settings.left_format, settings.right_format)
     given = tuple(f"{side}_changelog_mode" in settings.model_fields_set for side in ("left", "right"))
-    modes = tuple(_debezium_mode(m, f, pk, g) for m, f, pk, g in zip(modes, formats, pks, given))
+    modes = tuple(format_of(f).changelog_mode(m, g, pk) for m, f, pk, g in zip(modes, formats, pks, given))
     sides = []
     for i in (0, 1):
         calc = inputs[i]
         keeps_key = calc is None or calc.kept is None or pks[i] is None or all(names[i][j] in calc.kept for j in pks[i])
-        direct = formats[i] == "rowkind" and _joins_upsert_directly(
-            kind, modes[i], keys[i], pks[i], filtered=calc is not None and calc.filter is not None, keeps_key=keeps_key)
+        direct = format_of(formats[i]).message_keys and steps.direct_upserts and _joins_upsert_directly(
+            modes[i], keys[i], pks[i], filtered=calc is not None and calc.filter is not None, keeps_key=keeps_key)
         sides.append(
             SidePlan(
                 side=i, topic=topics[i], table=tables[i], columns=names[i][:len(columns[i])], calc=calcs[i],
@@ -550,7 +465,7 @@ def _side_plans(settings: Settings, kind: PlanKind, schemas, columns, names, key
                 reader_schema=schemas[i], join_key=keys[i], primary_key=pks[i], changelog_mode=modes[i],
                 time_column=time_columns[i], watermark_delay_ms=delays[i], state_ttl_ms=ttls[i],
                 direct_upsert=direct, key_format=key_formats[i], format=formats[i],
-                source_types=source_types(schemas[i]) if formats[i] != "rowkind" else None,
+                source_types=format_of(formats[i]).source_types(schemas[i]),
             )
         )
         if direct:
@@ -561,19 +476,6 @@ def _side_plans(settings: Settings, kind: PlanKind, schemas, columns, names, key
     return sides
 
 
-def _debezium_mode(mode: str, fmt: str, pk, given: bool) -> str:
-    """An input's changelog mode. A Debezium topic's (service/debezium.py) is the one
-    ``*_CHANGELOG_MODE`` declares (``append``: an insert-only table; ``retract``: the before images
-    retract, REPLICA IDENTITY FULL required; ``upsert``: upserts of the primary key, which it
-    requires), and unset, upserts of its primary key when one is declared, else ``retract``. A
-    Debezium side in retract mode with a primary key joins directly as a rowkind one does (no
-    normalize stage: ``SidePlan.normalized``); in upsert mode it is never joined directly (its
-    message keys are JSON)."""
-    if fmt == "rowkind" or given:
-        return mode
-    return "upsert" if pk else "retract"
-
-
 def _calc(calc, columns) -> dict | None:
     """An input's ``SidePlan.calc`` from JOIN_SQL's ``InputCalc``."""
     if calc is None:
@@ -582,11 +484,13 @@ def _calc(calc, columns) -> dict | None:
             "kept": list(calc.kept) if calc.kept is not None else None}
 
 
-def _lookup_sides(settings: Settings, schemas, columns, names, keys, pks, calc=None) -> list[SidePlan]:
+def _lookup_sides(settings: Settings, kind: PlanKind, schemas, columns, names, keys, pks, time_columns,
+                  inputs=(None, None)) -> list[SidePlan]:
     """A lookup join's stream, grouped by its rows' identity (its primary key, else every column),
     and its table, asked by the lookup key."""
-    mode = _debezium_mode(settings.left_changelog_mode, settings.left_format, pks[0],
-                          "left_changelog_mode" in settings.model_fields_set)
+    calc = _calc(inputs[0], columns)
+    fmt = format_of(settings.left_format)
+    mode = fmt.changelog_mode(settings.left_changelog_mode, "left_changelog_mode" in settings.model_fields_set, pks[0])
     identity = pks[0] if pks[0] else tuple(range(len(names[0])))  # every column the join receives
     left = SidePlan(
         side=0, topic=settings.left_topic, table=settings.left_table_name, columns=names[0][:len(columns[0])], calc=calc,
@@ -594,7 +498,7 @@ def _lookup_sides(settings: Settings, schemas, columns, names, keys, pks, calc=N
         reader_schema=schemas[0], join_key=identity, primary_key=pks[0], changelog_mode=mode,
         state_ttl_ms=settings.left_ttl_ms if mode != "append" else None, key_format=settings.left_key_format,
         lookup_stream=True, format=settings.left_format,
-        source_types=source_types(schemas[0]) if settings.left_format != "rowkind" else None,
+        source_types=fmt.source_types(schemas[0]),
     )
     right = SidePlan(
         side=1, topic="", table=settings.right_table_name, columns=names[1],
@@ -653,12 +557,7 @@ def _output_schema(topic: str, kind: PlanKind, join_type: JoinType, sides, proje
                      condition_sql=None, projection=projection, output_names=output_names, output_schema={},
                      output_key=None, output=output)
     fields = [(name, *draft.output_column_type(i)) for i, name in enumerate(output_names)]
-    return output_schema(_record_name(topic), fields)
-
-
-def _record_name(topic: str) -> str:
-    cleaned = "".join(ch if ch.isalnum() else "_" for ch in topic)
-    return cleaned if cleaned[:1].isalpha() else f"t_{cleaned}"
+    return output_schema(record_name(topic), fields)
 
 
 def _output_key(settings: Settings, output_names: tuple[str, ...]) -> tuple[int, ...] | None:
@@ -668,9 +567,9 @@ def _output_key(settings: Settings, output_names: tuple[str, ...]) -> tuple[int,
     return tuple(_index(output_names, c, "OUTPUT_KEY") for c in settings.output_key)
 
 
-def _retention(settings: Settings, kind: PlanKind) -> tuple[int, int] | None:
+def _retention(settings: Settings) -> tuple[int, int] | None:
     """A temporal join's idle-state retention (min, max) from STATE_TTL."""
-    if kind in (PlanKind.TEMPORAL_EVENT_TIME, PlanKind.TEMPORAL_PROCESSING_TIME) and settings.state_ttl_ms:
+    if settings.state_ttl_ms:
         return (settings.state_ttl_ms, settings.state_ttl_ms * 3 // 2)  # Flink's min/max retention ratio
     return None
 
@@ -752,167 +651,35 @@ def _compile_operator(plan: JoinPlan) -> None:
         raise PlanError("JOIN_SQL: the join condition is too long or too deeply nested to compile; simplify it") from None
 
 
-def explain(plan: JoinPlan) -> str:
-    """The plan as ``check-config`` prints it."""
-    lines = [plan.description or f"{plan.join_type.value} join", f"kind: {plan.kind.value}"]
-    for s in plan.sides:
-        if plan.kind is PlanKind.LOOKUP:
-            lines += _explain_lookup(plan, s)
-            continue
-        keys = ", ".join(s.state_columns[i] for i in s.join_key)
-        pk = ", ".join(s.columns[i] for i in s.primary_key) if s.primary_key else "none"
-        extra = f", event time {s.columns[s.time_column]}" if s.time_column is not None else ""
-        if plan.kind is PlanKind.INTERVAL_PROCESSING_TIME:
-            extra = ", processing time"
-        ttl = f", state TTL {s.state_ttl_ms} ms" if s.state_ttl_ms else ""
-        upsert = ""
-        if s.direct_upsert:
-            upsert = f", joined directly; tombstones by message key, {s.name.upper()}_KEY_FORMAT={s.key_format}"
-        elif s.normalized:
-            upsert = ", normalized per primary key before the join"
-        layout = "" if plan.kind in TIME_BOUNDED_KINDS else f"; state layout {s.layout.value}"
-        if s.primary_key and s.unique_key is None and plan.kind not in TIME_BOUNDED_KINDS:
-            layout += " (JOIN_SQL's subquery does not keep the whole primary key: no unique key)"
-        before = _explain_calc(s)
-        mode = s.changelog_mode
-        if s.format != "rowkind":
-            mode = (f"{s.format}: upserts of the primary key (c, r, u: its row; d: its delete)" if s.changelog_mode == "upsert"
-                    else f"{s.format}: inserts only (append): c, r -> +I; u, d: dead letters "
-                    "(debezium_change_on_append_topic); tombstones, t and m skipped" if s.changelog_mode == "append"
-                    else f"{s.format}: c, r -> +I; u -> -U before, +U after; d -> -D before; tombstones and t skipped"
-                    + ("; the before images retract (REPLICA IDENTITY FULL required); joined directly, no normalize "
-                       "stage" if s.primary_key else ""))
-            mode += "; row schema " + (f"the registry's latest of {s.topic}-value, each message read with its own"
-                                       if s.format == "debezium-avro" else "embedded in the messages"
-                                       if s.source_types is not None else "from the schema file")
-            if s.columns[-1:] == (SOURCE_TIME,):
-                mode += f"; column {SOURCE_TIME}: the envelope's source.ts_ms"
-        lines.append(
-            f"{s.name}: topic {s.topic} as {s.table} ({mode}{upsert}); join key ({keys}); "
-            f"primary key ({pk}){layout}{extra}{ttl}{before}"
-        )
-    if plan.mini_batch_size:
-        lines.append(f"mini-batch: fold up to {plan.mini_batch_size} records per key")
-    lines += _explain_time(plan)
-    key = ", ".join(plan.output_names[i] for i in plan.output_key) if plan.output_key else "none"
-    lines.append(f"output: {', '.join(plan.output_names)}; message key ({key}); {plan.output_mode.value}")
-    if plan.output is not None:
-        computed = [f"{name} = {c['sql']} ({c['type']})" for name, c in zip(plan.output_names, plan.output["columns"])
-                    if "expr" in c]
-        if computed:
-            lines.append("output computed from the joined rows: " + "; ".join(computed))
-        if plan.output.get("where_sql"):
-            lines.append(f"output filtered after the join: WHERE {plan.output['where_sql']} (each change, its "
-                         "retraction as the row it retracts)")
-    lines.append("stages: " + "; then ".join(plan.stages()))
-    if plan.state_buckets:
-        lines.append(f"state: the keys of every stage in {plan.state_buckets} buckets (STATE_BUCKETS; state calls "
-                     "to Spark per bucket of keys)")
-    else:
-        lines.append("state: one Spark grouping key per key (STATE_BUCKETS=0)")
-    return "\n".join(lines)
+@dataclass(frozen=True)
+class KindSteps:
+    """What planning does for one kind of join, where the kinds differ: the one place to look (and
+    to add to) for a new kind. The steps run in :func:`build_plan`'s order."""
+
+    #: Each input's time column: ``(settings, kind, query, names, configured) -> [left, right]``.
+    time_columns: Callable
+    #: The refusals of settings this kind cannot run, in order: ``(settings, kind) -> None``.
+    checks: tuple[Callable, ...] = ()
+    #: Each input's plan: :func:`_side_plans`, or a lookup join's stream and table.
+    sides: Callable = _side_plans
+    #: Per-side state TTLs (``LEFT_STATE_TTL``, ``RIGHT_STATE_TTL``, ``STATE_TTL``) apply to its inputs.
+    side_ttls: bool = False
+    #: An upsert input whose join key is its primary key goes to the join directly.
+    direct_upserts: bool = False
+    #: ``STATE_TTL`` is its idle-state retention (a temporal join's).
+    retention: bool = False
+    #: The right side is a database table (``JoinPlan.lookup``), read by the columns the query uses.
+    lookup: bool = False
 
 
-def _explain_calc(s) -> str:
-    """What JOIN_SQL does to an input's rows before the join, for ``check-config``."""
-    if not s.calc:
-        return ""
-    parts = []
-    if s.calc.get("filter_sql"):
-        parts.append(f"filtered by {s.calc['filter_sql']}")
-    if s.computed:
-        parts.append("computes " + ", ".join(f"{name} = {sql} ({sql_type})" for name, sql_type, _, sql in s.computed))
-    if s.calc.get("kept") is not None:
-        parts.append(f"keeps {', '.join(s.calc['kept']) or 'no input column'} (the others NULL in the join's state)")
-    where = "after the normalize stage" if s.normalized else "before the shuffle"
-    return f"; {where}: " + "; ".join(parts)
+_TIME_BOUNDED = KindSteps(_time_attributes, checks=(_no_mini_batch, _check_time_bounded_inputs))
 
-
-def _explain_lookup(plan: JoinPlan, s) -> list[str]:
-    """A lookup join's stream and table, for ``check-config``."""
-    lookup = plan.lookup
-    if s.side == 0:
-        keyed = {"key": f"grouped by its primary key ({', '.join(s.columns[i] for i in s.primary_key or ())})",
-                 "row": "grouped by the whole row (no LEFT_PRIMARY_KEY: a multiset of rows)",
-                 "none": "append-only: no state"}[lookup["identity"]]
-        ttl = f", state TTL {s.state_ttl_ms} ms" if s.state_ttl_ms else ""
-        key = ", ".join(s.state_columns[i] for i in lookup["left_key"])
-        return [f"left: topic {s.topic} as {s.table} ({s.changelog_mode}); {keyed}; looks up ({key}){ttl}"]
-    table = lookup["table"]
-    unique = "; ".join(", ".join(u) for u in table["unique_keys"]) or "none"
-    lines = [f"right: table {table['table']} in {lookup['url']} as {s.table}; looked up by "
-             f"({', '.join(lookup['key_columns'])}); primary key ({', '.join(table['primary_key'] or ()) or 'none'}); "
-             f"unique keys ({unique})"]
-    for c in table["columns"]:
-        if c["avro_type"] is None:
-            lines.append(f"  column {c['name']}: {c['pg_type']} -> not read ({c['unsupported']})")
-        elif c["name"] not in s.columns:
-            lines.append(f"  column {c['name']}: {c['pg_type']} -> not read (the query does not use it)")
-        else:
-            avro = json.dumps(c["avro_type"]) if isinstance(c["avro_type"], dict) else c["avro_type"]
-            lines.append(f"  column {c['name']}: {c['pg_type']}{'' if c['nullable'] else ' not null'} -> Avro {avro}")
-    cache = lookup["cache"]
-    if cache is None:
-        lines.append(f"lookup: {lookup['batch_size']} keys per query, every micro-batch reads the table as it is "
-                     "(LOOKUP_CACHE=none)")
-    else:
-        expiry = ", ".join(f"{what} {cache[f'expire_after_{what}_s']} s" for what in ("write", "access")
-                           if cache[f"expire_after_{what}_s"]) or "no expiry"
-        lines.append(f"lookup: {lookup['batch_size']} keys per query; a partial cache per Python worker of at most "
-                     f"{cache['max_rows']} keys ({expiry}; missing keys {'cached' if cache['cache_missing_key'] else 'not cached'})")
-    lines.append(f"lookup: query timeout {lookup['query_timeout_s']} s, up to {lookup['max_retries']} retries from "
-                 f"{lookup['retry_backoff_s']} s back-off; the rows each task looked up are pinned under the "
-                 "checkpoint, so a replayed micro-batch joins the same rows")
-    return lines
-
-
-def _explain_time(plan: JoinPlan) -> list[str]:
-    """The time semantics and the state kept per key, for the joins on time."""
-    lines = []
-    if plan.is_event_time:
-        lines.append(
-            f"watermark: the smaller of the inputs' watermarks (largest event time seen minus "
-            f"LEFT_WATERMARK_DELAY={plan.left.watermark_delay_ms} ms / "
-            f"RIGHT_WATERMARK_DELAY={plan.right.watermark_delay_ms} ms), advanced between micro-batches"
-        )
-    if plan.interval_ms is not None:
-        lower, upper = plan.interval_ms
-        l_time, r_time = (("l." + plan.left.columns[plan.left.time_column], "r." + plan.right.columns[plan.right.time_column])
-                          if plan.is_event_time else ("l.proctime", "r.proctime"))
-        domain = ("event time: the operator time is the watermark" if plan.is_event_time else
-                  "processing time: a row's time is the clock when its micro-batch runs, the operator time is the clock")
-        def plus(ms: int) -> str:
-            return f" + {ms} ms" if ms > 0 else f" - {-ms} ms" if ms < 0 else ""
-
-        lines.append(f"interval: a pair matches when {r_time}{plus(lower)} <= {l_time} <= {r_time}{plus(upper)}; {domain}")
-        if lower > upper:
-            lines.append("state: none (the interval is empty, nothing can match: preserved rows are null-padded "
-                         "on arrival, the others discarded)")
-        else:
-            padded = {JoinType.LEFT: "unmatched left rows are null-padded then",
-                      JoinType.RIGHT: "unmatched right rows are null-padded then",
-                      JoinType.FULL: "unmatched rows of both sides are null-padded then"}.get(plan.join_type, "")
-            lines.append(
-                f"state per join key: the rows of both inputs, each kept while a row of the other input may still "
-                f"match it: a left row until the operator time passes its time + {-lower} ms, a right row until "
-                f"it passes its time + {upper} ms; a clean-up timer per key and side removes them"
-                f"{'; ' + padded if padded else ''}; output is insert-only (+I); no row is ever late"
-            )
-    if plan.window is not None:
-        w = plan.window_spec
-        sizes = {WindowKind.TUMBLE: f"size {interval_sql(w.size_ms)}",
-                 WindowKind.HOP: f"slide {interval_sql(w.slide_ms)}, size {interval_sql(w.size_ms)}",
-                 WindowKind.CUMULATE: f"step {interval_sql(w.step_ms)}, max size {interval_sql(w.size_ms)}"}[w.kind]
-        offset = f", offset {interval_sql(w.offset_ms)}" if w.offset_ms else ""
-        lines.append(
-            f"window: {w.kind.value} ({sizes}{offset}) on l.{plan.left.columns[plan.left.time_column]} and "
-            f"r.{plan.right.columns[plan.right.time_column]}; rows join within the same window (window_start, "
-            f"window_end) and join key"
-        )
-        lines.append(
-            "state per join key and window: the rows of both inputs, buffered until the watermark reaches "
-            "window_end - 1; then the window fires (its joined rows are emitted, insert-only +I) and its rows "
-            "are dropped. A row for a window that has already fired is late: dropped from the join and sent "
-            "to the dead-letter topic (reason late)"
-        )
-    return lines
+KIND_STEPS: dict[PlanKind, KindSteps] = {
+    PlanKind.REGULAR: KindSteps(_no_time_columns, side_ttls=True, direct_upserts=True),
+    PlanKind.TEMPORAL_EVENT_TIME: KindSteps(_temporal_time_columns, checks=(_no_mini_batch,), retention=True),
+    PlanKind.TEMPORAL_PROCESSING_TIME: KindSteps(_processing_time_columns, checks=(_no_mini_batch,), retention=True),
+    PlanKind.INTERVAL_EVENT_TIME: _TIME_BOUNDED,
+    PlanKind.INTERVAL_PROCESSING_TIME: _TIME_BOUNDED,
+    PlanKind.WINDOW: _TIME_BOUNDED,
+    PlanKind.LOOKUP: KindSteps(_no_time_columns, checks=(_no_mini_batch,), sides=_lookup_sides, lookup=True),
+}

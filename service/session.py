@@ -8,8 +8,9 @@ import sys
 import threading
 from pathlib import Path
 
-from .config import SPARK_REDACTION_REGEX, URL_USER_INFO, Settings, local_directory
+from .config import Settings, local_directory
 from .metrics import ready_window_seconds
+from .secrets import SPARK_REDACTION_REGEX, URL_USER_INFO
 
 #: Spark fixes it for a checkpoint at its first micro-batch (and records it in every offset log
 #: entry); the producing tasks of exactly-once delivery are its partitions (checkpoint.py).

@@ -45,13 +45,12 @@ def worker_secrets(settings, kafka: bool = True) -> dict:
     if kafka:
         secrets["kafka"] = settings.kafka_properties()
     if settings.lookup:
-        from urllib.parse import parse_qs, unquote, urlparse
+        from .secrets import url_password
 
-        url = urlparse(settings.right_lookup_url)
-        password = (settings.right_lookup_password or url.password
-                    or (parse_qs(url.query).get("password") or [None])[-1])  # the plan's URL has none
+        # the plan's URL has none
+        password = settings.right_lookup_password or url_password(settings.right_lookup_url)
         if password:
-            secrets["lookup_password"] = unquote(password)
+            secrets["lookup_password"] = password
     return secrets
 
 

@@ -22,6 +22,7 @@ import re
 import time
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
+from .errors import ChangejoinError
 from .logs import kafka_logger
 
 log = logging.getLogger(__name__)
@@ -43,7 +44,7 @@ _ANY_PARTITION = -1
 _POLL_EVERY = 1000
 
 
-class KafkaDeliveryError(RuntimeError):
+class KafkaDeliveryError(RuntimeError, ChangejoinError):
     """Some records could not be delivered; ``failures`` lists (topic, error) pairs."""
 
     def __init__(self, message: str, failures: Sequence[Tuple[str, str]] = ()):
@@ -370,39 +371,3 @@ def topic_partitions(
     if md is None or md.error is not None:
         return None
     return len(md.partitions)
-
-
-def newest_values(bootstrap: str, client_props: Optional[Mapping[str, Any]], topic: str, per_partition: int = 5,
-                  timeout: float = 30.0) -> list[bytes]:
-    """The values of up to ``per_partition`` newest records of each partition of ``topic``, newest
-    first (what a debezium-json topic's embedded schema is read from at start); [] for an empty or
-    missing topic."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    consumer = Consumer({"bootstrap.servers": bootstrap, **dict(client_props or {}), "group.id": "changejoin-peek",
-                         "enable.auto.commit": False, "enable.partition.eof": True,
-                         "logger": kafka_logger(client_props)})
-    try:
-        md = consumer.list_topics(topic, timeout=timeout).topics.get(topic)
-        if md is None or md.error is not None:
-            return []
-        found: list[tuple[int, bytes]] = []
-        for partition in md.partitions:
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout)
-            if high <= low:
-                continue
-            consumer.assign([TopicPartition(topic, partition, max(low, high - per_partition))])
-            deadline = time.monotonic() + timeout
-            while time.monotonic() < deadline:
-                msg = consumer.poll(1.0)
-                if msg is None:
-                    continue
-                if msg.error():
-                    break  # the partition's end (or an error): what was read is enough
-                if msg.value() is not None:
-                    found.append((msg.timestamp()[1], msg.value()))
-                if msg.offset() + 1 >= high:
-                    break
-        return [value for _, value in sorted(found, key=lambda f: f[0], reverse=True)]
-    finally:
-        consumer.close()

@@ -96,6 +96,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from .errors import ChangejoinError
 from .logs import kafka_logger
 
 log = logging.getLogger(__name__)
@@ -133,7 +134,7 @@ TOPIC_ID = "topic_id"
 _NOT_PARTITIONS = (HEARTBEAT, LOST, TOPIC_ID)
 
 
-class KafkaSourceError(RuntimeError):
+class KafkaSourceError(RuntimeError, ChangejoinError):
     """The source cannot read what it must read (timeouts, lost data, bad options)."""
 
 

@@ -33,6 +33,8 @@ from __future__ import annotations
 import struct
 from typing import Any, Callable
 
+from .errors import ChangejoinError
+
 #: A read request: ``("v", name)`` a value state's value, ``("m", name, key)`` a map entry.
 Read = tuple
 #: A write request: ``("v", name, data | None)`` a value state updated (None: cleared),
@@ -49,7 +51,7 @@ _HEADER = struct.Struct("!ii")  # version 0, length
 _INT = struct.Struct("!i")
 
 
-class StateError(RuntimeError):
+class StateError(RuntimeError, ChangejoinError):
     """Spark's state server refused a call."""
 
 

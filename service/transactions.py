@@ -61,6 +61,7 @@ import warnings
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Iterable, Iterator, Optional
 
+from .errors import ChangejoinError
 from .logs import kafka_logger
 from .sink import admin_props, delivery_failure, failure_collector, produce_each, producer_config
 
@@ -87,7 +88,7 @@ _UNDIGESTED_HEADERS = frozenset({"reason.detail"})
 _DOCS = "docs/operations.md, \"What operations do\""
 
 
-class TransactionError(RuntimeError):
+class TransactionError(RuntimeError, ChangejoinError):
     """A task's transaction failed; the message names the setting involved where one is."""
 
 

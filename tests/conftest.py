@@ -56,6 +56,48 @@ def pytest_report_header(config) -> str:
     return "changejoin: " + check_imports()
 
 
+#: The tiers without a broker or a Spark query, and the time a test's call may take there: one that
+#: takes longer fails, so the tiers stay quick enough to run at every change (docs/development.md,
+#: "Tests"). Time is CPU time (this process's and that of the processes the test ran and waited
+#: for), which a machine shared with other work does not stretch as it stretches the clock; a call
+#: that waits on real time is held to WAIT_FACTOR times the budget of wall-clock time (times the
+#: machine's load per core, when above 1), and belongs in tests/integration.
+#: ``CHANGEJOIN_TEST_BUDGET_S`` sets the budget (0: none).
+BUDGET_TIERS = ("operators", "service", "expressions")
+BUDGET_S = float(os.environ.get("CHANGEJOIN_TEST_BUDGET_S", "2"))
+WAIT_FACTOR = 5
+_CPU = pytest.StashKey[float]()  # a call's CPU seconds
+
+
+def _cpu_seconds() -> float:
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+    start = _cpu_seconds()
+    yield
+    item.stash[_CPU] = _cpu_seconds() - start
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if not (report.when == "call" and report.passed and BUDGET_S
+            and any(item.get_closest_marker(tier) for tier in BUDGET_TIERS)):
+        return
+    cpu = item.stash.get(_CPU, 0.0)
+    wait = WAIT_FACTOR * BUDGET_S * max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))
+    if cpu > BUDGET_S or report.duration > wait:
+        report.outcome = "failed"
+        report.longrepr = (f"{item.nodeid} took {cpu:.2f} s of CPU in {report.duration:.2f} s: a test of the "
+                           f"{'/'.join(BUDGET_TIERS)} tiers may take {BUDGET_S:g} s of CPU and {wait:.0f} s now "
+                           "(tests/conftest.py BUDGET_S): make it quicker, split it, or move it to tests/integration "
+                           "if it waits on real time")
+
+
 def pytest_collection_modifyitems(config, items) -> None:
     for item in items:
         folder = Path(str(item.fspath)).resolve().relative_to(TESTS_DIR).parts[0]

@@ -159,12 +159,12 @@ def changejoin_reader(scenario: str, sql: str | None = None, timed: bool = False
 
     import fastavro
 
-    from service.planner import build_plan
+    from service.catalog import plan_for
 
     extra = {"LEFT_SCHEMA_FILE": str(TIMED_SCHEMAS / "orders_timed.avsc"),
              "RIGHT_SCHEMA_FILE": str(TIMED_SCHEMAS / "prices_timed.avsc")} if timed else None
     with tempfile.TemporaryDirectory() as work:
-        plan = build_plan(service_settings("127.0.0.1:1", scenario, 1, 1, f"{work}/cp", sql=sql, extra=extra))
+        plan = plan_for(service_settings("127.0.0.1:1", scenario, 1, 1, f"{work}/cp", sql=sql, extra=extra))
     schema = fastavro.parse_schema(plan.output_schema)
 
     def read(msg):

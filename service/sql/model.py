@@ -8,8 +8,10 @@ from dataclasses import dataclass
 
 from operators import JoinType, TemporalKind
 
+from ..errors import ChangejoinError
 
-class QueryError(ValueError):
+
+class QueryError(ValueError, ChangejoinError):
     """The JOIN_SQL query is invalid or outside the supported subset."""
 
 

@@ -158,7 +158,7 @@ def test_builder_makes_a_wheel_with_pinned_dependencies(dockerfile):
 
 
 def test_builder_compiles_the_modules_setup_py_lists(dockerfile):
-    """The wheel carries the extensions setup.py compiles (tests/integration/test_compiled_build.py): the
+    """The wheel carries the extensions setup.py compiles (tests/support/compiled.py tests them): the
     builder copies setup.py, has a C compiler, and pins the build's Cython and setuptools for pip's
     isolated build. (The runtime stage has no compiler: test_java_runtime_and_no_build_tools.)"""
     _, stages = dockerfile

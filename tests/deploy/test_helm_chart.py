@@ -1329,11 +1329,16 @@ def test_rescale_job_takes_its_own_resources(helm):
      "rescale.partitions=8: the state is kept in extraEnv.STATE_BUCKETS=4 buckets, at most one task each: at most 4"),
     (("replicas=0", "rescale.partitions=4", "extraEnv.STATE_BUCKETS=4"), None),
     (("replicas=0", "rescale.partitions=300", "extraEnv.STATE_BUCKETS=0"), None),  # one key per grouping key
+    (RESCALE + ("config.stateBuckets=4",),
+     "rescale.partitions=8: the state is kept in config.stateBuckets=4 buckets, at most one task each: at most 4"),
+    (RESCALE + ("config.stateBuckets=4", "extraEnv.STATE_BUCKETS=16"), "in config.stateBuckets=4 buckets"),
+    (("replicas=0", "rescale.partitions=300", "config.stateBuckets=0"), None),
     (("replicas=0", "rescale.partitions=1"), None),
     (("replicas=0", "rescale.partitions=10000"), None),
 ])
 def test_rescale_template_checks(helm, sets, message):
-    """Refused unless the driver is stopped (replicas 0), and beyond STATE_BUCKETS when extraEnv sets it."""
+    """Refused unless the driver is stopped (replicas 0), and beyond STATE_BUCKETS when
+    config.stateBuckets (or extraEnv) sets it."""
     args = ["template", RELEASE, str(CHART), "--namespace", NAMESPACE, "--kube-version", KUBE_VERSION,
             "-f", values_file("default")]
     for s in sets:

@@ -44,7 +44,7 @@ from devkit.broker_process import free_port
 from service.session import QUIET_JVM_LINES
 from service_harness import SCHEMAS, JoinHarness, drop_replays, read_changelog, retract_table
 from spark_cluster import SparkCluster, socket_ports
-from test_recovery import PARTITIONS, Changelogs, ServiceProcess, caught_up, drive, send, service_env
+from service_process import PARTITIONS, Changelogs, ServiceProcess, caught_up, drive, send, service_env
 
 pytestmark = pytest.mark.integration
 

@@ -44,7 +44,7 @@ from debezium_fixture import ChangeRecord, DebeziumCapture, read_changes, unique
 from kafka_fixture import create_topic
 from service.config import load_settings
 from service_harness import JoinHarness, dead_letters, drop_replays, read_changelog, retract_table, upsert_table
-from test_recovery import (
+from service_process import (
     CATCH_UP_TIMEOUT_S,
     PARTITIONS,
     START_TIMEOUT_S,

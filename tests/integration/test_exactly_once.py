@@ -5,7 +5,7 @@ where at-least-once writes it twice. What operations do to it: a checkpoint rest
 copy, or missing the plan of its last micro-batch, and input whose log start moved before a replay,
 stop the service before anything is written again or skipped; a start aborts what any transactional
 id the checkpoint used left open. The crash tests (SIGKILL at named points) are in
-``test_exactly_once_crashes.py``."""
+``test_crashes.py``."""
 from __future__ import annotations
 
 import os
@@ -74,6 +74,11 @@ def test_a_micro_batch_run_again_after_its_tasks_committed_writes_nothing_twice(
     else:
         # The control: at-least-once writes the batch again (which is what a consumer must drop).
         assert len(replays) == sum(1 for c in before if c.batch == batch) > 0
+    # The micro-batch run again is measured again: its records were read again, their latency is
+    # to this run's commit (docs/operations.md, end-to-end latency).
+    read = sum(sum(b.input.values()) for b in service.batches)
+    assert read >= sum(rerun[0].input.values()) > 0
+    assert service.metrics.registry.get_sample_value("changejoin_end_to_end_latency_seconds_count") == read
     assert retract_table(kept) == retract_table(drop_replays(before)[0])
 
 

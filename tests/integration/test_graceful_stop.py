@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from service_harness import JoinHarness
-from test_recovery import (
+from service_process import (
     PARTITIONS,
     START_TIMEOUT_S,
     Changelogs,

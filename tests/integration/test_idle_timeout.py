@@ -7,10 +7,10 @@ from collections import Counter
 
 import pytest
 
+from service import catalog
 from service.config import load_settings
 from service.decode import InputDecoder
 from service.envelope import HEARTBEAT_GROUP, Tag
-from service.planner import build_plan
 from spark_fakes import FakeTimerValues
 from service_harness import TEMPORAL, JoinHarness, rate, timed_order
 
@@ -24,7 +24,7 @@ def now_ms() -> int:
 
 
 def plan_for(**env):
-    return build_plan(load_settings({
+    return catalog.plan_for(load_settings({
         "KAFKA_BOOTSTRAP_SERVERS": "unused:9092", "LEFT_TOPIC": "orders", "RIGHT_TOPIC": "rates",
         "OUTPUT_TOPIC": "out", **TEMPORAL, **env,
     }))

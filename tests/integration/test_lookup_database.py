@@ -1,4 +1,4 @@
-"""The lookup join's database access (service/database.py) against a real PostgreSQL: what a
+"""The lookup join's database access (service/database/) against a real PostgreSQL: what a
 table's description says, how keys are checked, batched, matched back and cached, and how the
 client rides out a server that goes away, a statement that times out and keys the database
 refuses. Each test has a schema of its own (``pg_schema``); the restart test its own server."""

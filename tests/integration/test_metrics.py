@@ -16,6 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from service.logs import JsonFormatter
 from service.metrics import (JoinMetrics, MetricsServer, descendant_python_rss, input_lag, ready_window_seconds,
                              unix_seconds)
+from service.latency import LATENCY_BUCKETS, Latencies
 from service.pipeline import BatchCounts
 
 
@@ -201,6 +202,43 @@ def test_batch_counts_feed_output_dead_letter_and_late_metrics():
     assert value(m, "changejoin_late_probe_rows_total") == 4
 
 
+def latencies(*counts_and_sum):
+    """A micro-batch's latencies (latency.Latencies): records per bucket of LATENCY_BUCKETS (the
+    rest 0), then their sum."""
+    *counts, total = counts_and_sum
+    out = Latencies()
+    out.counts[:len(counts)] = counts
+    out.sum_seconds = total
+    return out
+
+
+def test_the_end_to_end_latency_histogram_adds_each_batchs_bucket_counts():
+    m = JoinMetrics()
+    name = "changejoin_end_to_end_latency_seconds"
+    # Served at 0 from the start: a histogram that first appears with counts shows rate() nothing.
+    assert value(m, name + "_count") == 0 and value(m, name + "_bucket", le="+Inf") == 0
+    m.observe_batch(BatchCounts(0, latency=latencies(0, 3, 5, 0.95)))  # 3 at most 0.1 s, 5 at most 0.25 s
+    m.observe_batch(BatchCounts(1, latency=latencies(1, 0, 2, 4, 2.6)))
+    m.observe_batch(BatchCounts(2))  # no record read
+    late = Latencies()
+    late.counts[-1], late.sum_seconds = 2, 8_000.0  # past every bound: counted in +Inf only
+    m.observe_batch(BatchCounts(3, latency=late))
+    cumulative = {"0.05": 1, "0.1": 4, "0.25": 11, "0.5": 15, "1.0": 15, "3600.0": 15, "+Inf": 17}
+    for le, n in cumulative.items():
+        assert value(m, name + "_bucket", le=le) == n, le
+    assert value(m, name + "_count") == 17
+    assert value(m, name + "_sum") == pytest.approx(8_003.55)
+    # The text Prometheus scrapes: one histogram, its bounds those of latency.LATENCY_BUCKETS.
+    from prometheus_client import generate_latest
+
+    (family,) = [f for f in text_string_to_metric_families(generate_latest(m.registry).decode()) if f.name == name]
+    assert family.type == "histogram"
+    bounds = [s.labels["le"] for s in family.samples if s.name == name + "_bucket"]
+    assert bounds == [*(str(float(b)) for b in LATENCY_BUCKETS), "+Inf"]
+    with pytest.raises(ValueError, match="bucket counts"):
+        m.end_to_end_latency.add([1, 2], 0.1)
+
+
 def test_query_active_gauge_asks_at_scrape_time_and_survives_a_dead_jvm():
     state = {"active": False}
 
@@ -378,6 +416,7 @@ def test_service_exposes_metrics_and_readiness_while_joining(kafka_bootstrap, sp
     # Thousands of records per bucket (256 buckets, a packed row per bucket and reading task): the
     # metrics and the batch log line must count records, not Spark's rows.
     orders = [("+I", order(i, f"p{i % 500}", 1)) for i in range(4, 20_000)]
+    started = time.time()  # before any record's Kafka timestamp
     h.send_orders([("+I", order(1, "book", 2)), ("+I", order(2, "pen", 3)), ("+I", order(3, "ink", 1)), *orders])
     h.send_prices([("+I", price("book", 12.5))])
     port = free_port()
@@ -401,6 +440,15 @@ def test_service_exposes_metrics_and_readiness_while_joining(kafka_bootstrap, sp
             assert time.monotonic() < deadline, f"metrics did not move: {samples}"
             time.sleep(0.2)
         assert samples[("changejoin_input_records_total", (("side", "left"),))] == 3 + len(orders)
+        # Every record read has its end-to-end latency (records without output too: the orders of
+        # products without a price join nothing yet), each at least 0 and below the time since
+        # before the first was sent, filed at most 1/8 above its value.
+        elapsed = time.time() - started
+        latency = "changejoin_end_to_end_latency_seconds"
+        assert samples[(latency + "_count", ())] == 4 + len(orders)
+        assert 0 < samples[(latency + "_sum", ())] < elapsed * (4 + len(orders))
+        bound = min(b for b in LATENCY_BUCKETS if b >= elapsed * 9 / 8 + 0.001)
+        assert samples[(latency + "_bucket", (("le", str(bound)),))] == 4 + len(orders)
         written = sum(sum(b.output.values()) for b in service.batches)
         assert written >= 4 + len(orders)  # the joined book may be padded first, then retracted (-D) and joined
         assert sum(v for (name, _), v in samples.items() if name == "changejoin_output_records_total") == written

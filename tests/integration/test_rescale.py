@@ -17,12 +17,12 @@ import pytest
 
 from kafka_fixture import create_topic
 from service import checkpoint
+from service.catalog import plan_for
 from service.checkpoint import CheckpointInUse, CheckpointMismatch
 from service.config import load_settings
-from service.planner import build_plan
 from service.rescale import RescaleError, rescale
 from service_harness import REPO_ROOT, SERVICE_PROCESS_ENV, JoinHarness, drop_replays, retract_table
-from test_recovery import (
+from service_process import (
     CATCH_UP_TIMEOUT_S,
     PARTITIONS,
     Changelogs,
@@ -43,7 +43,7 @@ def task_partitions(h: JoinHarness) -> int:
 
 def rescale_in_process(h: JoinHarness, spark, partitions: int) -> str:
     settings = load_settings(h.env)
-    return rescale(settings, build_plan(settings), partitions, spark_session=lambda: spark)
+    return rescale(settings, plan_for(settings), partitions, spark_session=lambda: spark)
 
 
 def test_a_left_join_rescaled_2_to_5_to_3_and_killed_reads_like_an_unrescaled_run(

@@ -1,8 +1,9 @@
 """Interval and window joins end to end, on a real broker and Spark: JOIN_SQL and environment
-variables in, the joined table and the dead letters out."""
+variables in, the joined table and the dead letters out, one event-time interval join and one
+window join through Spark's watermark and timers. The processing-time interval join and a HOP
+window join: tests/service/test_joins_interval_window.py, on the in-memory query driver."""
 import datetime as dt
 import json
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -93,21 +94,6 @@ def test_event_time_left_interval_join_pads_orders_whose_range_expired(shipping)
     assert h.dead_letters() == []
 
 
-def test_processing_time_interval_join_matches_rows_arriving_within_the_interval(shipping):
-    h = shipping("SELECT o.order_id, s.ship_id FROM orders o LEFT JOIN shipments s ON o.order_id = s.order_id "
-                 "AND s.proctime BETWEEN o.proctime AND o.proctime + INTERVAL '2' SECOND",
-                 LEFT_EVENT_TIME_COLUMN="", RIGHT_EVENT_TIME_COLUMN="")
-    # Order 1 and its shipment arrive together; order 2's shipment comes after its 2 s are over.
-    h.send_orders([timed_order(1, 0), timed_order(2, 0)])
-    h.send_shipments([shipment(10, 1, 0)])
-    service = h.run()
-    assert service.plan.kind == "interval_processing_time"
-    time.sleep(3)
-    h.send_shipments([shipment(11, 2, 0)])
-    h.run()
-    assert h.retract_table() == Counter({(1, 10): 1, (2, None): 1})
-
-
 TUMBLE_SQL = (
     "SELECT o.order_id, s.ship_id, o.window_start, s.window_start AS ship_window FROM "
     "TABLE(TUMBLE(TABLE orders, DESCRIPTOR(order_time), INTERVAL '10' SECOND)) o FULL JOIN "
@@ -153,29 +139,3 @@ def test_tumble_full_window_join_and_late_rows_in_the_dead_letter_topic(shipping
     assert dict(order_letter.headers)["trace"] == b"abc" and dict(order_letter.headers)["source.offset"] == b"4"
     assert by_topic[h.prices].value == avro(SHIPMENTS, shipment(13, 1, 9_000))
     assert sum(b.dead_letters.get("late", 0) for b in service.batches) == 2
-
-
-def test_hop_semi_window_join_emits_each_order_once_per_shared_window(shipping):
-    hop = "TABLE(HOP(TABLE {t}, DESCRIPTOR({c}), INTERVAL '5' SECOND, INTERVAL '10' SECOND))"
-    h = shipping(
-        f"SELECT o.order_id, o.window_start, o.window_end FROM {hop.format(t='orders', c='order_time')} o "
-        f"WHERE o.order_id IN (SELECT s.order_id FROM {hop.format(t='shipments', c='ship_time')} s "
-        "WHERE o.window_start = s.window_start AND o.window_end = s.window_end)"
-    )
-    h.send_orders([timed_order(1, 6_000), timed_order(2, 21_000), timed_order(3, 30_000), timed_order(99, FAR_FUTURE)])
-    h.send_shipments([
-        shipment(10, 1, 12_000),   # shares [5 s, 15 s) with order 1
-        shipment(11, 2, 23_000),   # shares both of order 2's windows
-        shipment(12, 2, 24_000),   # a second match: SEMI still emits order 2 once per window
-        shipment(99, 98, FAR_FUTURE),
-    ])
-    h.run()
-    expected = Counter({(1, at(5_000), at(15_000)): 1, (2, at(15_000), at(25_000)): 1,
-                        (2, at(20_000), at(30_000)): 1})
-    assert h.retract_table() == expected
-    # A HOP row belongs to two windows; late for both, it is one dead letter saying so.
-    h.send_shipments([shipment(13, 3, 31_000)])
-    h.run()
-    assert h.retract_table() == expected
-    (letter,) = late_letters(h)
-    assert b"2 window(s)" in dict(letter.headers)["reason.detail"]

@@ -1,10 +1,12 @@
-"""Temporal joins and state TTL end to end, on a real broker and Spark."""
-import time
+"""Temporal joins end to end, on a real broker and Spark: an event-time join through Spark's
+watermark and timers, and the processing-time join. The inner event-time join, an upsert versioned
+table, the refused processing-time join of a versioned table and state TTL:
+tests/service/test_joins_temporal.py, on the in-memory query driver."""
 from collections import Counter
 
 import pytest
 
-from service_harness import TEMPORAL, JoinHarness, order, price, rate, timed_order
+from service_harness import TEMPORAL, JoinHarness, rate, timed_order
 
 pytestmark = pytest.mark.integration
 
@@ -23,7 +25,7 @@ EVENT_TIME_SQL = (
 )
 
 
-@pytest.mark.parametrize("join, padded", [("LEFT", True), ("", False)], ids=["left", "inner"])
+@pytest.mark.parametrize("join, padded", [("LEFT", True)], ids=["left"])
 def test_event_time_join_uses_the_version_at_the_probe_time_and_dead_letters_late_rows(temporal, join, padded):
     h = temporal(EVENT_TIME_SQL.format(join=join), RIGHT_EVENT_TIME_COLUMN="rate_time",
                  LEFT_WATERMARK_DELAY="1s", RIGHT_WATERMARK_DELAY="1s")
@@ -49,29 +51,6 @@ def test_event_time_join_uses_the_version_at_the_probe_time_and_dead_letters_lat
     assert sum(b.dead_letters.get("late", 0) for b in service.batches) == 1
 
 
-def test_event_time_join_over_an_upsert_versioned_table(temporal, kafka_bootstrap):
-    """An upsert topic as the versioned table: normalized first, its -U dropped before the join (as
-    Flink does), so an update adds a version instead of erasing the one before it."""
-    from kafka_fixture import produce
-    from service_harness import RATES, avro
-
-    h = temporal(EVENT_TIME_SQL.format(join="LEFT"), RIGHT_EVENT_TIME_COLUMN="rate_time",
-                 RIGHT_CHANGELOG_MODE="upsert")
-    produce(kafka_bootstrap, h.prices, [
-        (b"USD", avro(RATES, rate("USD", 1.1, 1_000))),
-        (b"EUR", avro(RATES, rate("EUR", 0.9, 1_000))),
-        (b"USD", avro(RATES, rate("USD", 1.2, 5_000))),   # a new version of USD
-        (b"EUR", None),                                   # deletes EUR's (only) version
-        (b"ANY", avro(RATES, rate("ANY", 1.0, 100_000))),
-    ])
-    h.send_orders([("+I", timed_order(1, "USD", 10, 2_000)), ("+I", timed_order(3, "USD", 30, 6_000)),
-                   ("+I", timed_order(2, "EUR", 20, 3_000)), ("+I", timed_order(9, "ANY", 1, 100_000))])
-    service = h.run()
-    assert service.plan.right.normalized
-    assert h.retract_table() == Counter({(1, "USD", 10.0, 1.1): 1, (3, "USD", 30.0, 1.2): 1,
-                                         (2, "EUR", 20.0, None): 1, (9, "ANY", 1.0, 1.0): 1})
-
-
 def test_processing_time_join_uses_the_build_row_present_at_arrival(temporal):
     h = temporal("SELECT o.order_id, r.rate FROM orders AS o LEFT JOIN rates FOR SYSTEM_TIME AS OF PROCTIME() AS r "
                  "ON o.currency = r.currency", RIGHT_PRIMARY_KEY="currency")
@@ -85,26 +64,3 @@ def test_processing_time_join_uses_the_build_row_present_at_arrival(temporal):
     h.run()
     # Earlier results are never revised: order 1 keeps the rate it saw.
     assert h.retract_table() == Counter({(1, 1.1): 1, (2, None): 1, (3, 1.3): 1})
-
-
-def test_processing_time_join_against_a_versioned_table_is_refused(temporal):
-    from service.config import load_settings
-    from service.plan import PlanError
-    from service.planner import build_plan
-
-    h = temporal("SELECT o.order_id, r.rate FROM orders AS o JOIN rates FOR SYSTEM_TIME AS OF PROCTIME() AS r "
-                 "ON o.currency = r.currency", RIGHT_EVENT_TIME_COLUMN="rate_time")
-    with pytest.raises(PlanError, match="processing-time temporal join"):
-        build_plan(load_settings(h.env))
-
-
-@pytest.mark.parametrize("ttl, joined", [("2s", False), ("1h", True)], ids=["expired", "kept"])
-def test_state_ttl_expires_rows_not_written_within_the_ttl(kafka_bootstrap, spark, tmp_path, new_topic, ttl, joined):
-    h = JoinHarness(kafka_bootstrap, spark, tmp_path, new_topic, STATE_TTL=ttl,
-                    JOIN_SQL="SELECT o.order_id, p.price FROM orders o JOIN prices p ON o.product = p.product")
-    h.send_orders([("+I", order(1, "book", 2))])
-    h.run()
-    time.sleep(3)  # let the 2 s TTL pass (processing time); the 1 h one does not
-    h.send_prices([("+I", price("book", 12.5))])
-    h.run()
-    assert h.retract_table() == (Counter({(1, 12.5): 1}) if joined else Counter())

@@ -10,7 +10,7 @@ from collections import Counter
 import pytest
 
 from bench.harness.data import changelogs, data_of, debezium, debezium_topics, json_value, topics
-from service.debezium import DebeziumDecoder
+from service.formats.debezium_json import DebeziumDecoder
 
 SIDES = {  # columns, Avro types, nullable, primary key (schemas/orders.avsc, schemas/prices.avsc)
     "orders": (("order_id", "product", "quantity"), ("long", "string", "int"), (False, False, False), (0,)),
@@ -58,14 +58,14 @@ def test_the_debezium_messages_materialize_to_the_rowkind_changelogs_table(upser
 
 def test_the_debezium_scenario_is_left_pk_on_its_debezium_json_topics(tmp_path):
     from bench.harness.changejoin import service_settings
-    from service.planner import build_plan
+    from service.catalog import plan_for
 
     assert data_of("debezium") == "left-pk"
     assert topics("debezium")[:2] == debezium_topics("left-pk") != topics("left-pk")[:2]
     settings = service_settings("127.0.0.1:1", "debezium", 1, 1, str(tmp_path / "cp"))
     assert (settings.left_format, settings.right_format) == ("debezium-json", "debezium-json")
-    plan = build_plan(settings)  # row schemas from the schema files: no broker asked
-    rowkind = build_plan(service_settings("127.0.0.1:1", "left-pk", 1, 1, str(tmp_path / "cp2")))
+    plan = plan_for(settings)  # row schemas from the schema files: no broker asked
+    rowkind = plan_for(service_settings("127.0.0.1:1", "left-pk", 1, 1, str(tmp_path / "cp2")))
     assert plan.output_schema["fields"] == rowkind.output_schema["fields"]
 
 
@@ -73,11 +73,11 @@ def test_changejoin_retract_runs_the_debezium_scenario_in_retract_mode_and_is_re
     from bench.harness.changejoin import service_settings
     from bench.harness.peers import RETRACT_ENV, systems_of
     from bench.harness.report import format_cost
-    from service.planner import build_plan
+    from service.catalog import plan_for
 
     systems = ["changejoin", "changejoin-rowkind", "changejoin-retract"]
     assert systems_of("debezium", systems) == systems and systems_of("left-pk", systems) == ["changejoin"]
-    plan = build_plan(service_settings("127.0.0.1:1", "debezium", 1, 1, str(tmp_path / "cp"), extra=RETRACT_ENV))
+    plan = plan_for(service_settings("127.0.0.1:1", "debezium", 1, 1, str(tmp_path / "cp"), extra=RETRACT_ENV))
     assert [(s.changelog_mode, s.normalized) for s in plan.sides] == [("retract", False)] * 2
     runs = [{"system": system, "round": n, "in_rate": rate} for n in (1, 2)
             for system, rate in (("changejoin", 700.0), ("changejoin-rowkind", 1000.0), ("changejoin-retract", 910.0))]

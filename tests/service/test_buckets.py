@@ -306,10 +306,10 @@ from collections import Counter  # noqa: E402
 
 import fastavro  # noqa: E402
 
+from service.catalog import plan_for  # noqa: E402
 from service.config import load_settings  # noqa: E402
 from service.decode import InputDecoder  # noqa: E402
 from service.envelope import Target, unpack  # noqa: E402
-from service.planner import build_plan  # noqa: E402
 from service.processor import JoinProcessor, NormalizeProcessor, UpsertProcessor  # noqa: E402
 from service.source import KafkaRecord  # noqa: E402
 from service_harness import ORDERS, PRICES, avro  # noqa: E402
@@ -318,6 +318,8 @@ from state_server import WireHandle  # noqa: E402
 from test_config import VALID  # noqa: E402
 from test_plan import TIMED  # noqa: E402
 from test_window_late_rows import SHIPMENTS, TIMED_ORDERS  # noqa: E402
+
+
 
 LEFT_PK = {"JOIN_SQL": "SELECT o.order_id, o.product, o.quantity, p.price FROM orders o LEFT JOIN prices p "
                        "ON o.product = p.product"}
@@ -332,7 +334,7 @@ class Query:
         state objects (spark_fakes.KeyedHandle)."""
         settings = {name: value for name, value in {**VALID, **env}.items() if value is not None}
         self._handle = WireHandle if wire else KeyedHandle
-        self._stages(build_plan(load_settings({**settings, "STATE_BUCKETS": str(buckets)})))
+        self._stages(plan_for(load_settings({**settings, "STATE_BUCKETS": str(buckets)})))
 
     @classmethod
     def of_plan(cls, plan) -> "Query":
@@ -382,7 +384,7 @@ def written(rows) -> Counter:
         elif r.target == Target.OUTPUT:
             out[("change", r.kind, pickle.loads(r.payload))] += 1
         elif r.target == Target.TALLY:
-            out[("records read", r.kind)] += pickle.loads(r.payload)
+            out[("records read", r.kind)] += pickle.loads(r.payload)[0]  # envelope.tally_envelope
         else:
             assert r.target == Target.DEAD_LETTER, r.target
             out[("dead letter", r.kind, repr(sorted(pickle.loads(r.payload).items())))] += 1
@@ -621,7 +623,7 @@ from service.plan import DEFAULT_STATE_BUCKETS  # noqa: E402
 
 def bucket_plan(buckets: str | None):
     env = {**VALID, **LEFT_PK} if buckets is None else {**VALID, **LEFT_PK, "STATE_BUCKETS": buckets}
-    return build_plan(load_settings(env)), buckets is not None
+    return plan_for(load_settings(env)), buckets is not None
 
 
 def test_a_new_checkpoint_takes_the_default_count_and_records_it(tmp_path):

@@ -8,9 +8,9 @@ import pytest
 
 from operators.testing import LocalRunner
 from service import checkpoint
+from service.catalog import plan_for
 from service.checkpoint import CheckpointMismatch, reconcile
 from service.config import load_settings
-from service.planner import build_plan
 from service.sparkstate import KeyCodec, SparkKeyState
 from test_config import SCHEMAS, VALID
 
@@ -24,7 +24,7 @@ def plan(tmp_path, orders=None, **env):
         path = tmp_path / f"orders-{abs(hash(json.dumps(orders)))}.avsc"
         path.write_text(json.dumps(orders))
         settings["LEFT_SCHEMA_FILE"] = str(path)
-    return build_plan(load_settings(settings))
+    return plan_for(load_settings(settings))
 
 
 def with_fields(*fields, drop=()):

@@ -1,7 +1,7 @@
 """The modules a wheel carries compiled (setup.py's ``COMPILED``): none hands Spark a function it
 pickles by value (cloudpickle cannot pickle a compiled closure; it pickles a compiled module's
 classes and top-level functions by name), and ``check-config`` says which run compiled. The
-tests that run through the compiled extensions: tests/integration/test_compiled_build.py."""
+tests that run through the compiled extensions: tests/support/compiled.py (TESTS)."""
 from __future__ import annotations
 
 import ast
@@ -72,7 +72,7 @@ def test_every_compiled_module_exists_and_none_is_a_package_init():
 
 def test_check_config_says_whether_the_modules_run_compiled():
     """``changejoin check-config``'s build line names the compiled modules: all of setup.py's
-    list in a build (test_compiled_build.py runs this test through one), none in a checkout."""
+    list in a build (the compiled build's run, tests/support/compiled.py, runs this test through one), none in a checkout."""
     from service.cli import build_description, compiled_modules
 
     if os.environ.get(BUILD_VARIABLE):

@@ -9,7 +9,8 @@ from decimal import Decimal
 import pytest
 
 from service.deadletters import DeadLetterError
-from service.debezium import DebeziumDecoder, FormatError, row_schema, unsupported_columns, value_reader
+from service.formats.connect import FormatError, row_schema, unsupported_columns, value_reader
+from service.formats.debezium_json import DebeziumDecoder
 
 I, UB, UA, D = 0, 1, 2, 3
 COLUMNS = ("id", "name", "balance")

@@ -16,15 +16,10 @@ from schema_registry_fake import fake_schema_registry, schema_registry_url  # no
 
 from service.avro import SchemaRegistry, record_columns
 from service.deadletters import DeadLetterError
-from service.debezium import (
-    SOURCE_TIME,
-    SOURCE_TIME_TYPE,
-    DebeziumAvroDecoder,
-    DebeziumDecoder,
-    avro_row_schema,
-    row_schema,
-    unsupported_columns,
-)
+from service.formats.connect import row_schema, unsupported_columns
+from service.formats.debezium import SOURCE_TIME, SOURCE_TIME_TYPE
+from service.formats.debezium_avro import DebeziumAvroDecoder, avro_row_schema
+from service.formats.debezium_json import DebeziumDecoder
 
 I, UB, UA, D = 0, 1, 2, 3
 UTC = dt.timezone.utc

@@ -13,8 +13,8 @@ import pytest
 from bench.harness.changejoin import service_settings
 from bench.harness.data import changelogs, debezium, json_value, topics
 from bench.harness.peers import RETRACT_ENV
+from service.catalog import plan_for
 from service.envelope import Target, unpack
-from service.planner import build_plan
 from service.source import KafkaRecord
 from test_buckets import Query
 
@@ -26,7 +26,7 @@ def stages(checkpoint: str, env: dict, buckets: int) -> Query:
     with Spark's state faked per stage, for the bench's settings plus ``env``."""
     settings = service_settings("127.0.0.1:1", "debezium", 1, 1, checkpoint,
                                 extra={**env, "STATE_BUCKETS": str(buckets)})
-    return Query.of_plan(build_plan(settings))
+    return Query.of_plan(plan_for(settings))
 
 
 def batches(rows: int, per_batch: int) -> list[list]:

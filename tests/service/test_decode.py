@@ -4,17 +4,17 @@ import pickle
 import pytest
 
 from operators import RowKind
+from service.catalog import plan_for
 from service.config import load_settings
 from service.decode import InputDecoder
 from service.envelope import Tag, join_key_group
-from service.planner import build_plan
 from service.source import KafkaRecord
 from service_harness import ORDERS, avro, order
 from test_config import VALID
 
 
 def decoder(**env):
-    plan = build_plan(load_settings({**VALID, **env}))
+    plan = plan_for(load_settings({**VALID, **env}))
     return InputDecoder(plan, 0, "rowkind", None)
 
 
@@ -62,7 +62,7 @@ def test_an_event_time_no_calendar_can_hold_is_a_dead_letter_not_a_crash(millis)
     """rates.rate_time is a plain long (epoch millis): any value decodes, not every one is a time."""
     from service_harness import RATES, TEMPORAL
 
-    plan = build_plan(load_settings({**VALID, "LEFT_TOPIC": "orders", "RIGHT_TOPIC": "rates", **TEMPORAL}))
+    plan = plan_for(load_settings({**VALID, "LEFT_TOPIC": "orders", "RIGHT_TOPIC": "rates", **TEMPORAL}))
     rates = InputDecoder(plan, 1, "rowkind", None)
     good = decode(rates, record(avro(RATES, {"currency": "EUR", "rate": 1.1, "rate_time": 1_700_000_000_000}),
                                 [("rowkind", b"+I")]))
@@ -72,3 +72,28 @@ def test_an_event_time_no_calendar_can_hold_is_a_dead_letter_not_a_crash(millis)
     assert dead[1] == Tag.DEAD_LETTER
     letter = pickle.loads(dead[3])
     assert letter["reason"] == "invalid_event_time" and "rate_time" in letter["detail"]
+
+
+def test_a_debezium_upsert_stream_filtered_before_a_lookup_keeps_each_keys_changes_in_one_group():
+    """One path for every format: an upsert input's changes go to the stage keyed by its primary
+    key under that key, its row and its delete alike, after JOIN_SQL's filter (before the path was
+    one, a Debezium stream of a lookup join filtered in JOIN_SQL grouped its rows by join key and
+    its deletes by primary key, so a delete missed the row it deletes)."""
+    import json
+
+    from test_lookup_plan import LOOKUP, PRODUCTS
+
+    from service.envelope import JK, message_key_group
+
+    settings = load_settings({**LOOKUP, "LEFT_FORMAT": "debezium-json",
+                              "JOIN_SQL": "SELECT o.order_id, p.name FROM orders o LEFT JOIN products FOR SYSTEM_TIME "
+                                          "AS OF PROCTIME() AS p ON o.product = p.product WHERE o.quantity > 1"})
+    plan = plan_for(settings, table=PRODUCTS)
+    assert plan.left.changelog_mode == "upsert" and plan.left.calc is not None
+    dec = InputDecoder(plan, 0, "rowkind", None)
+    row = {"order_id": 7, "product": "ink", "quantity": 3}
+    created, deleted = (list(dec.map(record(json.dumps({"op": op, "before": b, "after": a}).encode())))
+                        for op, b, a in (("c", None, row), ("d", row, None)))
+    expected = message_key_group(join_key_group((7,)))
+    assert [e[JK] for e in created + deleted] == [expected, expected]
+    assert [e[2] for e in created + deleted] == [int(RowKind.UPDATE_AFTER), int(RowKind.DELETE)]

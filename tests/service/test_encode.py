@@ -5,10 +5,10 @@ records are compared as tuples."""
 import pickle
 
 from operators import RowKind
+from service import catalog
 from service.config import load_settings
 from service.decode import InputDecoder
 from service.encode import OutputEncoder
-from service.planner import build_plan
 from service.envelope import Target
 from service.envelope import pack as pack_changes
 from service.envelope import unpack as unpack_changes
@@ -27,7 +27,7 @@ PER_KEY = {"STATE_BUCKETS": "0"}
 
 
 def plan_for(**env):
-    return build_plan(load_settings({**VALID, **PER_KEY, "JOIN_SQL": LEFT_JOIN, **env}))
+    return catalog.plan_for(load_settings({**VALID, **PER_KEY, "JOIN_SQL": LEFT_JOIN, **env}))
 
 
 def encoder_for(plan, **env):

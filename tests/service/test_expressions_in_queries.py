@@ -12,12 +12,13 @@ import pytest
 
 from operators import RowKind
 from operators.testing import LocalRunner
+from service import catalog
 from service import checkpoint
 from service.config import load_settings
 from service.decode import InputDecoder
 from service.envelope import Tag, join_key_group
+from service.explain import explain
 from service.plan import JoinPlan, PlanError
-from service.planner import build_plan, explain
 from service.source import KafkaRecord
 from service_harness import avro
 
@@ -34,7 +35,7 @@ T0 = dt.datetime(2024, 1, 5, 10, 20, 30, 123000, tzinfo=dt.timezone.utc)
 
 
 def plan_for(sql: str, **env) -> JoinPlan:
-    return build_plan(load_settings({**ENV, "JOIN_SQL": sql, **env}))
+    return catalog.plan_for(load_settings({**ENV, "JOIN_SQL": sql, **env}))
 
 
 def line(order_id, email="A@x.io", quantity=2, price="12.50", status="NEW", code=None, product="book"):
@@ -279,7 +280,7 @@ TIMED = {"KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1", "LEFT_TOPIC": "orders", "OUTP
 
 
 def timed_plan(sql: str, **env) -> JoinPlan:
-    return build_plan(load_settings({**TIMED, "JOIN_SQL": sql, **env}))
+    return catalog.plan_for(load_settings({**TIMED, "JOIN_SQL": sql, **env}))
 
 
 def test_a_temporal_join_takes_a_subquery_of_its_probe_side_and_expressions():

@@ -7,9 +7,9 @@ import logging
 import pytest
 
 from service.app import Service, log_fatal
+from service.catalog import plan_for
 from service.config import load_settings
 from service.logs import JsonFormatter
-from service.planner import build_plan
 from service.session import DAEMON_BROKEN_PIPE, TASK_ATTEMPTS, _relay_jvm_stderr, expect_stop, with_task_retries
 from test_config import VALID
 
@@ -60,7 +60,7 @@ def test_the_cause_of_a_python_error_wrapped_by_spark_is_the_exception_its_trace
 
 def test_a_service_that_cannot_start_exits_1_with_the_cause(json_log, monkeypatch):
     settings = load_settings(VALID)
-    service = Service(settings, build_plan(settings), spark=object())
+    service = Service(settings, plan_for(settings), spark=object())
 
     def fail():
         raise ConnectionError("broker kafka:9092 is unreachable")

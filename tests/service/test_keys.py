@@ -9,12 +9,13 @@ import pytest
 from operators import RowKind
 from schema_registry_fake import fake_schema_registry, schema_registry_url  # noqa: F401
 from service.avro import DecodeError, SchemaRegistry
+from service.catalog import plan_for
 from service.config import load_settings
 from service.decode import InputDecoder
 from service.envelope import Tag, join_key_group
+from service.explain import explain
 from service.keys import KeyDecoder
 from service.plan import PlanError, SidePlan
-from service.planner import build_plan, explain
 from service.source import KafkaRecord
 from service_harness import PRICES, avro, price
 from test_config import VALID
@@ -92,7 +93,7 @@ def test_auto_keys_without_a_registry(avro_type, key, value):
 
 
 def direct_decoder(**env):
-    plan = build_plan(load_settings({**VALID, "RIGHT_CHANGELOG_MODE": "upsert", **env}))
+    plan = plan_for(load_settings({**VALID, "RIGHT_CHANGELOG_MODE": "upsert", **env}))
     assert plan.right.direct_upsert
     return InputDecoder(plan, 1, "rowkind", None)
 
@@ -117,12 +118,12 @@ def test_an_unreadable_tombstone_key_is_a_dead_letter_and_a_disagreeing_key_a_wa
 
 
 def test_the_plan_joins_an_upsert_input_directly_only_when_its_join_key_is_its_primary_key():
-    plan = build_plan(load_settings({**VALID, "LEFT_CHANGELOG_MODE": "upsert", "RIGHT_CHANGELOG_MODE": "upsert"}))
+    plan = plan_for(load_settings({**VALID, "LEFT_CHANGELOG_MODE": "upsert", "RIGHT_CHANGELOG_MODE": "upsert"}))
     assert (plan.left.direct_upsert, plan.left.normalized) == (False, True)   # joined on product, keyed by order_id
     assert (plan.right.direct_upsert, plan.right.normalized) == (True, False)  # keyed and joined by product
     assert "joined directly" in explain(plan) and "normalized" in explain(plan)
     with pytest.raises(PlanError, match="LEFT_KEY_FORMAT"):
-        build_plan(load_settings({**VALID, "LEFT_CHANGELOG_MODE": "upsert", "LEFT_PRIMARY_KEY": "product,order_id",
+        plan_for(load_settings({**VALID, "LEFT_CHANGELOG_MODE": "upsert", "LEFT_PRIMARY_KEY": "product,order_id",
                                   "LEFT_KEY_FORMAT": "raw",
                                   "JOIN_SQL": "SELECT o.order_id FROM orders o JOIN prices p "
                                               "ON o.product = p.product AND o.order_id = p.price"}))

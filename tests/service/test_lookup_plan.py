@@ -6,10 +6,11 @@ from pathlib import Path
 import pytest
 
 from operators.lookup import Identity
+from service.catalog import plan_for
 from service.config import ConfigError, load_settings
 from service.database import TableInfo
+from service.explain import explain
 from service.plan import PlanError, PlanKind
-from service.planner import build_plan, explain
 from service.shipping import worker_config, worker_secrets
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
@@ -31,7 +32,7 @@ PRODUCTS = TableInfo.from_dict({
 
 
 def plan(**env):
-    return build_plan(load_settings({k: v for k, v in {**LOOKUP, **env}.items() if v is not None}), table=PRODUCTS)
+    return plan_for(load_settings({k: v for k, v in {**LOOKUP, **env}.items() if v is not None}), table=PRODUCTS)
 
 
 def problems(**env) -> str:
@@ -142,7 +143,7 @@ DECIMAL_10_2 = {"type": "bytes", "logicalType": "decimal", "precision": 10, "sca
 def test_the_join_reads_only_the_table_columns_its_query_uses():
     wide = table(PRODUCT, ("supplier", "text", "text", "string", False), NAME,
                  ("price", "numeric(10,2)", "numeric", DECIMAL_10_2, True), ("legacy", "integer", "int4", "int", True))
-    p = build_plan(load_settings({**LOOKUP, "JOIN_SQL": (
+    p = plan_for(load_settings({**LOOKUP, "JOIN_SQL": (
         "SELECT o.order_id, p.name FROM orders o LEFT JOIN products FOR SYSTEM_TIME AS OF PROCTIME() AS p "
         "ON o.product = p.product AND p.price > 0")}), table=wide)
     assert p.right.columns == ("product", "name", "price")  # the key, the SELECT list's and the condition's
@@ -155,7 +156,7 @@ def test_the_join_reads_only_the_table_columns_its_query_uses():
 def reconcile(tmp_path, catalog, **env):
     from service import checkpoint
 
-    return checkpoint.reconcile(build_plan(load_settings({**LOOKUP, **env}), table=catalog), str(tmp_path))
+    return checkpoint.reconcile(plan_for(load_settings({**LOOKUP, **env}), table=catalog), str(tmp_path))
 
 
 def test_the_checkpoint_holds_only_what_the_join_reads_of_the_table(tmp_path):
@@ -207,14 +208,14 @@ def test_a_lookup_key_of_two_kinds_of_number_is_refused_naming_the_cast(tmp_path
         f"SELECT o.order_id, p.name FROM orders o JOIN products FOR SYSTEM_TIME AS OF PROCTIME() AS p "
         f"ON o.{stream_column} = p.product")}
     with pytest.raises(PlanError) as refused:
-        build_plan(load_settings(env), table=table(table_column, NAME))
+        plan_for(load_settings(env), table=table(table_column, NAME))
     message = str(refused.value)
     assert message.startswith(f"JOIN_SQL: the lookup key orders.{stream_column} (")
     assert f"AS {cast}) AS product_{cast.split()[0]}" in message and "Flink" in message and "\n" not in message
     # The same stream column against a table column of its kind is planned.
     same = {"quantity_d": ("product", "double precision", "float8", "double", False),
             "amount": ("product", "numeric(9,2)", "numeric", {**DECIMAL_10_2, "precision": 9}, False)}[stream_column]
-    assert build_plan(load_settings(env), table=table(same, NAME)).kind is PlanKind.LOOKUP
+    assert plan_for(load_settings(env), table=table(same, NAME)).kind is PlanKind.LOOKUP
 
 
 def test_a_read_column_made_not_null_is_refused_saying_so(tmp_path):

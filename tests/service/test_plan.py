@@ -3,18 +3,18 @@ import re
 
 import pytest
 
-# the fixtures are imported to be used by name
-from schema_registry_fake import fake_schema_registry, schema_registry_url  # noqa: F401
-
+from service.avro import load_schema_file
+from service.catalog import read_catalog
 from service.config import load_settings
+from service.explain import explain
 from service.plan import JoinPlan, PlanError
-from service.planner import build_plan, explain
+from service.planner import build_plan
 from test_config import VALID
 
 
 def plan_for(**env):
     settings = load_settings({**VALID, **env})
-    return settings, build_plan(settings)
+    return settings, build_plan(settings, read_catalog(settings))
 
 
 def test_layouts_follow_join_key_and_primary_key():
@@ -254,23 +254,42 @@ ORDERS_CDC = [{"field": "order_id", "type": "int64", "optional": False},
 DEBEZIUM_AVRO = {"LEFT_FORMAT": "debezium-avro", "LEFT_SCHEMA_FILE": None}
 
 
-def registered_orders(fake, columns=ORDERS_CDC) -> None:
+class Registry:
+    """Where the catalog finds the reader schemas, as the test gives them (``formats.SchemaSources``):
+    schema files, and the subjects' latest schemas; no server."""
+
+    def __init__(self, **subjects):
+        self.subjects = subjects
+
+    def schema_file(self, path: str) -> dict:
+        return load_schema_file(path)
+
+    def latest(self, subject: str):
+        if subject not in self.subjects:
+            raise LookupError(f"subject {subject} not found")
+        return 1, self.subjects[subject]
+
+    def newest_values(self, topic: str):
+        raise AssertionError(f"no topic is read here ({topic})")
+
+
+def registered_orders(columns=ORDERS_CDC) -> Registry:
     """orders-value: a Debezium envelope as Confluent's AvroConverter registers it."""
     from debezium_avro import avro_schema
     from test_debezium_avro import connect_envelope
 
-    fake.register("orders-value", avro_schema(connect_envelope(columns)))
+    return Registry(**{"orders-value": avro_schema(connect_envelope(columns))})
 
 
-def avro_plan(url, **env):
-    settings = load_settings({k: v for k, v in {**VALID, **DEBEZIUM_AVRO, "SCHEMA_REGISTRY_URL": url, **env}.items()
-                              if v is not None})
-    return build_plan(settings)
+def avro_plan(registry: Registry, **env):
+    settings = load_settings({k: v for k, v in {**VALID, **DEBEZIUM_AVRO, "SCHEMA_REGISTRY_URL": "http://registry:8081",
+                                                 **env}.items() if v is not None})
+    return build_plan(settings, read_catalog(settings, sources=registry))
 
 
-def test_a_debezium_avro_topics_row_schema_is_the_registrys(fake_schema_registry, schema_registry_url):
-    registered_orders(fake_schema_registry)
-    plan = avro_plan(schema_registry_url)
+def test_a_debezium_avro_topics_row_schema_is_the_registrys():
+    registry = registered_orders()
+    plan = avro_plan(registry)
     assert plan.left.columns == ("order_id", "product", "quantity", "tags") and plan.left.format == "debezium-avro"
     assert plan.left.nullable == (False, False, True, True) and plan.left.changelog_mode == "upsert"
     assert plan.left.source_types["order_id"] == "int64"
@@ -279,27 +298,26 @@ def test_a_debezium_avro_topics_row_schema_is_the_registrys(fake_schema_registry
     assert ("left: topic orders as orders (debezium-avro: upserts of the primary key (c, r, u: its row; d: its "
             "delete); row schema the registry's latest of orders-value, each message read with its own") in explained
     assert "right: topic prices as prices (retract" in explained
-    keyless = explain(avro_plan(schema_registry_url, LEFT_PRIMARY_KEY=None))
+    keyless = explain(avro_plan(registry, LEFT_PRIMARY_KEY=None))
     assert "debezium-avro: c, r -> +I; u -> -U before, +U after; d -> -D before" in keyless
 
 
-def test_a_debezium_avro_column_the_format_cannot_read_is_refused_by_name_when_used(fake_schema_registry,
-                                                                                    schema_registry_url):
-    registered_orders(fake_schema_registry)
-    avro_plan(schema_registry_url)  # tags unused: fine
+def test_a_debezium_avro_column_the_format_cannot_read_is_refused_by_name_when_used():
+    registry = registered_orders()
+    avro_plan(registry)  # tags unused: fine
     with pytest.raises(PlanError, match="^JOIN_SQL: column tags of the left Debezium topic has type array, which the "
                                         "debezium-avro format does not read"):
-        avro_plan(schema_registry_url, JOIN_SQL="SELECT o.order_id, o.tags FROM orders o JOIN prices p "
-                                                "ON o.product = p.product")
+        avro_plan(registry, JOIN_SQL="SELECT o.order_id, o.tags FROM orders o JOIN prices p ON o.product = p.product")
 
 
-def test_a_debezium_avro_topic_without_a_registered_envelope_is_refused(fake_schema_registry, schema_registry_url):
-    with pytest.raises(PlanError, match="^SCHEMA_REGISTRY_URL: cannot get the latest schema of subject orders-value"):
-        avro_plan(schema_registry_url)
-    fake_schema_registry.register("orders-value", {"type": "record", "name": "Order", "fields": [
-        {"name": "order_id", "type": "long"}]})
+def test_a_debezium_avro_topic_without_a_registered_envelope_is_refused():
+    with pytest.raises(PlanError, match="^SCHEMA_REGISTRY_URL: cannot get the latest schema of subject orders-value "
+                                        r"\(subject orders-value not found\); LEFT_FORMAT=debezium-avro reads"):
+        avro_plan(Registry())
+    registry = Registry(**{"orders-value": {"type": "record", "name": "Order", "fields": [
+        {"name": "order_id", "type": "long"}]}})
     with pytest.raises(PlanError, match="^LEFT_FORMAT: subject orders-value's latest schema is no Debezium envelope"):
-        avro_plan(schema_registry_url)
+        avro_plan(registry)
 
 
 RATES_CDC = dict(LEFT_SCHEMA_FILE=str(DATA / "orders_timed.avsc"), RIGHT_SCHEMA_FILE=str(DATA / "rates.avsc"),
@@ -342,7 +360,8 @@ def test_source_ts_ms_where_it_cannot_be(change, message):
 
     env = {k: v for k, v in {**VALID, **RATES_CDC, **change}.items() if v is not None}
     with pytest.raises((PlanError, ConfigError), match=message):
-        build_plan(load_settings(env))
+        settings = load_settings(env)
+        build_plan(settings, read_catalog(settings))
 
 
 # Insert-only CDC topics (*_CHANGELOG_MODE=append): interval and window joins take them.
@@ -391,20 +410,20 @@ def test_an_insert_only_debezium_topic_in_a_regular_join_is_read_as_inserts():
 
 
 @pytest.mark.parametrize("fmt", ["debezium-json", "debezium-avro"])
-def test_a_keyed_debezium_topic_in_retract_mode_joins_directly_as_a_rowkind_retract_topic(fmt, fake_schema_registry,
-                                                                                          schema_registry_url):
+def test_a_keyed_debezium_topic_in_retract_mode_joins_directly_as_a_rowkind_retract_topic(fmt):
     rowkind = plan_for()[1]
     both = {"LEFT_FORMAT": "debezium-json", "RIGHT_FORMAT": "debezium-json"}
+    registry = Registry()
     if fmt == "debezium-avro":
         both = {"LEFT_FORMAT": fmt, "LEFT_SCHEMA_FILE": None, "RIGHT_FORMAT": fmt, "RIGHT_SCHEMA_FILE": None,
-                "SCHEMA_REGISTRY_URL": schema_registry_url}
-        _register_envelopes(fake_schema_registry)
+                "SCHEMA_REGISTRY_URL": "http://registry:8081"}
+        registry = _registered_envelopes()
     env = {k: v for k, v in both.items() if v is not None}
     nulls = [k for k, v in both.items() if v is None]
 
     def plan(**more):
         settings = load_settings({k: v for k, v in {**VALID, **env, **more}.items() if k not in nulls})
-        return build_plan(settings)
+        return build_plan(settings, read_catalog(settings, sources=registry))
 
     retract = plan(LEFT_CHANGELOG_MODE="retract", RIGHT_CHANGELOG_MODE="retract")
     # the before images retract: each side as the rowkind retract side with the same primary key
@@ -430,16 +449,18 @@ def test_a_keyed_debezium_topic_in_retract_mode_joins_directly_as_a_rowkind_retr
     assert plan(**keyless, LEFT_CHANGELOG_MODE="retract", RIGHT_CHANGELOG_MODE="retract") == plan(**keyless)
 
 
-def _register_envelopes(registry):
+def _registered_envelopes() -> Registry:
     from debezium_avro import avro_schema
     from test_debezium_avro import connect_envelope
 
+    registry = Registry()
     for topic, fields in (("orders", [("order_id", "int64", False), ("product", "string", False),
                                       ("quantity", "int32", False)]),
                           ("prices", [("product", "string", False), ("price", "float64", False),
                                       ("currency", "string", True)])):
         columns = [{"field": f, "type": t, "optional": o} for f, t, o in fields]
-        registry.register(f"{topic}-value", avro_schema(connect_envelope(columns)))
+        registry.subjects[f"{topic}-value"] = avro_schema(connect_envelope(columns))
+    return registry
 
 
 def test_check_config_shows_how_an_insert_only_debezium_topic_is_read():
@@ -450,3 +471,37 @@ def test_check_config_shows_how_an_insert_only_debezium_topic_is_read():
     assert proc.returncode == 0, proc.stderr
     assert "left: topic orders as orders (debezium-json: inserts only (append)" in proc.stdout
     assert "u, d: dead letters (debezium_change_on_append_topic)" in proc.stdout
+
+
+def test_the_planner_reads_nothing_but_the_catalog_it_is_given(monkeypatch):
+    """``build_plan(settings, catalog)`` plans from the catalog alone: with files and sockets
+    refused, it builds the plan the driver builds (``catalog.plan_for``: the catalog read, then planned)."""
+    import builtins
+    import socket
+
+    from service.catalog import plan_for as driver_plan
+
+    settings = load_settings({**VALID, "LEFT_FORMAT": "debezium-json"})
+    catalog = read_catalog(settings)  # the schema files, read here
+
+    def refused(*args, **kwargs):
+        raise AssertionError(f"the planner reads {args!r}")
+
+    with monkeypatch.context() as m:
+        m.setattr(builtins, "open", refused)
+        m.setattr(socket, "socket", refused)
+        m.setattr(socket, "create_connection", refused)
+        plan = build_plan(settings, catalog)
+    assert plan == driver_plan(settings)
+    assert plan.left.format == "debezium-json" and plan.left.changelog_mode == "upsert"
+
+
+def test_every_kind_of_join_has_its_planning_steps():
+    """The planner's per-kind steps are one table (``planner.KIND_STEPS``): every kind is in it."""
+    from service.plan import TIME_BOUNDED_KINDS, PlanKind
+    from service.planner import KIND_STEPS
+
+    assert set(KIND_STEPS) == set(PlanKind)
+    assert {k for k, steps in KIND_STEPS.items() if steps.lookup} == {PlanKind.LOOKUP}
+    assert {k for k, steps in KIND_STEPS.items() if not steps.checks} == {PlanKind.REGULAR}
+    assert {k for k, steps in KIND_STEPS.items() if len(steps.checks) == 2} == set(TIME_BOUNDED_KINDS)

@@ -19,10 +19,10 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from service import checkpoint  # noqa: E402
+from service.catalog import plan_for  # noqa: E402
 from service.config import load_settings  # noqa: E402
 from service.database import TableInfo  # noqa: E402
 from service.plan import JoinPlan  # noqa: E402
-from service.planner import build_plan  # noqa: E402
 
 GOLDEN = ROOT / "tests" / "data" / "plans"
 BASE = {"KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1", "LEFT_TOPIC": "orders", "OUTPUT_TOPIC": "out"}
@@ -129,7 +129,7 @@ TABLES = {
 
 def _plan(case: str):
     env = {k: str(ROOT / v) if k.endswith("_SCHEMA_FILE") else v for k, v in CASES[case].items()}
-    return build_plan(load_settings(env), table=TABLES.get(case))
+    return plan_for(load_settings(env), table=TABLES.get(case))
 
 
 def golden(case: str) -> dict:

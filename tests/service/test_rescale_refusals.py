@@ -10,9 +10,9 @@ from types import SimpleNamespace
 import pytest
 
 from service import checkpoint
+from service.catalog import plan_for
 from service.checkpoint import CheckpointInUse, CheckpointLock
 from service.config import load_settings
-from service.planner import build_plan
 from service.rescale import RescaleError, rescale
 from test_config import VALID
 
@@ -31,7 +31,7 @@ def checkpoint_dir(tmp_path, batches: list[int], committed: int | None, buckets:
     where = tmp_path / "cp"
     settings = load_settings({**VALID, "CHECKPOINT_LOCATION": str(where), "DELIVERY": "at-least-once",
                               "STATE_BUCKETS": str(buckets)})
-    plan = build_plan(settings)
+    plan = plan_for(settings)
     checkpoint.reconcile(plan, str(where), buckets_set=True)
     (where / "offsets").mkdir()
     (where / "commits").mkdir()

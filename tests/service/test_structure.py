@@ -1,7 +1,8 @@
 """A record's path is one straight line: each step depends on shared definitions, never on a neighbour.
-What the workers run never loads the driver's planner or SQL front end, and the SQL front end's
-modules each import only those above them. And the service stands apart from the tooling: no
-service module imports devkit at module level."""
+What the workers run never loads the driver's planner or SQL front end. A package of ``service/``
+(``sql/``, ``database/``, ``avro/``) is one room: the rest of the service enters it by its ``__init__``, and
+inside, its modules stand on floors, each importing only those below it. And the service stands
+apart from the tooling: no service module imports devkit at module level."""
 import ast
 import re
 import sys
@@ -14,6 +15,13 @@ WORKERS = STEPS + ("shipping", "transactions", "faults", "database")
 SQL = SERVICE / "sql"
 # The SQL front end's modules, each importing only modules before it here.
 SQL_LAYERS = ("model", "dialect", "resolve", "inputs", "intervals", "windows", "where", "joins")
+#: Every package of service/ with its modules bottom up: each imports only modules before it here.
+PACKAGES = {
+    "sql": SQL_LAYERS,
+    "database": ("errors", "names", "connection", "catalog", "keys", "cache", "client"),
+    "avro": ("schemas", "registry", "values", "writer"),
+    "formats": ("base", "connect", "debezium", "debezium_avro", "debezium_json", "rowkind"),
+}
 
 
 def imports(path: Path, package: str = "service") -> list[tuple[str, bool]]:
@@ -49,10 +57,21 @@ def imports_of(path: Path, package: str) -> set[str]:
     return {name for name, _ in imports(path, package)}
 
 
+def sources(room: str) -> list[tuple[Path, str]]:
+    """(path, package) of every source file of a room of ``service/``: ``service/<room>.py``, or
+    every module of the package ``service/<room>/``."""
+    single = SERVICE / f"{room}.py"
+    if single.exists():
+        return [(single, "service")]
+    return [(path, ".".join(("service",) + path.parent.relative_to(SERVICE).parts))
+            for path in sorted((SERVICE / room).rglob("*.py"))]
+
+
 def service_imports(module: str) -> set[str]:
-    """The ``service`` modules that ``service/<module>.py`` imports anywhere (also inside functions)."""
-    return {name.split(".")[1] for name, _ in imports(SERVICE / f"{module}.py")
-            if name.startswith("service.")}
+    """The other rooms of ``service`` (modules, packages) that ``service/<module>.py``, or any
+    module of the package ``service/<module>/``, imports anywhere (also inside functions)."""
+    return {name.split(".")[1] for path, package in sources(module) for name, _ in imports(path, package)
+            if name.startswith("service.")} - {module}
 
 
 def test_no_step_of_the_record_path_imports_another_step():
@@ -70,10 +89,65 @@ def test_exactly_once_is_the_sinks_half_and_the_crash_points_know_nothing():
 
 
 def test_the_lookup_database_knows_nothing_of_the_service():
-    """database.py is PostgreSQL for the lookup step and the planner: it imports no service module,
-    and no step but the lookup uses it."""
-    assert service_imports("database") == set()
+    """service/database/ is PostgreSQL for the lookup step and the planner: it imports no service
+    module but the owner of secrets and the base error (which import none), and no step but the
+    lookup uses it."""
+    assert service_imports("database") <= {"secrets", "errors"}
+    assert service_imports("secrets") == set() and service_imports("errors") == set()
     assert [m for m in STEPS if "database" in service_imports(m)] == ["lookup"]
+
+
+#: What service/secrets.py alone defines: the name rule, redaction, and reading a URL's password.
+SECRET_RULE = {"is_secret_name", "redact", "redact_text", "redact_url", "url_passwords", "url_password",
+               "password_forms", "without_user_info", "_url_secrets", "_secrets", "_without_user_info"}
+
+
+def test_secrets_have_one_owner():
+    """Which names are secret, how a text is shown without them and where a URL carries a
+    password are decided in service/secrets.py alone (it once took three parsers of a URL's
+    password: config, database, shipping; a fourth in contact): no other module defines them, or
+    reads a parsed URL's ``password`` or ``parse_qs`` for one."""
+    for path in sorted(SERVICE.rglob("*.py")):
+        if path == SERVICE / "secrets.py":
+            continue
+        tree = ast.parse(path.read_text())
+        defined = {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.ClassDef))} & SECRET_RULE
+        assert not defined, f"{path.relative_to(SERVICE.parent)} defines {sorted(defined)}: use service/secrets.py"
+        read = [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Attribute) and n.attr == "password"
+                and not (isinstance(n.value, ast.Name) and n.value.id == "self")
+                or isinstance(n, ast.Name) and n.id == "parse_qs"]
+        assert not read, f"{path.relative_to(SERVICE.parent)} reads a URL's password (line {read[0]}): use service/secrets.py"
+
+
+def test_every_error_of_the_service_derives_from_the_one_base():
+    """An error class of the service (a class whose bases lead to a built-in exception) derives
+    from ``errors.ChangejoinError``, which ``cli.main`` catches in one place; only a private one
+    (``_Name``: control flow inside a module, never shown) may not."""
+    import builtins
+
+    bases: dict[str, list[str]] = {}
+    where: dict[str, str] = {}
+    for path in sorted(SERVICE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                bases[node.name] = [b.attr if isinstance(b, ast.Attribute) else getattr(b, "id", "") for b in node.bases]
+                where[node.name] = str(path.relative_to(SERVICE.parent))
+
+    def builtin_exception(name: str) -> bool:
+        value = getattr(builtins, name, None)
+        return isinstance(value, type) and issubclass(value, BaseException)
+
+    def ancestors(name: str, seen=()) -> set[str]:
+        found = set()
+        for base in bases.get(name, ()):
+            if base not in seen:
+                found |= {base} | ancestors(base, seen + (name,))
+        return found
+
+    errors = {name for name in bases if name != "ChangejoinError" and any(map(builtin_exception, ancestors(name)))}
+    assert {"ConfigError", "PlanError", "QueryError", "DatabaseError", "ServerError", "SchemaRegistryError"} <= errors
+    orphans = sorted(f"{where[n]}: {n}" for n in errors if not n.startswith("_") and "ChangejoinError" not in ancestors(n))
+    assert orphans == [], "derive these from service.errors.ChangejoinError"
 
 
 def test_the_steps_do_not_import_the_wiring():
@@ -82,7 +156,8 @@ def test_the_steps_do_not_import_the_wiring():
 
 
 def modules() -> list[str]:
-    return sorted(path.stem for path in SERVICE.glob("*.py"))
+    """Every room of ``service/``: its modules and its packages."""
+    return sorted([path.stem for path in SERVICE.glob("*.py")] + list(PACKAGES))
 
 
 def test_only_the_processors_use_spark_state_and_it_knows_no_step_and_no_wiring():
@@ -109,8 +184,7 @@ def test_only_the_session_names_spark_properties():
     for module in modules():
         if module == "session":
             continue
-        tree = ast.parse((SERVICE / f"{module}.py").read_text())
-        named = {node.value for node in ast.walk(tree)
+        named = {node.value for path, _ in sources(module) for node in ast.walk(ast.parse(path.read_text()))
                  if isinstance(node, ast.Constant) and isinstance(node.value, str) and SPARK_PROPERTY.match(node.value)}
         assert named <= allowed.get(module, set()), f"service/{module}.py names {sorted(named)}: use session.py"
 
@@ -125,24 +199,163 @@ def test_the_import_parser_sees_relative_absolute_and_function_level_imports(tmp
 
 
 def service_closure(module: str) -> set[str]:
-    """Every ``service`` module that loading ``service/<module>.py`` loads, through any chain of
-    imports. A package (``service/sql``) is listed but not followed."""
+    """Every room of ``service`` (module or package) that loading ``service/<module>.py`` loads,
+    through any chain of imports (a package: through any of its modules)."""
     seen, todo = set(), [module]
     while todo:
         current = todo.pop()
         if current in seen:
             continue
         seen.add(current)
-        if (SERVICE / f"{current}.py").exists():
+        if (SERVICE / f"{current}.py").exists() or (SERVICE / current / "__init__.py").exists():
             todo.extend(service_imports(current))
     return seen - {module}
 
 
 def test_the_workers_load_neither_the_planner_nor_the_sql_front_end():
-    """The workers receive a built plan (``service/plan.py``); building it is the driver's job."""
+    """The workers receive a built plan (``service/plan.py``); building it (reading the catalog,
+    planning, explaining) is the driver's job."""
+    driver = {"planner", "sql", "catalog", "explain"}
     for worker in WORKERS + ("plan",):
         loaded = service_closure(worker)
-        assert not loaded & {"planner", "sql"}, f"service/{worker}.py loads {sorted(loaded & {'planner', 'sql'})}"
+        assert not loaded & driver, f"service/{worker}.py loads {sorted(loaded & driver)}"
+    assert "formats" in service_closure("decode")
+
+
+def test_the_planner_reads_nothing():
+    """``build_plan(settings, catalog)`` plans from the catalog it is given: the planner imports
+    nothing that reads a file or talks to a server (the catalog's readers, the sink, the lookup
+    database, the registry client), at module level or inside a function; ``service/catalog.py``
+    does that I/O, and the Kafka consumer that reads a topic's newest messages is the catalog's,
+    not the sink's."""
+    names = imports_of(SERVICE / "planner.py", "service")
+    io = {"service.catalog", "service.sink", "service.contact", "service.avro.SchemaRegistry",
+          "service.avro.load_schema_file", "service.database.describe_table", "service.database.LookupClient"}
+    assert not names & io, f"service/planner.py imports {sorted(names & io)}"
+    # of the lookup database's module, only the URL's redaction (a pure function)
+    assert {n for n in names if n.startswith("service.database.")} <= {"service.database.redact"}
+    assert not {n.split(".")[0] for n in names} & {"confluent_kafka", "requests", "psycopg", "socket", "urllib"}
+    assert "service.planner" in imports_of(SERVICE / "catalog.py", "service")
+    assert "newest_values" not in {n.id for n in ast.walk(ast.parse((SERVICE / "sink.py").read_text()))
+                                   if isinstance(n, ast.Name)} | _defined(SERVICE / "sink.py")
+
+
+def test_the_explanation_only_reads_a_built_plan():
+    """``service/explain.py`` renders a plan: it neither plans nor reads the catalog, and the
+    planner does not render."""
+    assert not service_imports("explain") & {"planner", "catalog", "config", "database", "sink", "contact"}
+    assert "explain" not in service_imports("planner")
+
+
+def _defined(path: Path) -> set[str]:
+    return {n.name for n in ast.parse(path.read_text()).body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+
+
+# -- input formats ---------------------------------------------------------------------------------
+FORMATS = SERVICE / "formats"
+#: service/formats/'s modules, each importing only those it names here (the package's shared
+#: modules before it, never another tenant); ``__init__`` (the registry) imports them all.
+FORMATS_LAYERS = {
+    "base": set(),  # what a format is
+    "connect": set(),  # Kafka Connect's types (the Debezium encodings share them)
+    "debezium": {"base", "connect"},  # the Debezium change protocol
+    "rowkind": {"base"},  # tenant: rowkind
+    "debezium_json": {"base", "connect", "debezium"},  # tenant: debezium-json
+    "debezium_avro": {"base", "connect", "debezium"},  # tenant: debezium-avro
+}
+FORMATS_MODULES = ("__init__", *FORMATS_LAYERS)
+#: The service modules a format may use: shared definitions only, never a step, the plan, the
+#: configuration, the planner or the wiring (those ask the formats, not the other way round).
+FORMATS_MAY_USE = {"avro", "deadletters", "envelope", "errors", "keys", "formats"}
+#: The names of the formats (``*_FORMAT``'s values), which no module outside service/formats/ names.
+FORMAT_NAME = re.compile(r"(?<![\w.-])(rowkind|debezium-json|debezium-avro)(?![\w-])")
+
+
+def formats_imports(module: str) -> set[str]:
+    """The modules of service/formats/ that ``service/formats/<module>.py`` imports."""
+    return {name.split(".")[2] for name in imports_of(FORMATS / f"{module}.py", "service.formats")
+            if name.startswith("service.formats.")}
+
+
+def formats_service_imports(module: str) -> set[str]:
+    """The ``service`` modules outside service/formats/ that ``service/formats/<module>.py`` imports."""
+    return {name.split(".")[1] for name in imports_of(FORMATS / f"{module}.py", "service.formats")
+            if name.startswith("service.") and not name.startswith("service.formats")}
+
+
+def test_every_format_module_has_a_layer():
+    assert {p.stem for p in FORMATS.glob("*.py")} == set(FORMATS_MODULES)
+
+
+def test_each_format_module_imports_only_its_shared_modules_and_no_other_tenant():
+    for module, allowed in FORMATS_LAYERS.items():
+        found = formats_imports(module)
+        assert found <= allowed, f"service/formats/{module}.py imports {sorted(found - allowed)}"
+    assert formats_imports("__init__") <= set(FORMATS_LAYERS)
+
+
+def test_the_formats_use_shared_definitions_only():
+    for module in FORMATS_MODULES:
+        found = formats_service_imports(module)
+        assert found <= FORMATS_MAY_USE, f"service/formats/{module}.py imports {sorted(found - FORMATS_MAY_USE)}"
+
+
+def test_the_registry_holds_every_tenant_and_config_accepts_exactly_its_names():
+    import typing
+
+    from service import formats
+    from service.config import InputFormat
+
+    assert set(typing.get_args(InputFormat)) == set(formats.NAMES) == {"rowkind", "debezium-json", "debezium-avro"}
+    assert typing.get_args(InputFormat) == formats.NAMES
+    assert formats.DEFAULT == "rowkind"
+    assert all(name == fmt.name for name, fmt in formats.FORMATS.items())
+
+
+def test_no_module_outside_the_formats_names_a_format():
+    """A format is asked (``formats.format_of(name)``), never compared by name: no string in the
+    code of ``service/`` outside service/formats/ (docstrings and comments may name them) holds a
+    format's name. One exception, of another meaning: ``kafka_records.DEFAULT_ROWKIND_HEADER``,
+    the default name of the header that carries a row's change kind (``ROWKIND_HEADER``; the
+    output's records and the dead letters of rows carry it too)."""
+    for path in sorted(SERVICE.rglob("*.py")):
+        if FORMATS in path.parents:
+            continue
+        tree = ast.parse(path.read_text())
+        docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                      if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                      and node.body and isinstance(node.body[0], ast.Expr)
+                      and isinstance(node.body[0].value, ast.Constant)}
+        header = {id(node.value) for node in tree.body if path.name == "kafka_records.py" and isinstance(node, ast.Assign)
+                  and [t.id for t in node.targets if isinstance(t, ast.Name)] == ["DEFAULT_ROWKIND_HEADER"]}
+        named = [(node.lineno, node.value) for node in ast.walk(tree)
+                 if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
+                 and id(node) not in header and FORMAT_NAME.search(node.value)]
+        assert not named, f"service/{path.relative_to(SERVICE)} names a format {named}: ask service.formats"
+
+
+def test_the_format_name_check_sees_comparisons_and_messages(tmp_path, monkeypatch):
+    probe = tmp_path / "service"
+    probe.mkdir()
+    (probe / "probe.py").write_text('"""The rowkind format."""\nif fmt == "debezium-json":\n    pass\n'
+                                    'rowkind_header = "rowkind_header"\n')
+    monkeypatch.setattr(__import__(__name__), "SERVICE", probe)
+    monkeypatch.setattr(__import__(__name__), "FORMATS", probe / "formats")
+    try:
+        test_no_module_outside_the_formats_names_a_format()
+    except AssertionError as err:
+        assert "(2, 'debezium-json')" in str(err)
+    else:
+        raise AssertionError("the probe's comparison went unseen")
+    (probe / "probe.py").write_text('"""The rowkind format."""\nx = f"a {y} debezium-avro topic"\n')
+    try:
+        test_no_module_outside_the_formats_names_a_format()
+    except AssertionError as err:
+        assert "debezium-avro topic" in str(err)
+    else:
+        raise AssertionError("the probe's message went unseen")
+    (probe / "probe.py").write_text('"""The rowkind format."""\nrowkind_header = "rowkind_header"\n')
+    test_no_module_outside_the_formats_names_a_format()
 
 
 def sql_imports(module: str) -> set[str]:
@@ -165,11 +378,50 @@ def test_each_sql_module_imports_only_the_modules_above_it():
 
 
 def test_the_sql_front_end_knows_nothing_of_the_service():
-    """It reads SQL against column names; the plan, the configuration and the schemas are the planner's."""
+    """It reads SQL against column names; the plan, the configuration and the schemas are the planner's.
+    Its one import of the service is the base of its error (service/errors.py, which imports nothing)."""
+    assert service_imports("errors") == set()
     for path in SQL.glob("*.py"):
         outside = {name for name in imports_of(path, "service.sql")
-                   if name.split(".")[0] == "service" and not name.startswith("service.sql")}
+                   if name.split(".")[0] == "service" and not name.startswith("service.sql")
+                   and name not in ("service.errors", "service.errors.ChangejoinError")}
         assert not outside, f"service/sql/{path.name} imports {sorted(outside)}"
+
+
+def package_imports(package: str, module: str) -> set[str]:
+    """The modules of ``service/<package>/`` that its ``<module>.py`` imports."""
+    return {name.split(".")[2] for name in imports_of(SERVICE / package / f"{module}.py", f"service.{package}")
+            if name.startswith(f"service.{package}.")}
+
+
+def test_every_package_is_listed_with_its_floors():
+    """A new package (or a module of one) gets its place in :data:`PACKAGES`."""
+    found = {p.parent.name for p in SERVICE.glob("*/__init__.py")}
+    assert found == set(PACKAGES), f"service's packages are {sorted(found)}: list each in PACKAGES"
+    for package, layers in PACKAGES.items():
+        assert {p.stem for p in (SERVICE / package).glob("*.py")} - {"__init__"} == set(layers), package
+        assert not list((SERVICE / package).glob("*/__init__.py")), f"service/{package}/ has a subpackage"
+
+
+def test_each_package_module_imports_only_the_modules_below_it():
+    """No sideways imports, no cycles: each module of a package stands on the ones before it."""
+    for package, layers in PACKAGES.items():
+        for i, module in enumerate(layers):
+            above = package_imports(package, module) - set(layers[:i])
+            assert not above, (f"service/{package}/{module}.py imports {sorted(above)}, which are not below it "
+                               f"in {layers}")
+
+
+def test_the_service_enters_a_package_by_its_door():
+    """The rest of the service imports what a package's ``__init__`` offers, never one of its
+    modules: what is inside may move between floors without an import site outside changing."""
+    for path in sorted(SERVICE.rglob("*.py")):
+        inside = path.parent.relative_to(SERVICE).parts[:1]
+        package = ".".join(("service",) + path.parent.relative_to(SERVICE).parts)
+        for name in imports_of(path, package):
+            parts = name.split(".")
+            if len(parts) >= 3 and parts[0] == "service" and parts[1] in PACKAGES and (parts[1],) != inside:
+                assert parts[2] not in PACKAGES[parts[1]], f"{path.relative_to(SERVICE.parent)} imports {name}"
 
 
 def test_the_import_parser_resolves_relative_imports_in_a_subpackage(tmp_path):
@@ -201,10 +453,10 @@ DEVKIT_INSIDE_FUNCTIONS = {"demo"}
 def test_no_service_module_imports_devkit_at_module_level():
     """devkit (brokers, Maven jars) is tooling, never in the image: the service must import
     without it. Only the demo may reach for it, from inside a function."""
-    modules = sorted(SERVICE.glob("*.py"))
+    modules = sorted(SERVICE.rglob("*.py"))
     assert {p.stem for p in modules} >= {"app", "cli", "demo", "pipeline"} | set(STEPS)
     for path in modules:
-        for name, top in imports(path):
+        for name, top in imports(path, ".".join(("service",) + path.parent.relative_to(SERVICE).parts)):
             if name == "devkit" or name.startswith("devkit."):
                 assert not top, f"service/{path.name} imports {name} at module level"
                 assert path.stem in DEVKIT_INSIDE_FUNCTIONS, f"service/{path.name} imports {name}"
@@ -307,3 +559,18 @@ def test_the_workers_site_hook_is_alone_and_needs_only_the_standard_library():
     assert sorted(p.name for p in site.iterdir() if p.name != "__pycache__") == ["sitecustomize.py"]
     tops = {name.split(".")[0] for name, _ in imports(site / "sitecustomize.py")}
     assert tops - {"__future__"} <= set(sys.stdlib_module_names), tops
+
+
+def test_one_operator_dispatch_serves_the_plan_and_the_conformance_runner():
+    """``operators.operator_for(spec)`` is the one place a spec becomes its operator: the service's
+    plan and the conformance runner name no ``make_*`` of the operators (a new join kind is wired
+    once)."""
+    root = SERVICE.parent
+    makers = {"make_join", "make_temporal_join", "make_interval_join", "make_window_join", "make_lookup_join"}
+    for path in [*sorted(SERVICE.rglob("*.py")), root / "operators" / "conformance.py"]:
+        named = {node.id for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.Name)}
+        named |= {name.rsplit(".", 1)[-1] for name in imports_of(path, "service")}
+        assert not named & makers, f"{path.relative_to(root)} names {sorted(named & makers)}: use operators.operator_for"
+    import operators
+
+    assert {make.__name__ for _, make in operators._MAKERS} == makers

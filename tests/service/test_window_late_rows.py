@@ -7,10 +7,10 @@ import pickle
 from pathlib import Path
 
 from service import deadletters
+from service.catalog import plan_for
 from service.config import load_settings
 from service.decode import InputDecoder
 from service.envelope import EVENT_TIME, PAYLOAD, Target, unpack
-from service.planner import build_plan
 from service.processor import JoinProcessor
 from service.source import KafkaRecord
 from service_harness import avro
@@ -27,7 +27,7 @@ def window_plan(function="TUMBLE(TABLE {t}, DESCRIPTOR({c}), INTERVAL '10' SECON
     left, right = function.format(t="orders", c="order_time"), function.format(t="shipments", c="ship_time")
     sql = (f"SELECT o.order_id, o.window_start, s.ship_id FROM TABLE({left}) o {join} TABLE({right}) s "
            "ON o.order_id = s.order_id AND o.window_start = s.window_start AND o.window_end = s.window_end")
-    return build_plan(load_settings({**VALID, **TIMED, "STATE_BUCKETS": "0", "JOIN_SQL": sql}))
+    return plan_for(load_settings({**VALID, **TIMED, "STATE_BUCKETS": "0", "JOIN_SQL": sql}))
 
 
 class _Expired:

@@ -2,10 +2,12 @@
 
 A checkout (an editable install) runs the pure-Python modules: the reference every test proves.
 ``CHANGEJOIN_TEST_BUILD=DIR`` runs the tests on a build instead (``build(DIR)``: the packages with
-their extensions, as a wheel holds them), first on the path;
-``tests/integration/test_compiled_build.py`` does that for the operators' tests, the record
-path's and two end-to-end joins. Either way ``check_imports`` makes sure the run imports what
-it claims to, never a stale extension left beside an edited ``.py``.
+their extensions, as a wheel holds them), first on the path. ``./dev test`` runs the suite in two
+pytest runs: first ``python tests/support/compiled.py``, which builds the extensions once and runs
+:data:`TESTS` (the operators' and expressions' tests, the record path's unit tests and two
+end-to-end joins) on them, then every test on the checkout's modules. Either way
+``check_imports`` makes sure the run imports what it claims to, never a stale extension left
+beside an edited ``.py``.
 """
 from __future__ import annotations
 
@@ -13,12 +15,32 @@ import ast
 import importlib.machinery
 import importlib.util
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BUILD_VARIABLE = "CHANGEJOIN_TEST_BUILD"
+
+#: The record path's unit tests (no broker, no Spark query) that exercise compiled service modules.
+SERVICE_TESTS = ("test_avro.py", "test_avro_writer.py", "test_buckets.py", "test_deadletters.py", "test_debezium.py",
+                 "test_decode.py", "test_encode.py", "test_expressions_in_queries.py", "test_keys.py", "test_latency.py",
+                 "test_sparkstate.py",
+                 "test_split_side.py", "test_window_late_rows.py",
+                 # the joins on the in-memory query driver: the record path's stages end to end
+                 "test_joins_regular.py", "test_joins_temporal.py", "test_joins_interval_window.py",
+                 "test_joins_hot_key.py", "test_joins_dead_letters.py", "test_joins_restarts.py", "test_joins_lookup.py",
+                 "test_compiled.py::test_check_config_says_whether_the_modules_run_compiled")
+#: End to end: retractions through a LEFT join, and bad records to the dead-letter topic (a
+#: broker and a Spark query whose Python workers import the extensions).
+END_TO_END = ("test_left_join_with_retractions_materializes_to_the_joined_table",
+              "test_bad_records_go_to_the_dead_letter_topic_and_the_join_goes_on")
+#: What the compiled build's run runs: the operators' conformance, property and unit tests, the
+#: expressions', the record path's and the two joins.
+TESTS = ("tests/operators", "tests/expressions", *(f"tests/service/{t}" for t in SERVICE_TESTS),
+         *(f"tests/integration/test_service_e2e.py::{t}" for t in END_TO_END))
 
 
 def compiled_modules() -> list[str]:
@@ -59,3 +81,25 @@ def check_imports() -> str:
     assert not wrong, (f"imported from the wrong place ({BUILD_VARIABLE}={build_dir or 'unset'}; an extension "
                        "built in place shadows the edited .py: delete it): " + ", ".join(wrong))
     return f"compiled extensions from {build_dir}" if build_dir else "pure-Python modules of the checkout"
+
+
+def main(args: list[str]) -> int:
+    """Build the extensions aside, run :data:`TESTS` on them (``args``: more pytest arguments),
+    then remove the build. Without a C compiler it says so and runs nothing."""
+    if not shutil.which(os.environ.get("CC", "cc")):
+        print("compiled build: no C compiler (cc), so the extensions are not built or tested here", file=sys.stderr)
+        return 0
+    with tempfile.TemporaryDirectory(prefix="changejoin-build-") as temp:
+        dest = Path(temp) / "build"
+        print(f"compiled build: building setup.py's extensions into {dest}", file=sys.stderr)
+        build(dest, Path(temp) / "temp")
+        # devkit is the checkout's tooling (the test broker's jars are found beside it), not what
+        # the build proves: the tests import it from the checkout.
+        shutil.rmtree(dest / "devkit", ignore_errors=True)
+        env = {**os.environ, BUILD_VARIABLE: str(dest)}
+        # conftest.pytest_report_header fails the run unless every compiled module is the build's extension.
+        return subprocess.run([sys.executable, "-m", "pytest", *TESTS, *args], cwd=REPO_ROOT, env=env).returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,5 +1,5 @@
 """The one end-to-end driver of the tests: produce input changelogs, run the real service (in
-process on the session's Spark, or as a process: see test_recovery.ServiceProcess), read the
+process on the session's Spark, or as a process: see service_process.ServiceProcess), read the
 output and dead-letter topics back, drop replays and materialize the output.
 
 The inputs' Avro schemas are the ones the service is configured with (``LEFT_SCHEMA_FILE``,
@@ -82,6 +82,34 @@ def rate(currency, value, at):
     return {"currency": currency, "rate": value, "rate_time": at}
 
 
+#: orders LEFT JOIN prices, the join of the end-to-end tests.
+ORDERS_LEFT_JOIN_PRICES = (
+    "SELECT o.order_id, o.product, o.quantity, p.price FROM orders AS o LEFT JOIN prices AS p ON o.product = p.product"
+)
+
+#: A changelog with inserts, updates (-U/+U) and deletes on both sides.
+ORDER_CHANGES = [
+    ("+I", order(1, "book", 2)),
+    ("+I", order(2, "pen", 10)),
+    ("+I", order(3, "ink", 1)),
+    ("-U", order(2, "pen", 10)),
+    ("+U", order(2, "pen", 12)),
+    ("-D", order(3, "ink", 1)),
+    ("+I", order(4, "paper", 5)),
+    ("-U", order(1, "book", 2)),
+    ("+U", order(1, "ink", 2)),  # moves to another join key
+]
+PRICE_CHANGES = [
+    ("+I", price("book", 12.5)),
+    ("+I", price("pen", 1.2)),
+    ("-U", price("pen", 1.2)),
+    ("+U", price("pen", 1.5)),
+    ("+I", price("ink", 7.0)),
+    ("+I", price("glue", 3.0)),
+    ("-D", price("book", 12.5)),
+]
+
+
 # -- output: decode, drop replays, materialize ---------------------------------------------------
 #: One output record: its RowKind header ("" in upsert mode), decoded row (None for a tombstone),
 #: message key, headers, replay identity and where it was written.
@@ -91,10 +119,16 @@ Change = namedtuple("Change", "kind row key headers batch seq partition offset")
 def read_changelog(bootstrap: str, topic: str, output_schema: dict, wire: bool = False, start: int = 0) -> List[Change]:
     """The records of an output topic from the ``start``-th on, decoded in ``output_schema``
     (``wire``: values in Confluent wire format)."""
+    return decode_changelog(consume_all(bootstrap, topic)[start:], output_schema, wire)
+
+
+def decode_changelog(records, output_schema: dict, wire: bool = False) -> List[Change]:
+    """Output records (with ``key``, ``value``, ``headers``, ``partition``, ``offset``), decoded in
+    ``output_schema`` (``wire``: values in Confluent wire format)."""
     schema = fastavro.parse_schema(output_schema)
     skip = 5 if wire else 0
     out = []
-    for record in consume_all(bootstrap, topic)[start:]:
+    for record in records:
         headers = dict(record.headers)
         row = None if record.value is None else tuple(
             fastavro.schemaless_reader(io.BytesIO(record.value[skip:]), schema, None).values())

@@ -46,6 +46,7 @@ class TcpProxy:
         self.accepted = 0  # connections forwarded
         self.cut_connections = 0  # open connections aborted by cut()
         self.refused = 0  # connections reset because of an outage (or too many connections)
+        self.unreachable = 0  # connections reset because the upstream did not answer (it is down)
         self._refusing = False
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._thread: Optional[threading.Thread] = None
@@ -178,6 +179,7 @@ class TcpProxy:
                     asyncio.open_connection(*self.upstream, limit=1 << 20), self.connect_timeout_s
                 )
             except (OSError, asyncio.TimeoutError):
+                self.unreachable += 1
                 _abort(client)
                 return
             self._links.discard(link)

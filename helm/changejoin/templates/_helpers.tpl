@@ -409,8 +409,9 @@ Checks of rescale.partitions (the rescale Job, rescale-job.yaml): `changejoin re
 service stopped. replicas: 0 stops it; the driver's pod may still be finishing its micro-batch,
 so at install and upgrade (not helm template or lint, which see no cluster) a driver pod of this
 release that still exists refuses it too: a checkpoint on an object store (checkpoint.uri) has no
-lock that would stop the rescale beside a running driver. STATE_BUCKETS, when extraEnv sets it,
-bounds the count as the service does (at most one task per bucket; 0: no buckets, no bound).
+lock that would stop the rescale beside a running driver. STATE_BUCKETS, when config.stateBuckets
+(or extraEnv) sets it, bounds the count as the service does (at most one task per bucket; 0: no
+buckets, no bound).
 */}}
 {{- define "changejoin.validateRescale" -}}
 {{- with .Values.rescale.partitions -}}
@@ -418,9 +419,14 @@ bounds the count as the service does (at most one task per bucket; 0: no buckets
 {{- if ne (int $.Values.replicas) 0 -}}
 {{- fail (printf "rescale.partitions=%d needs replicas=0: the driver must be stopped before its checkpoint is rewritten; upgrade with replicas=0 first, wait until its pod is gone, then with replicas=0 and rescale.partitions=%d (docs/operations.md#rescaling)" $n $n) -}}
 {{- end -}}
+{{- $where := "extraEnv.STATE_BUCKETS" -}}
 {{- $buckets := int (get $.Values.extraEnv "STATE_BUCKETS" | default 0) -}}
+{{- if not (kindIs "invalid" $.Values.config.stateBuckets) -}}
+{{- $where = "config.stateBuckets" -}}
+{{- $buckets = int $.Values.config.stateBuckets -}}
+{{- end -}}
 {{- if and (gt $buckets 0) (gt $n $buckets) -}}
-{{- fail (printf "rescale.partitions=%d: the state is kept in extraEnv.STATE_BUCKETS=%d buckets, at most one task each: at most %d" $n $buckets $buckets) -}}
+{{- fail (printf "rescale.partitions=%d: the state is kept in %s=%d buckets, at most one task each: at most %d" $n $where $buckets $buckets) -}}
 {{- end -}}
 {{- $pods := lookup "v1" "Pod" $.Release.Namespace "" -}}
 {{- range $pod := ($pods.items | default list) -}}

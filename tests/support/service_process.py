@@ -1,21 +1,12 @@
-"""Crash recovery and broker outages, with the service in its own process (``python -m service run``).
+"""The service in its own process (``python -m service run``), for the tests that kill, stop and restart
+it: ``ServiceProcess`` (a process group on a checkpoint that outlives it), ``Changelogs`` (random but
+reproducible retract changelogs of orders and prices, and the join of the tables they end in),
+``drive`` and the conditions it waits for (``writing_uncommitted_batch``, ``committed``,
+``caught_up``): moments chosen by watching the output topic and the checkpoint's ``commits/``
+directory, never by timing.
 
-* Crashes: the service is killed with SIGKILL (its whole process group: the Python driver, Spark's
-  JVM and its Python workers) at chosen moments of a stream, and restarted on the same checkpoint;
-  more input arrives between restarts. The output must materialize to the table of an
-  uninterrupted run of the same input: in retract mode after dropping replayed records as a
-  consumer would (a record whose (``changejoin.batch``, ``changejoin.seq``) was seen already is a
-  replay), in upsert mode as it is.
-* Broker outage: a TCP proxy between the service and a dedicated local broker cuts every
-  connection and refuses new ones for a while; the service must ride it out and finish the join.
-
-The moments are chosen by watching the output topic and the checkpoint's ``commits/`` directory,
-never by timing: "in the middle of writing micro-batch B" is "the output topic holds records of
-batch B and ``commits/B`` does not exist yet".
-
-Cost: every service start is a new Spark driver (tens of seconds before its first micro-batch),
-so the crash test runs its retract and upsert services side by side (three runs each), and the
-uninterrupted reference runs in-process on a thread meanwhile.
+Used by tests/integration/test_crashes.py (the crash matrix) and the tests that kill or stop a
+service (graceful stop, rescale, cluster, Debezium input, lookup join).
 """
 from __future__ import annotations
 
@@ -26,33 +17,14 @@ import signal
 import subprocess
 import time
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
 import pytest
 
-from kafka_fixture import create_topic
+from service.catalog import plan_for
 from service.config import load_settings
-from devkit.broker_process import free_port
-from devkit.kafka_broker import KafkaBroker
-from service.planner import build_plan
-from service_harness import (
-    ORDERS,
-    JoinHarness,
-    avro,
-    dead_letters,
-    drop_replays,
-    order,
-    price,
-    read_changelog,
-    retract_table,
-    start_service_process,
-    upsert_table,
-)
-from tcp_proxy import TcpProxy
-
-pytestmark = pytest.mark.integration
+from service_harness import ORDERS, JoinHarness, avro, order, price, start_service_process
 
 PARTITIONS = 2
 JOIN_SQL = (
@@ -74,7 +46,7 @@ def service_env(**env: str) -> Dict[str, str]:
         "MAX_RECORDS_PER_TRIGGER": "12",  # several micro-batches per chunk of input
         "SPARK_CONF_spark_ui_enabled": "false",
         "LOG_LEVEL": "INFO",
-        "DELIVERY": "at-least-once",  # these tests are of replays a consumer drops; exactly-once: test_exactly_once*
+        "DELIVERY": "at-least-once",  # replays a consumer drops; tests of exactly-once ask for it
         **env,
     }
 
@@ -165,15 +137,11 @@ def send(h: JoinHarness, chunk) -> None:
 
 
 # --------------------------------------------------------------------------------------------
-# Output: decode, drop replays, materialize
-# --------------------------------------------------------------------------------------------
-
-# --------------------------------------------------------------------------------------------
 # The service as a process
 # --------------------------------------------------------------------------------------------
 
 
-def _group_alive(pgid: int) -> bool:
+def group_alive(pgid: int) -> bool:
     """Whether a live (non-zombie) process of process group ``pgid`` remains."""
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -229,7 +197,7 @@ class ServiceProcess:
         self.env = env
         self.checkpoint = Path(env["CHECKPOINT_LOCATION"])
         self.log_path = workdir / f"{name}.log"
-        self.plan = build_plan(load_settings(env))
+        self.plan = plan_for(load_settings(env))
         self.watcher = OutputWatcher(env["KAFKA_BOOTSTRAP_SERVERS"], env["OUTPUT_TOPIC"])
         self.proc: Optional[subprocess.Popen] = None
         self.runs = 0
@@ -253,7 +221,7 @@ class ServiceProcess:
         except ProcessLookupError:
             pass
         self.proc.wait(timeout=60)
-        wait_until(lambda: not _group_alive(pgid), 60, f"the processes of the killed service {self.name} to end")
+        wait_until(lambda: not group_alive(pgid), 60, f"the processes of the killed service {self.name} to end")
 
     def stop(self, timeout: float = 180.0) -> int:
         """SIGTERM to the service (a graceful stop); returns its exit code."""
@@ -261,14 +229,14 @@ class ServiceProcess:
         try:
             code = self.proc.wait(timeout=timeout)
             # Spark's JVM exits once the driver is gone; let it finish before cleanup() kills it.
-            wait_until(lambda: not _group_alive(self.proc.pid), 60, f"the processes of {self.name} to end")
+            wait_until(lambda: not group_alive(self.proc.pid), 60, f"the processes of {self.name} to end")
             return code
         finally:
             self.cleanup()
 
     def cleanup(self) -> None:
         """Nothing of this service may outlive the test."""
-        if self.proc is not None and _group_alive(self.proc.pid):
+        if self.proc is not None and group_alive(self.proc.pid):
             self.kill()
 
     def commits(self) -> List[int]:
@@ -372,175 +340,3 @@ def drive(conditions: Dict[ServiceProcess, Callable], what: str, timeout: float,
             pytest.fail(f"timed out after {timeout:.0f}s waiting for {what} ({names}); log tail of "
                         f"{next(iter(pending)).name}:\n{next(iter(pending)).log_tail()}")
     return results
-
-
-# --------------------------------------------------------------------------------------------
-# Crash recovery
-# --------------------------------------------------------------------------------------------
-
-
-def references(kafka_bootstrap, spark, tmp_path, new_topic, chunks) -> Callable[[], tuple]:
-    """The uninterrupted runs (the reference): the same input, all at once, in-process (JoinHarness)
-    on fresh topics, retract and upsert output; returns what runs them (on a thread, meanwhile)
-    and gives their tables."""
-    harnesses = []
-    for mode, env in (("retract", {}), ("upsert", {"OUTPUT_MODE": "upsert", "OUTPUT_KEY": "order_id"})):
-        ref = JoinHarness(kafka_bootstrap, spark, tmp_path / f"reference-{mode}", new_topic, PARTITIONS,
-                          **service_env(MAX_RECORDS_PER_TRIGGER="100000", **env))
-        for chunk in chunks:
-            send(ref, chunk)
-        harnesses.append(ref)
-
-    def run() -> tuple:
-        retract_ref, upsert_ref = harnesses
-        retract_ref.run()
-        upsert_ref.run()
-        return retract_ref.retract_table(), upsert_ref.upsert_table()
-
-    return run
-
-
-def test_sigkill_at_several_points_then_restart_materializes_like_an_uninterrupted_run(
-        kafka_bootstrap, spark, tmp_path, new_topic):
-    log = Changelogs(seed=20251121)
-    chunks = [log.chunk(order_ops=20, price_ops=6, poison=True) for _ in range(3)]
-
-    run_references = references(kafka_bootstrap, spark, tmp_path, new_topic, chunks)
-
-    # One pair of input topics, read by two services: retract output and upsert output.
-    h = JoinHarness(kafka_bootstrap, None, tmp_path / "retract", new_topic, PARTITIONS, **service_env())
-    create_topic(kafka_bootstrap, h.output, PARTITIONS)
-    upsert_env = {**h.env, "OUTPUT_TOPIC": new_topic(PARTITIONS), "OUTPUT_MODE": "upsert", "OUTPUT_KEY": "order_id",
-                  "CHECKPOINT_LOCATION": str(tmp_path / "upsert" / "checkpoint")}
-    services = [ServiceProcess("retract", h.env, tmp_path), ServiceProcess("upsert", upsert_env, tmp_path)]
-    # kills[svc]: (moment, batch, whether that batch's output had started to appear and it was not committed)
-    kills: Dict[ServiceProcess, list] = {svc: [] for svc in services}
-
-    def start_all():
-        for svc in services:
-            svc.start()
-
-    def kill_while_writing(moment: str, skip: int):
-        mins = {svc: svc.next_batch() + skip for svc in services}
-        start_all()
-        hit = drive({svc: writing_uncommitted_batch(mins[svc]) for svc in services},
-                    f"output of an uncommitted micro-batch ({moment})", START_TIMEOUT_S, action=ServiceProcess.kill)
-        for svc, batch in hit.items():
-            kills[svc].append((moment, batch, batch not in svc.commits()))
-
-    with ThreadPoolExecutor(1) as pool:
-        reference_run = pool.submit(run_references)
-        try:
-            # 1. Killed as soon as the first output appears (while batch 0 is being written).
-            send(h, chunks[0])
-            kill_while_writing("first output", skip=0)
-            # 2. More input; killed mid-way, while the third micro-batch of the run is being
-            #    written (the first one replays what run 1 left uncommitted).
-            send(h, chunks[1])
-            kill_while_writing("mid-way", skip=2)
-            # 3. The last input arrives while the service runs; killed between micro-batches, once
-            #    everything is joined and committed.
-            mins = {svc: svc.next_batch() for svc in services}
-            start_all()
-            drive({svc: committed(mins[svc]) for svc in services}, "the first commit of the last run", START_TIMEOUT_S)
-            send(h, chunks[2])
-            done = drive({svc: caught_up(log.sent) for svc in services}, "all input to be joined",
-                         CATCH_UP_TIMEOUT_S, action=ServiceProcess.kill)
-            for svc in done:
-                kills[svc].append(("between batches, idle", svc.commits()[-1], False))
-        finally:
-            for svc in services:
-                svc.close()
-        reference = dict(zip(("retract", "upsert"), reference_run.result(timeout=CATCH_UP_TIMEOUT_S)))
-    assert reference["retract"] == log.retract_table(), "the uninterrupted run is not the join of the final inputs"
-    assert sorted(reference["upsert"].values()) == log.upsert_rows()
-
-    retract, upsert = services
-    summary = []
-    for svc in services:
-        changes = read_changelog(kafka_bootstrap, svc.env["OUTPUT_TOPIC"], svc.plan.output_schema)
-        kept, replays = drop_replays(changes)
-        replayed_batches = Counter(c.batch for c in replays)
-        summary.append(f"{svc.name}: {len(changes)} records, {len(replays)} replays {dict(replayed_batches)}, "
-                       f"kills {kills[svc]}")
-        # Every kill in the middle of writing a batch must be followed by that batch's replay.
-        mid_batch = [batch for _, batch, uncommitted in kills[svc] if uncommitted]
-        assert mid_batch, f"{svc.name}: no kill landed while a batch was being written ({kills[svc]})"
-        for batch in mid_batch:
-            assert replayed_batches[batch] > 0, (
-                f"{svc.name}: killed while writing batch {batch}, which was not replayed ({summary[-1]})")
-        # Every poison record is in the dead-letter topic exactly once, replays dropped, whatever the kills.
-        letters, _ = drop_replays(dead_letters(kafka_bootstrap, load_settings(svc.env).dead_letter_topic))
-        assert Counter(c.kind for c in letters) == Counter({r: n * len(chunks) for r, n in Changelogs.POISON_REASONS.items()})
-        assert len({(c.headers["source.partition"], c.headers["source.offset"]) for c in letters}) == len(letters)
-        assert sum(b"value (999899 bytes)" in c.headers.get("dropped", b"") for c in letters) == len(chunks)
-        if svc is retract:
-            assert retract_table(kept) == reference["retract"], summary[-1]
-        else:
-            assert upsert_table(changes) == reference["upsert"], summary[-1]
-    print("\n".join(summary))
-
-
-# --------------------------------------------------------------------------------------------
-# Broker outage
-# --------------------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def proxied_broker(tmp_path):
-    """A dedicated KRaft broker reachable only through a TcpProxy (its metadata sends clients to
-    the proxy); yields the proxy."""
-    if os.environ.get("KAFKA_BOOTSTRAP_SERVERS"):
-        pytest.skip("the outage test needs its own local broker behind a proxy, and "
-                    "KAFKA_BOOTSTRAP_SERVERS points the tests at an external broker")
-    broker_port = free_port()
-    proxy = TcpProxy(("127.0.0.1", broker_port)).start()
-    broker = KafkaBroker(port=broker_port, advertised=proxy.address, data_dir=str(tmp_path / "kafka"))
-    try:
-        broker.start()
-        yield proxy
-    finally:
-        broker.close()
-        proxy.stop()
-
-
-def test_service_rides_out_a_broker_outage(proxied_broker, tmp_path):
-    proxy = proxied_broker
-    bootstrap = proxy.address
-    names = iter(range(100))
-
-    def new_topic(partitions: int = 1, create: bool = True) -> str:
-        name = f"outage-{next(names)}"
-        return create_topic(bootstrap, name, partitions) if create else name
-
-    log = Changelogs(seed=7)
-    h = JoinHarness(bootstrap, None, tmp_path, new_topic, PARTITIONS, **service_env())
-    create_topic(bootstrap, h.output, PARTITIONS)
-    svc = ServiceProcess("outage", h.env, tmp_path)
-    try:
-        send(h, log.chunk(order_ops=24, price_ops=6))
-        svc.start()
-        # The outage starts while a micro-batch is being written (its reads are done, its writes not).
-        batch = drive({svc: writing_uncommitted_batch(1)}, "output of an uncommitted batch", START_TIMEOUT_S)[svc]
-        cut = proxy.cut()
-        assert cut > 0, "the service had no connection to cut"
-        outage_end = time.monotonic() + 10.0  # the outage lasts 10 s by design
-        while time.monotonic() < outage_end:
-            assert svc.alive(), f"the service died during the outage; log tail:\n{svc.log_tail()}"
-            time.sleep(0.2)
-        assert proxy.refused > 0, "the service did not try to reconnect during the outage"
-        proxy.restore()
-        assert svc.alive(), f"the service died during the outage; log tail:\n{svc.log_tail()}"
-        send(h, log.chunk(order_ops=12, price_ops=4))
-        drive({svc: caught_up(log.sent)}, "all input to be joined after the outage", CATCH_UP_TIMEOUT_S)
-        assert batch in svc.commits(), f"batch {batch}, interrupted by the outage, was never committed"
-        assert svc.alive()
-        assert svc.stop() == 0, f"graceful stop failed; log tail:\n{svc.log_tail()}"
-    finally:
-        svc.close()
-    changes = read_changelog(bootstrap, h.output, svc.plan.output_schema)
-    kept, replays = drop_replays(changes)
-    print(f"outage: cut {cut} connections, refused {proxy.refused}; {len(changes)} records, "
-          f"{len(replays)} duplicates {Counter(c.batch for c in replays)}")
-    assert retract_table(kept) == log.retract_table()
-    assert svc.runs == 1

@@ -1,0 +1,385 @@
+"""The crash matrix: the service in its own process (``python -m service run``, tests/support/
+service_process.py) killed with SIGKILL (its whole process group: the Python driver, Spark's JVM
+and its Python workers) and restarted on the same checkpoint, more input arriving between restarts,
+and a broker outage it rides out.
+
+Where each crash point is exercised:
+
+========================  ===============================================  ==========================
+delivery                  point                                            output mode: test
+========================  ===============================================  ==========================
+at-least-once             while the first micro-batch is written           retract, upsert: 1
+at-least-once             mid-way (third batch of a run replaying one)     retract, upsert: 1
+at-least-once             between micro-batches, all committed (idle)      retract, upsert: 1
+at-least-once             broker cut while a micro-batch is written        retract: 2
+exactly-once              ``before-init`` (service/faults.py)              retract (deployment a): 3
+exactly-once              ``mid-produce`` (a transaction open)             upsert (twice): 3
+exactly-once              ``before-commit`` (records and marker queued)    retract (a): 3
+exactly-once              ``after-commit`` (before the task returns)       retract (a): 3
+exactly-once              ``before-batch-commit`` (Spark's commit lost)    upsert, retract (b): 3
+exactly-once              a point chosen at random                         retract (b): 3
+========================  ===============================================  ==========================
+
+What must hold: at-least-once, the output materializes to the join of the final inputs after
+dropping replayed records as a consumer would (a record whose (``changejoin.batch``,
+``changejoin.seq``) was seen already is a replay), each interrupted micro-batch replayed, each bad
+record dead-lettered once; exactly-once, a ``read_committed`` consumer sees no record twice and the
+same tables, while ``read_uncommitted`` shows the aborted attempts (the kills did land inside
+transactions). The expected tables are ``Changelogs``' (computed without Spark, the join an
+uninterrupted run writes: tests/integration/test_service_e2e.py and the conformance cases prove it).
+
+The moments are chosen by watching the output topic and the checkpoint's ``commits/`` directory, or
+named to the service (``CHANGEJOIN_TEST_CRASH_AT``), never by timing: "in the middle of writing
+micro-batch B" is "the output topic holds records of batch B and ``commits/B`` does not exist yet".
+
+Cost: every service start is a new Spark driver (~30 s of a two-core machine before its first
+micro-batch), so the services of a test run side by side, and each run kills several of them.
+"""
+from __future__ import annotations
+
+import os
+import random
+import time
+from collections import Counter
+from typing import Dict
+
+import pytest
+
+from devkit.broker_process import free_port
+from devkit.kafka_broker import KafkaBroker
+from kafka_fixture import consume_all, create_topic
+from service import faults
+from service.config import load_settings
+from service_harness import JoinHarness, dead_letters, drop_replays, read_changelog, retract_table, upsert_table
+from service_process import (
+    CATCH_UP_TIMEOUT_S,
+    PARTITIONS,
+    START_TIMEOUT_S,
+    Changelogs,
+    ServiceProcess,
+    caught_up,
+    committed,
+    drive,
+    group_alive,
+    send,
+    service_env,
+    wait_until,
+    writing_uncommitted_batch,
+)
+from tcp_proxy import TcpProxy
+
+pytestmark = pytest.mark.integration
+
+
+def assert_upsert_table(changes, log: Changelogs, what: str) -> None:
+    """An upsert changelog ends in the join of the final inputs, each row under its own key."""
+    table = upsert_table(changes)
+    assert sorted(table.values()) == log.upsert_rows(), what
+    keys = {}
+    for c in changes:  # a key always names one order: a replay writes it under the same key
+        if c.row is not None:
+            assert keys.setdefault(c.key, c.row[0]) == c.row[0], f"{what}: key {c.key!r} of orders {keys[c.key]} and {c.row[0]}"
+
+
+# --------------------------------------------------------------------------------------------
+# 1. At least once: killed while writing, mid-way and idle
+# --------------------------------------------------------------------------------------------
+
+
+def test_at_least_once_killed_while_writing_mid_way_and_idle_materializes_like_an_uninterrupted_run(
+        kafka_bootstrap, tmp_path, new_topic):
+    log = Changelogs(seed=20251121)
+    chunks = [log.chunk(order_ops=20, price_ops=6, poison=True) for _ in range(3)]
+
+    # One pair of input topics, read by two services: retract output and upsert output.
+    h = JoinHarness(kafka_bootstrap, None, tmp_path / "retract", new_topic, PARTITIONS, **service_env())
+    create_topic(kafka_bootstrap, h.output, PARTITIONS)
+    upsert_env = {**h.env, "OUTPUT_TOPIC": new_topic(PARTITIONS), "OUTPUT_MODE": "upsert", "OUTPUT_KEY": "order_id",
+                  "CHECKPOINT_LOCATION": str(tmp_path / "upsert" / "checkpoint")}
+    services = [ServiceProcess("retract", h.env, tmp_path), ServiceProcess("upsert", upsert_env, tmp_path)]
+    # kills[svc]: (moment, batch, whether that batch's output had started to appear and it was not committed)
+    kills: Dict[ServiceProcess, list] = {svc: [] for svc in services}
+
+    def start_all():
+        for svc in services:
+            svc.start()
+
+    def kill_while_writing(moment: str, skip: int):
+        mins = {svc: svc.next_batch() + skip for svc in services}
+        start_all()
+        hit = drive({svc: writing_uncommitted_batch(mins[svc]) for svc in services},
+                    f"output of an uncommitted micro-batch ({moment})", START_TIMEOUT_S, action=ServiceProcess.kill)
+        for svc, batch in hit.items():
+            kills[svc].append((moment, batch, batch not in svc.commits()))
+
+    try:
+        # 1. Killed as soon as the first output appears (while batch 0 is being written).
+        send(h, chunks[0])
+        kill_while_writing("first output", skip=0)
+        # 2. More input; killed mid-way, while the third micro-batch of the run is being
+        #    written (the first one replays what run 1 left uncommitted).
+        send(h, chunks[1])
+        kill_while_writing("mid-way", skip=2)
+        # 3. The last input arrives while the service runs; killed between micro-batches, once
+        #    everything is joined and committed.
+        mins = {svc: svc.next_batch() for svc in services}
+        start_all()
+        drive({svc: committed(mins[svc]) for svc in services}, "the first commit of the last run", START_TIMEOUT_S)
+        send(h, chunks[2])
+        done = drive({svc: caught_up(log.sent) for svc in services}, "all input to be joined",
+                     CATCH_UP_TIMEOUT_S, action=ServiceProcess.kill)
+        for svc in done:
+            kills[svc].append(("between batches, idle", svc.commits()[-1], False))
+    finally:
+        for svc in services:
+            svc.close()
+
+    retract, upsert = services
+    summary = []
+    for svc in services:
+        changes = read_changelog(kafka_bootstrap, svc.env["OUTPUT_TOPIC"], svc.plan.output_schema)
+        kept, replays = drop_replays(changes)
+        replayed_batches = Counter(c.batch for c in replays)
+        summary.append(f"{svc.name}: {len(changes)} records, {len(replays)} replays {dict(replayed_batches)}, "
+                       f"kills {kills[svc]}")
+        # Every kill in the middle of writing a batch must be followed by that batch's replay.
+        mid_batch = [batch for _, batch, uncommitted in kills[svc] if uncommitted]
+        assert mid_batch, f"{svc.name}: no kill landed while a batch was being written ({kills[svc]})"
+        for batch in mid_batch:
+            assert replayed_batches[batch] > 0, (
+                f"{svc.name}: killed while writing batch {batch}, which was not replayed ({summary[-1]})")
+        # Every poison record is in the dead-letter topic exactly once, replays dropped, whatever the kills.
+        letters, _ = drop_replays(dead_letters(kafka_bootstrap, load_settings(svc.env).dead_letter_topic))
+        assert Counter(c.kind for c in letters) == Counter({r: n * len(chunks) for r, n in Changelogs.POISON_REASONS.items()})
+        assert len({(c.headers["source.partition"], c.headers["source.offset"]) for c in letters}) == len(letters)
+        assert sum(b"value (999899 bytes)" in c.headers.get("dropped", b"") for c in letters) == len(chunks)
+        if svc is retract:
+            assert retract_table(kept) == log.retract_table(), summary[-1]
+        else:
+            assert_upsert_table(changes, log, summary[-1])
+    print("\n".join(summary))
+
+
+
+# --------------------------------------------------------------------------------------------
+# 2. At least once: a broker outage while a micro-batch is written
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def proxied_broker(tmp_path):
+    """A dedicated KRaft broker reachable only through a TcpProxy (its metadata sends clients to
+    the proxy); yields the proxy."""
+    if os.environ.get("KAFKA_BOOTSTRAP_SERVERS"):
+        pytest.skip("the outage test needs its own local broker behind a proxy, and "
+                    "KAFKA_BOOTSTRAP_SERVERS points the tests at an external broker")
+    broker_port = free_port()
+    proxy = TcpProxy(("127.0.0.1", broker_port)).start()
+    broker = KafkaBroker(port=broker_port, advertised=proxy.address, data_dir=str(tmp_path / "kafka"))
+    try:
+        broker.start()
+        yield proxy
+    finally:
+        broker.close()
+        proxy.stop()
+
+
+def test_at_least_once_rides_out_a_broker_outage_while_writing(proxied_broker, tmp_path):
+    proxy = proxied_broker
+    bootstrap = proxy.address
+    names = iter(range(100))
+
+    def new_topic(partitions: int = 1, create: bool = True) -> str:
+        name = f"outage-{next(names)}"
+        return create_topic(bootstrap, name, partitions) if create else name
+
+    log = Changelogs(seed=7)
+    h = JoinHarness(bootstrap, None, tmp_path, new_topic, PARTITIONS, **service_env())
+    create_topic(bootstrap, h.output, PARTITIONS)
+    svc = ServiceProcess("outage", h.env, tmp_path)
+    try:
+        send(h, log.chunk(order_ops=24, price_ops=6))
+        svc.start()
+        # The outage starts while a micro-batch is being written (its reads are done, its writes not).
+        batch = drive({svc: writing_uncommitted_batch(1)}, "output of an uncommitted batch", START_TIMEOUT_S)[svc]
+        cut = proxy.cut()
+        assert cut > 0, "the service had no connection to cut"
+        outage_end = time.monotonic() + 10.0  # the outage lasts 10 s by design
+        while time.monotonic() < outage_end:
+            assert svc.alive(), f"the service died during the outage; log tail:\n{svc.log_tail()}"
+            time.sleep(0.2)
+        assert proxy.refused > 0, "the service did not try to reconnect during the outage"
+        proxy.restore()
+        assert svc.alive(), f"the service died during the outage; log tail:\n{svc.log_tail()}"
+        send(h, log.chunk(order_ops=12, price_ops=4))
+        drive({svc: caught_up(log.sent)}, "all input to be joined after the outage", CATCH_UP_TIMEOUT_S)
+        assert batch in svc.commits(), f"batch {batch}, interrupted by the outage, was never committed"
+        assert svc.alive()
+        assert svc.stop() == 0, f"graceful stop failed; log tail:\n{svc.log_tail()}"
+    finally:
+        svc.close()
+    changes = read_changelog(bootstrap, h.output, svc.plan.output_schema)
+    kept, replays = drop_replays(changes)
+    print(f"outage: cut {cut} connections, refused {proxy.refused}; {len(changes)} records, "
+          f"{len(replays)} duplicates {Counter(c.batch for c in replays)}")
+    assert retract_table(kept) == log.retract_table()
+    assert svc.runs == 1
+
+
+# --------------------------------------------------------------------------------------------
+# 3. Exactly once: every named point, and two deployments on one output topic
+# --------------------------------------------------------------------------------------------
+
+EXACTLY_ONCE = {"DELIVERY": "exactly-once", "MAX_RECORDS_PER_TRIGGER": "40",
+                "KAFKA_TRANSACTION_TIMEOUT_MS": "600000"}  # a killed run's transaction stays open till fenced
+#: The point each run kills deployment a (retract) and the upsert deployment at: every point once,
+#: and each output mode killed inside an open transaction and after a commit its micro-batch did
+#: not record. Deployment b (retract, on a's output topic) is killed at ``before-batch-commit`` in
+#: the first run, while a's transaction is open, and at a point chosen at random in the third.
+RUNS = [("before-commit", "mid-produce"), ("after-commit", "before-batch-commit"), ("before-init", "mid-produce")]
+assert {p for run in RUNS for p in run} | {"before-batch-commit"} == set(faults.POINTS)
+#: Deployment b's orders: ids from here on, so that the output tells a's and b's apart.
+B_FIRST_ID = 500_000
+
+
+def crash_at(points: Dict[ServiceProcess, str]) -> Dict[ServiceProcess, int]:
+    """Start each service asking it to kill itself at its point of its first micro-batch; wait
+    until it has. Returns each one's exit code (SIGKILL: -9)."""
+    services = list(points)
+    for svc, point in points.items():
+        svc.env = {**svc.base_env, faults.ENV: f"{point}@{svc.next_batch()}"}
+        svc.start()
+    codes = {}
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while len(codes) < len(services):
+        for svc in services:
+            svc.watcher.poll()
+            if svc not in codes and not svc.alive():
+                codes[svc] = svc.proc.returncode
+                wait_until(lambda: not group_alive(svc.proc.pid), 60, f"the processes of {svc.name} to end")
+        if time.monotonic() > deadline:
+            pending = [s for s in services if s not in codes]
+            pytest.fail(f"{pending[0].name} did not reach {points[pending[0]]} within {START_TIMEOUT_S:.0f}s; log tail:\n"
+                        f"{pending[0].log_tail()}")
+        time.sleep(0.05)
+    return codes
+
+
+def start_clean(services) -> None:
+    for svc in services:
+        svc.env = dict(svc.base_env)
+        svc.start()
+
+
+def written(bootstrap: str, topic: str, schema: dict, mine=lambda order_id: True) -> int:
+    """How many records of ``topic`` a ``read_uncommitted`` consumer reads (aborted ones too); of an
+    output topic, those of the orders ``mine`` says are one deployment's."""
+    import io
+
+    import fastavro
+
+    parsed = fastavro.parse_schema(schema) if schema else None
+    count = 0
+    for record in consume_all(bootstrap, topic, isolation="read_uncommitted"):
+        if parsed is None or record.value is None:
+            count += 1
+        elif mine(next(iter(fastavro.schemaless_reader(io.BytesIO(record.value), parsed, None).values()))):
+            count += 1
+    return count
+
+
+def test_exactly_once_killed_at_every_point_two_deployments_on_one_topic_read_committed_sees_each_record_once(
+        kafka_bootstrap, tmp_path, new_topic):
+    """Deployments a (retract) and ``upsert`` read one pair of input topics; b (retract, input of its
+    own) writes a's output topic, each with its own KAFKA_TRANSACTIONAL_ID_PREFIX (as the docs ask)
+    and the default PROGRESS_TOPIC. In the first run a is killed inside a transaction and stays
+    down; then b is killed after its tasks committed a micro-batch and comes back while a's
+    transaction is still open. Reading progress markers read_committed ends at the first open
+    transaction: had they shared a progress topic, b would not have seen its own marker behind a's
+    open one and would have written the micro-batch again."""
+    rng = random.Random(20261128)
+    log = Changelogs(seed=20261126)
+    chunks = [log.chunk(order_ops=16, price_ops=5, poison=i < 2) for i in range(len(RUNS) + 1)]
+    log_b = Changelogs(seed=rng.randrange(1 << 30))
+    log_b.next_id = B_FIRST_ID
+
+    h = JoinHarness(kafka_bootstrap, None, tmp_path / "a", new_topic, PARTITIONS,
+                    **service_env(**EXACTLY_ONCE, KAFKA_TRANSACTIONAL_ID_PREFIX="deploy-a"))
+    create_topic(kafka_bootstrap, h.output, PARTITIONS)
+    hb = JoinHarness(kafka_bootstrap, None, tmp_path / "b", new_topic, PARTITIONS,
+                     **service_env(**EXACTLY_ONCE, OUTPUT_TOPIC=h.output, KAFKA_TRANSACTIONAL_ID_PREFIX="deploy-b"))
+    upsert_env = {**h.env, "OUTPUT_TOPIC": new_topic(PARTITIONS), "OUTPUT_MODE": "upsert", "OUTPUT_KEY": "order_id",
+                  "CHECKPOINT_LOCATION": str(tmp_path / "upsert" / "checkpoint")}
+    del upsert_env["KAFKA_TRANSACTIONAL_ID_PREFIX"]  # the default one, of its output topic
+    a, upsert, b = services = [ServiceProcess("a", h.env, tmp_path), ServiceProcess("upsert", upsert_env, tmp_path),
+                               ServiceProcess("b", hb.env, tmp_path)]
+    for svc in services:
+        svc.base_env = dict(svc.env)
+    kills = []
+
+    def more_b_input():
+        send(hb, log_b.chunk(order_ops=16, price_ops=5))
+
+    try:
+        for i, (chunk, run) in enumerate(zip(chunks, RUNS)):
+            send(h, chunk)
+            points = dict(zip((a, upsert), run))
+            if i == 2:  # b too, at a point chosen at random
+                more_b_input()
+                points[b] = rng.choice(faults.POINTS)
+            codes = crash_at(points)
+            assert set(codes.values()) == {-9}, f"{run}: exit codes {[(s.name, c) for s, c in codes.items()]}"
+            kills.append({s.name: (point, s.next_batch()) for s, point in points.items()})
+            if i == 0:
+                # b: its tasks commit a micro-batch (after a's transaction was left open), and it is
+                # killed before Spark records it as done; it comes back while a's transaction is
+                # still open, replays that micro-batch and finds it written.
+                more_b_input()
+                assert crash_at({b: "before-batch-commit"}) == {b: -9}
+                kills[-1]["b"] = ("before-batch-commit", b.next_batch())
+                start_clean([b])
+                drive({b: caught_up(log_b.sent)}, "b to join its input", CATCH_UP_TIMEOUT_S)
+                assert b.stop() == 0, b.log_tail()
+                assert "written before, not again" in b.log_path.read_text(errors="replace")
+        # The last run: no crash; the last input; everything joined and committed.
+        start_clean(services)
+        send(h, chunks[-1])
+        more_b_input()
+        drive({svc: caught_up(svc_log.sent) for svc, svc_log in ((a, log), (upsert, log), (b, log_b))},
+              "all input to be joined", CATCH_UP_TIMEOUT_S)
+        for svc in services:
+            assert svc.stop() == 0, svc.log_tail()
+    finally:
+        for svc in services:
+            svc.close()
+
+    output = h.output
+    changes = read_changelog(kafka_bootstrap, output, a.plan.output_schema)
+    assert written(kafka_bootstrap, output, None) > len(changes), f"no kill landed inside a transaction (kills {kills})"
+    summary = []
+    for svc, svc_log, mine in ((a, log, lambda order_id: order_id < B_FIRST_ID), (upsert, log, lambda order_id: True),
+                               (b, log_b, lambda order_id: order_id >= B_FIRST_ID)):
+        own = read_changelog(kafka_bootstrap, svc.env["OUTPUT_TOPIC"], svc.plan.output_schema)
+        own = [c for c in own if c.row is None or mine(c.row[0])]
+        _, replays = drop_replays(own)
+        assert replays == [], f"{svc.name}: read_committed sees records twice: {replays[:5]} (kills {kills})"
+        letters_topic = load_settings(svc.env).dead_letter_topic
+        letters = [c for c in dead_letters(kafka_bootstrap, letters_topic) if svc is not b]  # b's input has none
+        summary.append(f"{svc.name}: {len(own)} output and {len(letters)} dead-letter records committed")
+        # The log holds each committed micro-batch once; after a kill inside a transaction it also holds the
+        # aborted records, which only read_uncommitted shows (without transactions they would be duplicates
+        # above): output records or dead letters, whichever the killed task's share held.
+        if svc is not b:
+            attempts = written(kafka_bootstrap, svc.env["OUTPUT_TOPIC"], svc.plan.output_schema, mine) + \
+                written(kafka_bootstrap, letters_topic, None)
+            assert attempts > len(own) + len(letters), summary[-1]
+            # Killed after a commit that Spark did not record: the replay found it and wrote nothing again.
+            assert "written before, not again" in svc.log_path.read_text(errors="replace"), summary[-1]
+            assert drop_replays(letters)[1] == []
+            assert Counter(c.kind for c in letters) == Counter({r: n * 2 for r, n in Changelogs.POISON_REASONS.items()})
+        if svc is upsert:
+            assert_upsert_table(own, svc_log, f"{summary[-1]} (kills {kills})")
+        else:
+            assert retract_table(own) == svc_log.retract_table(), f"{summary[-1]} (kills {kills})"  # never below zero, too
+    assert {load_settings(svc.env).progress_topic_name for svc in (a, b)} == {"deploy-a.progress", "deploy-b.progress"}
+    print("\n".join(summary), kills)
