@@ -2,34 +2,14 @@
 variables in, the joined table and the dead letters out, one event-time interval join and one
 window join through Spark's watermark and timers. The processing-time interval join and a HOP
 window join: tests/service/test_joins_interval_window.py, on the in-memory query driver."""
-import datetime as dt
-import json
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
-from service_harness import JoinHarness
+from service_harness import DATA, FAR_FUTURE, SHIPMENTS, TIMED_ORDERS, JoinHarness, at, shipment
+from service_harness import window_order as timed_order
 
 pytestmark = pytest.mark.integration
-
-DATA = Path(__file__).resolve().parents[1] / "data"
-TIMED_ORDERS = json.loads((DATA / "orders_timed.avsc").read_text())
-SHIPMENTS = json.loads((DATA / "shipments.avsc").read_text())
-FAR_FUTURE = 100_000  # a record at this time on both inputs moves the watermark past everything before it
-
-
-def timed_order(order_id, at):
-    return {"order_id": order_id, "currency": "EUR", "amount": float(order_id), "order_time": at}
-
-
-def shipment(ship_id, order_id, at, carrier="ups"):
-    return {"ship_id": ship_id, "order_id": order_id, "carrier": carrier, "ship_time": at}
-
-
-def at(ms):
-    """A window column as the output's timestamp-millis field reads back."""
-    return dt.datetime.fromtimestamp(ms / 1000, tz=dt.timezone.utc)
 
 
 @pytest.fixture

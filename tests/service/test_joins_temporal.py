@@ -8,7 +8,7 @@ from collections import Counter
 import pytest
 
 from query_driver import QueryDriver
-from service_harness import RATES, TEMPORAL, avro, order, price, rate, timed_order
+from service_harness import RATES, TEMPORAL, avro, event_time_inputs, order, price, rate, timed_order
 
 EVENT_TIME_SQL = (
     "SELECT o.order_id, o.currency, o.amount, r.rate FROM orders AS o {join} JOIN rates "
@@ -26,15 +26,12 @@ def test_event_time_join_uses_the_version_at_the_probe_time_and_dead_letters_lat
     h = temporal(EVENT_TIME_SQL.format(join=join), RIGHT_EVENT_TIME_COLUMN="rate_time",
                  LEFT_WATERMARK_DELAY="1s", RIGHT_WATERMARK_DELAY="1s")
     # Versions arrive out of order; so do orders (within the 1 s watermark delay).
-    h.send_rates([("+I", rate("USD", 1.2, 5_000)), ("+I", rate("USD", 1.1, 1_000)), ("+I", rate("EUR", 0.9, 1_000)),
-                  ("+I", rate("ANY", 1.0, 100_000))])
-    h.send_orders([("+I", timed_order(3, "USD", 30, 6_000)), ("+I", timed_order(1, "USD", 10, 2_000)),
-                   ("+I", timed_order(2, "EUR", 20, 3_000)), ("+I", timed_order(5, "GBP", 5, 4_000)),
-                   ("+I", timed_order(9, "ANY", 1, 100_000))])
+    rates, orders, expected, unmatched = event_time_inputs()
+    h.send_rates(rates)
+    h.send_orders(orders)
     h.run()
-    expected = {(1, "USD", 10.0, 1.1): 1, (2, "EUR", 20.0, 0.9): 1, (3, "USD", 30.0, 1.2): 1}
     if padded:
-        expected[(5, "GBP", 5.0, None)] = 1
+        expected[unmatched] = 1
     # Order 9 waits: the watermark (100 s minus the 1 s delay) has not passed it.
     assert h.watermark == 99_000
     assert h.retract_table() == Counter(expected)

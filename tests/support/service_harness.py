@@ -8,6 +8,7 @@ The inputs' Avro schemas are the ones the service is configured with (``LEFT_SCH
 from __future__ import annotations
 
 import io
+import datetime as dt
 import json
 import os
 import subprocess
@@ -30,6 +31,38 @@ ORDERS = json.loads((SCHEMAS / "orders.avsc").read_text())
 PRICES = json.loads((SCHEMAS / "prices.avsc").read_text())
 TIMED_ORDERS = json.loads((DATA / "orders_timed.avsc").read_text())
 RATES = json.loads((DATA / "rates.avsc").read_text())
+SHIPMENTS = json.loads((DATA / "shipments.avsc").read_text())
+#: Interval and window joins (orders and their shipments): a record at this time on both inputs
+#: moves the watermark past everything before it.
+FAR_FUTURE = 100_000
+
+
+def event_time_inputs():
+    """The event-time temporal join's scenario (``TEMPORAL``, 1 s watermark delays): rate versions
+    and orders arriving out of order (within the delay), an order with no rate (GBP), and a rate
+    and an order at 100 s that move the watermark to 99 s. Returns (rates, orders, the joined
+    table of an INNER join, the row a LEFT join adds)."""
+    rates = [("+I", rate("USD", 1.2, 5_000)), ("+I", rate("USD", 1.1, 1_000)), ("+I", rate("EUR", 0.9, 1_000)),
+             ("+I", rate("ANY", 1.0, 100_000))]
+    orders = [("+I", timed_order(3, "USD", 30, 6_000)), ("+I", timed_order(1, "USD", 10, 2_000)),
+              ("+I", timed_order(2, "EUR", 20, 3_000)), ("+I", timed_order(5, "GBP", 5, 4_000)),
+              ("+I", timed_order(9, "ANY", 1, 100_000))]
+    inner = {(1, "USD", 10.0, 1.1): 1, (2, "EUR", 20.0, 0.9): 1, (3, "USD", 30.0, 1.2): 1}
+    return rates, orders, inner, (5, "GBP", 5.0, None)
+
+
+def window_order(order_id, at):
+    """An order of the interval and window joins (``TIMED_ORDERS``), at event time ``at`` (ms)."""
+    return {"order_id": order_id, "currency": "EUR", "amount": float(order_id), "order_time": at}
+
+
+def shipment(ship_id, order_id, at, carrier="ups"):
+    return {"ship_id": ship_id, "order_id": order_id, "carrier": carrier, "ship_time": at}
+
+
+def at(ms):
+    """A window column as the output's timestamp-millis field reads back."""
+    return dt.datetime.fromtimestamp(ms / 1000, tz=dt.timezone.utc)
 
 #: Orders with an event time joined with a versioned table of currency rates.
 TEMPORAL = dict(
