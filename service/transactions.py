@@ -12,8 +12,8 @@ partition of the last stateful stage) does, with a producer of its own (:class:`
    producer of that id (an earlier attempt of the task, a zombie on a lost executor, a worker of a
    killed driver) and completes or aborts whatever transaction it left;
 2. it takes its whole share from the join and encodes it (:class:`Share`: in memory, on local disk
-   past :data:`SPILL_BYTES`), so that no transaction is open while the join computes (its keys, its
-   timers, its state commit): a transaction lasts as long as writing the share does;
+   past :func:`spill_bytes_default`), so that no transaction is open while the join computes (its
+   keys, its timers, its state commit): a transaction lasts as long as writing the share does;
 3. the last committed marker of p in the progress topic (``PROGRESS_TOPIC``, compacted, partition
    p, key ``<checkpoint id>:<p>``), read ``read_committed`` after the init, so that no older attempt
    can commit after it is read (:class:`ProgressReader`);
@@ -53,7 +53,8 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import pickle
+import marshal
+import os
 import tempfile
 import threading
 import time
@@ -79,12 +80,15 @@ _READ_BACK = 16
 SCAN_LIMIT = 1_000_000
 #: A marker read that receives nothing for this long gives up.
 _STALL_S = 60.0
-#: A task's share is kept in memory up to about this many bytes, and on local disk beyond.
-SPILL_BYTES = 64 << 20
-_CHUNK = 1000  # records per chunk of a share (a spilled chunk is one pickle)
+_CHUNK = 1000  # records per chunk of a share (one marshal blob)
+_MARSHAL = 2  # marshal's format version for a share's chunks: the newest without references
+#: The prefix of a share digest: sha256 (128 bits, hex) of its chunks' marshal blobs. A marker's
+#: digest without it was made by an earlier changejoin (:func:`_first_digest`).
+DIGEST_TAG = "m2:"
 #: Headers whose values a share's digest leaves out: a dead letter's reason text may name objects
 #: by their address, which a replay does not reproduce.
 _UNDIGESTED_HEADERS = frozenset({"reason.detail"})
+_UNDIGESTED = b"reason.detail"
 _DOCS = "docs/operations.md, \"What operations do\""
 
 
@@ -392,7 +396,7 @@ def written_already(marker: Optional[dict], batch_id: int, partition: int, input
         raise ProgressMismatch(_behind(config, batch_id, partition, marker["batch"]))
     if marker.get("input") is not None and input_hash is not None and marker["input"] != input_hash:
         raise ProgressMismatch(_other_input(config, batch_id, partition))
-    if marker.get("output") is not None and marker["output"] != share.digest():
+    if marker.get("output") is not None and not share.matches(marker["output"]):
         raise ProgressMismatch(
             f"the replay of micro-batch {batch_id} computed other records for task partition {partition} than its "
             f"first run wrote to {config.get('output_topic')} ({marker.get('records')} records then, {share.records} "
@@ -445,86 +449,147 @@ def check_progress(config: dict, batch_id: int, input_hash: Optional[str], parti
 
 # -- a task's share ------------------------------------------------------------------------------------
 class Share:
-    """One task's share of a micro-batch, encoded, held until it is complete: in memory up to about
-    ``spill_bytes``, then in a temporary file on local disk (``TMPDIR``). Its :meth:`digest` (of each
-    record's key, value and headers, in order) tells a replay that computed the same records from one
-    that did not."""
+    """One task's share of a micro-batch, encoded, held until it is complete.
 
-    def __init__(self, spill_bytes: int = SPILL_BYTES):
-        self.spill_bytes = spill_bytes
-        self.records = 0
+    Records are held in chunks of :data:`_CHUNK`, each one ``marshal`` blob (format version 2: no
+    references and no interning, so the same records always make the same bytes): the chunk's
+    bytes are its digest's input and what is kept, in memory up to ``spill_bytes`` of blobs, then
+    in a temporary file on local disk (``TMPDIR``). A held share is bytes, not objects: a million
+    records held as tuples and lists cost the garbage collector about a microsecond each while the
+    join runs (``bench/share_bench.py``). Its :meth:`digest` (of each record's topic, key, value,
+    headers and partition, in order) tells a replay that computed the same records from one that
+    did not; :meth:`matches` also reads a digest of an earlier changejoin's marker."""
+
+    def __init__(self, spill_bytes: Optional[int] = None):
+        self.spill_bytes = spill_bytes_default() if spill_bytes is None else spill_bytes
+        self._stored = 0  # records in stored chunks
         self.rows = 0  # the join's rows it was made of (a row may encode to no record)
-        self._memory: list[list] = []
+        self._memory: list[bytes] = []
         self._chunk: list = []
         self._bytes = 0
         self._file: Any = None
-        self._hash = hashlib.blake2b(digest_size=16)
+        self._hash = hashlib.sha256()
 
     @classmethod
-    def of(cls, records: Iterable[tuple], spill_bytes: int = SPILL_BYTES) -> "Share":
+    def of(cls, records: Iterable[tuple], spill_bytes: Optional[int] = None) -> "Share":
         share = cls(spill_bytes)
         share.extend(records)
         return share
 
     def extend(self, records: Iterable[tuple]) -> None:
-        update, skip = self._hash.update, _UNDIGESTED_HEADERS
-        chunk = self._chunk
+        chunk, full = self._chunk, _CHUNK
         for record in records:
-            key, value, headers = record[1], record[2], record[3]
-            update(record[0].encode())
-            update(b"\x00%d\x00" % (-1 if key is None else len(key)))
-            if key:
-                update(key)
-            update(b"\x00%d\x00" % (-1 if value is None else len(value)))
-            if value:
-                update(value)
-            for name, header in headers or ():
-                if name not in skip:
-                    update(b"\x00" + name.encode() + b"=")
-                    if header:
-                        update(header)
-            update(b"\x01")
             chunk.append(record)
-            self.records += 1
-            self._bytes += 200 + (len(value) if value else 0) + (len(key) if key else 0)
-            if len(chunk) >= _CHUNK:
+            if len(chunk) >= full:
                 self._store(chunk)
                 chunk = self._chunk = []
 
     def _store(self, chunk: list) -> None:
+        blob = marshal.dumps(chunk, _MARSHAL)
+        # A dead letter's reason text is left out of the digest; a chunk that may hold one is found
+        # by a search of its bytes, and only such a chunk is digested from a copy without it.
+        self._hash.update(marshal.dumps(_digested(chunk), _MARSHAL) if _UNDIGESTED in blob else blob)
+        self._stored += len(chunk)
+        self._bytes += len(blob)
         if self._file is None and self._bytes <= self.spill_bytes:
-            self._memory.append(chunk)
+            self._memory.append(blob)
             return
         if self._file is None:
             self._file = tempfile.TemporaryFile(prefix="changejoin-share-")
-        pickle.dump(chunk, self._file, protocol=pickle.HIGHEST_PROTOCOL)
+        self._file.write(len(blob).to_bytes(8, "big"))
+        self._file.write(blob)
+
+    def _complete(self) -> None:
+        if self._chunk:
+            self._store(self._chunk)
+            self._chunk = []
+
+    @property
+    def records(self) -> int:
+        return self._stored + len(self._chunk)
 
     @property
     def spilled(self) -> bool:
+        self._complete()
         return self._file is not None
 
     def digest(self) -> str:
-        return self._hash.hexdigest()
+        """The digest of the share's records, tagged with how it was made (:data:`DIGEST_TAG`)."""
+        self._complete()
+        return DIGEST_TAG + self._hash.hexdigest()[:32]
+
+    def matches(self, digest: str) -> bool:
+        """Whether ``digest``, a marker's, is of these records: one made as :meth:`digest` is, or,
+        untagged, one of an earlier changejoin's (a replay after an upgrade), made again here."""
+        if digest.startswith(DIGEST_TAG):
+            return digest == self.digest()
+        return digest == _first_digest(self)
 
     def __iter__(self) -> Iterator[tuple]:
-        for chunk in self._memory:
-            yield from chunk
+        self._complete()
+        for blob in self._memory:
+            yield from marshal.loads(blob)
         if self._file is not None:
             self._file.flush()
             self._file.seek(0)
-            while True:
-                try:
-                    chunk = pickle.load(self._file)
-                except EOFError:
-                    break
-                yield from chunk
-        yield from self._chunk
+            while size := self._file.read(8):
+                yield from marshal.loads(self._file.read(int.from_bytes(size, "big")))
 
     def close(self) -> None:
         self._memory, self._chunk = [], []
         if self._file is not None:
             self._file.close()
             self._file = None
+
+
+def _digested(chunk: list) -> list:
+    """``chunk`` without the headers a digest leaves out (:data:`_UNDIGESTED_HEADERS`)."""
+    return [record if not record[3] else
+            record[:3] + ([h for h in record[3] if h[0] not in _UNDIGESTED_HEADERS],) + tuple(record[4:])
+            for record in chunk]
+
+
+def _first_digest(records: Iterable[tuple]) -> str:
+    """The share digest of the changejoin releases before :data:`DIGEST_TAG`: blake2b-128 over
+    each record's topic, key, value and headers. Made only to read such a release's marker."""
+    digest = hashlib.blake2b(digest_size=16)
+    update = digest.update
+    for record in records:
+        key, value, headers = record[1], record[2], record[3]
+        update(record[0].encode())
+        update(b"\x00%d\x00" % (-1 if key is None else len(key)))
+        if key:
+            update(key)
+        update(b"\x00%d\x00" % (-1 if value is None else len(value)))
+        if value:
+            update(value)
+        for name, header in headers or ():
+            if name not in _UNDIGESTED_HEADERS:
+                update(b"\x00" + name.encode() + b"=")
+                if header:
+                    update(header)
+        update(b"\x01")
+    return digest.hexdigest()
+
+
+def spill_bytes_default(memory: Optional[int] = None) -> int:
+    """How many bytes of a share a task holds in memory: a sixteenth of the ``memory`` this process
+    may use (by default its cgroup's limit, else the machine's), from 64 MiB to 1 GiB."""
+    return max(64 << 20, min(1 << 30, (_memory_limit() if memory is None else memory) // 16))
+
+
+def _memory_limit() -> int:
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            text = open(path).read().strip()
+        except OSError:
+            continue
+        if text.isdigit() and int(text) < 1 << 60:
+            return int(text)
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return 1 << 30
 
 
 class TaskTransaction:
