@@ -255,12 +255,37 @@ def java_signum(a: float) -> float:
     return 1.0 if a > 0 else -1.0
 
 
+_TEXT_ROUNDINGS = (ROUND_HALF_UP, ROUND_DOWN)  # ROUND's and TRUNCATE's, which double_round does on text
+
+
 def double_round(a: float, digits: int, rounding=ROUND_HALF_UP) -> float:
-    """ROUND / TRUNCATE of a DOUBLE: on its shortest decimal digits (``BigDecimal.valueOf``)."""
+    """ROUND / TRUNCATE of a DOUBLE: on its shortest decimal digits (``BigDecimal.valueOf``).
+
+    A value written without an exponent (``repr``), rounded to ``digits >= 0``, is rounded on its
+    digits as text and integers, the result read back by ``float()`` (correctly rounded, as the
+    decimal's ``doubleValue()`` is); others go through :func:`_double_round_decimal`. Both give the
+    same doubles (a property test holds them to it)."""
+    text = repr(a)
+    if digits < 0 or "e" in text or "n" in text or rounding not in _TEXT_ROUNDINGS:  # an exponent, inf or nan
+        return _double_round_decimal(a, digits, rounding)
+    cut = text.index(".") + 1 + digits
+    if len(text) <= cut:  # no digit past the ones kept
+        return a + 0.0  # + 0.0: BigDecimal has no negative zero
+    if rounding != ROUND_HALF_UP or text[cut] < "5":  # toward zero: the digits kept, as they are
+        return float(text[:cut]) + 0.0
+    negative = text[0] == "-"  # away from zero: one more in the last digit kept
+    rounded = float(f"{int(text[negative:cut].replace('.', '')) + 1}e-{digits}")
+    return (-rounded if negative else rounded) + 0.0
+
+
+def _double_round_decimal(a: float, digits: int, rounding=ROUND_HALF_UP) -> float:
     if a != a or a in (math.inf, -math.inf):
         fail(f"{java_double(a)} cannot be rounded")
-    moved = Decimal(repr(a)).scaleb(digits, context=_WIDE).quantize(_QUANTUM[0], rounding=rounding, context=_WIDE)
-    return float(moved.scaleb(-digits, context=_WIDE)) + 0.0  # + 0.0: BigDecimal has no negative zero
+    exact = Decimal(repr(a))
+    if exact.as_tuple().exponent >= -digits:  # no digit past the ones kept (1e+160 too, past _WIDE's precision)
+        return a + 0.0
+    moved = exact.scaleb(digits, context=_WIDE).quantize(_QUANTUM[0], rounding=rounding, context=_WIDE)
+    return float(moved.scaleb(-digits, context=_WIDE)) + 0.0
 
 
 def float_round(a: float, digits: int, rounding=ROUND_HALF_UP) -> float:

@@ -2,12 +2,15 @@
 Flink itself answered for these inputs (tests/integration/test_expressions_flink_differential.py
 holds the whole catalog to Flink on random expressions; these pin the surprising answers)."""
 import datetime as dt
-from decimal import Decimal
+from decimal import ROUND_DOWN, ROUND_HALF_UP, Decimal
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from expressions import ExpressionError, compile_condition, compile_projection
 from expressions.parse import Refused, parse, translate
+from expressions.runtime import _double_round_decimal, double_round
 from expressions.types import parse_type
 
 COLUMNS = {"i": "INT", "b": "BIGINT", "d": "DOUBLE", "m": "DECIMAL(10, 2)", "s": "STRING", "t": "STRING",
@@ -56,6 +59,7 @@ def utc(*args) -> dt.datetime:
     ("CAST(d AS STRING)", {"d": -0.0}, "-0.0"),
     ("ROUND(d)", {"d": -2.5}, -3.0),
     ("ROUND(d, -1)", {"d": -1.0}, 0.0),
+    ("ROUND(d, 2)", {"d": 1e160}, 1e160),  # past 160 digits: nothing to round
     ("LN(d)", {"d": -2.5}, "nan"),
     ("LN(d)", {"d": 0.0}, float("-inf")),
     ("d / 0", {"d": -2.5}, float("-inf")),
@@ -206,3 +210,14 @@ def test_a_null_in_a_not_null_computed_column_fails_as_flinks_sink_does():
     assert calc((2,)) == ("ab",)
     with pytest.raises(ExpressionError, match="NULL in a NOT NULL column"):
         calc((-1,))
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.one_of(st.floats(allow_nan=False, allow_infinity=False),
+                 st.floats(min_value=-1e6, max_value=1e6),
+                 st.decimals(min_value=-10**6, max_value=10**6, places=6).map(float)),
+       st.integers(min_value=-4, max_value=18), st.sampled_from([ROUND_HALF_UP, ROUND_DOWN]))
+def test_rounding_a_double_on_its_digits_as_text_gives_the_decimal_rounding(value, digits, rounding):
+    """double_round's text path (no exponent, digits >= 0) against BigDecimal's way, by Decimal."""
+    fast, exact = double_round(value, digits, rounding), _double_round_decimal(value, digits, rounding)
+    assert repr(fast) == repr(exact)  # the same double, the sign of a zero too
