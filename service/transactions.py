@@ -80,7 +80,10 @@ _READ_BACK = 16
 SCAN_LIMIT = 1_000_000
 #: A marker read that receives nothing for this long gives up.
 _STALL_S = 60.0
-_CHUNK = 1000  # records per chunk of a share (one marshal blob)
+#: Records per chunk of a share, one marshal blob: read back, a chunk of output records is about 500
+#: objects, fewer than the garbage collector's first threshold (700), so that they die young while
+#: the share is written (chunks of 1,000 cost the bulk benchmark 15% more Python CPU, RESULTS.md).
+_CHUNK = 100
 _MARSHAL = 2  # marshal's format version for a share's chunks: the newest without references
 #: The prefix of a share digest: sha256 (128 bits, hex) of its chunks' marshal blobs. A marker's
 #: digest without it was made by an earlier changejoin (:func:`_first_digest`).
