@@ -19,6 +19,7 @@ from .schemas import _parse, record_columns
 # generated once per schema is several times faster. Anything else is left to fastavro.
 
 _DOUBLE, _FLOAT = struct.Struct("<d").pack, struct.Struct("<f").pack
+_TAGGED_DOUBLE, _TAGGED_FLOAT = struct.Struct("<Bd").pack, struct.Struct("<Bf").pack  # a union's branch, then the value
 _SMALL_LONGS = tuple(bytes([(n << 1) ^ (n >> 63)]) for n in range(-64, 64))
 
 
@@ -39,35 +40,58 @@ def _long(n: int) -> bytes:
     return bytes(out)
 
 
-def _primitive_writer(avro_type, value: str, constants: dict) -> str | None:
-    """A Python expression writing ``value`` as ``avro_type``, or None for a type left to fastavro."""
+#: The varints of -8192..8191 (one or two bytes), which the compiled writers look up instead of
+#: calling :func:`_long`: ``_LONGS[n + _TABLE]``, and a length's ``_LENGTHS[n]``.
+_TABLE = 8192
+_LONGS = tuple(_long(n) for n in range(-_TABLE, _TABLE))
+_LENGTHS = _LONGS[_TABLE:]
+
+
+def _varint(value: str) -> str:
+    """A Python expression writing the int ``value`` (an expression without side effects) as a varint."""
+    return f"(_LONGS[{value} + {_TABLE}] if {-_TABLE} <= {value} < {_TABLE} else _long({value}))"
+
+
+def _sized(data: str, name: str) -> str:
+    """A Python expression writing the length of ``data`` (bytes) as a varint, which it assigns to
+    ``name`` (for the next part of the record to write)."""
+    return f"(_LENGTHS[n_{name}] if (n_{name} := len({name} := {data})) < {_TABLE} else _long(n_{name}))"
+
+
+def _primitive_writer(avro_type, value: str, constants: dict, name: str) -> list[str] | None:
+    """Python expressions writing ``value`` as ``avro_type``, one after the other (a string's
+    length, then its bytes, held in ``name``), or None for a type left to fastavro."""
     if isinstance(avro_type, dict):
         if avro_type.get("logicalType") is not None:
             return None
         if avro_type.get("type") == "enum":
-            name = f"_enum{len(constants)}"
-            constants[name] = {symbol: _long(i) for i, symbol in enumerate(avro_type["symbols"])}
-            return f"{name}[{value}]"
+            enum = f"_enum{len(constants)}"
+            constants[enum] = {symbol: _long(i) for i, symbol in enumerate(avro_type["symbols"])}
+            return [f"{enum}[{value}]"]
         avro_type = avro_type.get("type")
-    return {
+    if not isinstance(avro_type, str):
+        return None
+    if avro_type in ("string", "bytes"):
+        return [_sized(f"{value}.encode()" if avro_type == "string" else value, name), name]
+    simple = {
         "null": "b''",
         "boolean": f"(b'\\x01' if {value} else b'\\x00')",
-        "int": f"_long({value})",
-        "long": f"_long({value})",
+        "int": _varint(value),
+        "long": _varint(value),
         "double": f"_DOUBLE({value})",
         "float": f"_FLOAT({value})",
-        "string": f"_bytes({value}.encode())",
-        "bytes": f"_bytes({value})",
-    }.get(avro_type) if isinstance(avro_type, str) else None
-
-
-def _bytes(data: bytes) -> bytes:
-    return _long(len(data)) + data
+    }.get(avro_type)
+    return None if simple is None else [simple]
 
 
 def compile_record_writer(schema: dict):
     """``row tuple -> Avro body bytes`` for a record whose fields are primitives, enums or unions
-    of ``null`` and one of those; None for any other schema (fastavro then writes it)."""
+    of ``null`` and one of those; None for any other schema (fastavro then writes it).
+
+    The writer is one expression, ``b''.join`` of each field's parts, with no call per field for
+    the common values: a varint of -8192..8191 and a length below 8192 are looked up in a table,
+    a string's bytes are encoded once and kept in a local of the expression for the part after
+    its length. A value of the wrong type raises (its writer then leaves it to fastavro)."""
     constants: dict = {}
     parts = []
     for i, field in enumerate(schema.get("fields", ())):
@@ -76,18 +100,24 @@ def compile_record_writer(schema: dict):
             if len(avro_type) != 2 or "null" not in avro_type or avro_type[0] == avro_type[1]:
                 return None
             null_index = avro_type.index("null")
-            inner = _primitive_writer(avro_type[1 - null_index], value, constants)
+            inner_type = avro_type[1 - null_index]
+            inner = _primitive_writer(inner_type, value, constants, f"v{i}")
             if inner is None:
                 return None
             null_tag, tag = repr(_long(null_index)), repr(_long(1 - null_index))
-            parts.append(f"({null_tag} if {value} is None else {tag} + {inner})")
+            if inner_type in ("double", "float"):  # the branch and the value in one pack
+                pack = "_TAGGED_DOUBLE" if inner_type == "double" else "_TAGGED_FLOAT"
+                parts.append(f"({null_tag} if {value} is None else {pack}({_long(1 - null_index)[0]}, {value}))")
+            else:
+                parts.append(f"({null_tag} if {value} is None else {tag} + {' + '.join(inner)})")
         else:
-            writer = _primitive_writer(avro_type, value, constants)
+            writer = _primitive_writer(avro_type, value, constants, f"v{i}")
             if writer is None:
                 return None
             if avro_type != "null":
-                parts.append(writer)
-    namespace = {"_long": _long, "_bytes": _bytes, "_DOUBLE": _DOUBLE, "_FLOAT": _FLOAT, **constants}
+                parts.extend(writer)
+    namespace = {"_long": _long, "_LONGS": _LONGS, "_LENGTHS": _LENGTHS, "_DOUBLE": _DOUBLE, "_FLOAT": _FLOAT,
+                 "_TAGGED_DOUBLE": _TAGGED_DOUBLE, "_TAGGED_FLOAT": _TAGGED_FLOAT, **constants}
     body = "b''.join((" + "".join(f"{p}, " for p in parts) + "))"
     return eval(f"lambda row: {body}", namespace)  # noqa: S307 - generated from the schema's field types only
 

@@ -70,3 +70,17 @@ def test_varints_at_every_length_boundary_are_fastavros():
         expected = io.BytesIO()
         fastavro.schemaless_writer(expected, schema, {"n": n})
         assert writer((n,)) == expected.getvalue(), n
+
+
+def test_strings_and_bytes_at_every_length_boundary_are_fastavros():
+    """A length below 8192 is looked up in a table, a longer one computed: both as fastavro writes them."""
+    schema = {"type": "record", "name": "R", "fields": [{"name": "s", "type": "string"},
+                                                        {"name": "b", "type": ["null", "bytes"]},
+                                                        {"name": "t", "type": ["string", "null"]}]}
+    writer = compile_record_writer(schema)
+    for n in (0, 1, 63, 64, 8191, 8192, 8193, 1_048_576):
+        for text in ("x" * n, "é" * (n // 2)):  # a length in bytes, not in characters
+            row = (text, text.encode()[:n], text)
+            expected = io.BytesIO()
+            fastavro.schemaless_writer(expected, schema, dict(zip("sbt", row)))
+            assert writer(row) == expected.getvalue(), n
