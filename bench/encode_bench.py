@@ -96,28 +96,36 @@ def main() -> int:
     parser.add_argument("--record-results", action="store_true")
     args = parser.parse_args()
     before: dict[str, list[float]] = {name: [] for name in SCHEMAS}
-    if args.before:
-        for _ in range(args.rounds):
-            out = subprocess.run([sys.executable, "-c", _CHILD, str(args.before.resolve()), str(args.records), __file__],
-                                 cwd=args.before, capture_output=True, text=True, check=True,
-                                 env={**os.environ, "PYTHONPATH": str(args.before.resolve())})
-            for name, value in json.loads(out.stdout.strip().splitlines()[-1]).items():
-                before[name].append(value)
+
+    def run_before() -> None:
+        out = subprocess.run([sys.executable, "-c", _CHILD, str(args.before.resolve()), str(args.records), __file__],
+                             cwd=args.before, capture_output=True, text=True, check=True,
+                             env={**os.environ, "PYTHONPATH": str(args.before.resolve())})
+        for name, value in json.loads(out.stdout.strip().splitlines()[-1]).items():
+            before[name].append(value)
+
     rng = random.Random(7)
-    table = []
+    writers = {}
     for name, schema in SCHEMAS.items():
         rows = rows_for(schema, args.records, rng)
         compiled = ValueEncoder(schema)
         generic = ValueEncoder(schema)
         generic._compiled = None  # the writer before: fastavro for every record
         assert all(compiled.encode(r) == generic.encode(r) for r in rows[:1000])
-        rates = {"fastavro": [], "compiled": []}
-        for i in range(args.rounds):
-            order = [("fastavro", generic), ("compiled", compiled)][:: 1 if i % 2 == 0 else -1]
-            for label, encoder in order:
-                rates[label].append(rate(encoder.encode, rows))
+        writers[name] = rows, {"fastavro": generic, "compiled": compiled}
+    rates = {name: {"fastavro": [], "compiled": []} for name in SCHEMAS}
+    for i in range(args.rounds):  # each round: before's child (in turn first or last), then every writer here
+        if args.before and i % 2 == 0:
+            run_before()
+        for name, (rows, encoders) in writers.items():
+            for label, encoder in list(encoders.items())[:: 1 if i % 2 == 0 else -1]:
+                rates[name][label].append(rate(encoder.encode, rows))
+        if args.before and i % 2 == 1:
+            run_before()
+    table = []
+    for name in SCHEMAS:
         row = {"schema": name}
-        for label, values in rates.items():
+        for label, values in rates[name].items():
             row[f"{label} min"], row[f"{label} median"] = min(values), statistics.median(values)
         row["ratio (median)"] = row["compiled median"] / row["fastavro median"]
         if args.before:
