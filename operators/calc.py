@@ -15,12 +15,24 @@ from typing import Any, Callable
 from .state import Context, KeyState, Output
 
 
+#: How many computed rows an OutputCalc keeps for the retractions to come (per operator, per process).
+RECENT_ROWS = 1 << 15
+_INSERT, _UPDATE_BEFORE, _UPDATE_AFTER, _DELETE = 0, 1, 2, 3  # RowKind's byte values
+
+
 class OutputCalc:
-    """A join operator whose output changes go through ``calc``."""
+    """A join operator whose output changes go through ``calc``.
+
+    A retraction (-U, -D) is computed as the row it retracts was, so the computed rows of the
+    newest inserted rows (+I, +U) are kept, at most :data:`RECENT_ROWS`, by joined row: a
+    retraction of one of them takes it instead of computing it again. Half of a join's changelog
+    is retractions where rows update; the calculation is deterministic (``expressions`` refuses
+    the functions that are not), so the output is the same either way."""
 
     def __init__(self, inner, calc: Callable[[tuple], tuple | None]):
         self.inner = inner
         self.calc = calc
+        self._recent: dict = {}
 
     def __getattr__(self, name: str):  # MAPS, state names...: the wrapped operator's
         return getattr(self.inner, name)
@@ -39,15 +51,34 @@ class OutputCalc:
         return self.inner.map_rows(value, left, right)
 
     def _apply(self, out: Output, start: int) -> None:
-        calc = self.calc
+        calc, recent = self.calc, self._recent
         rows = out.rows
         kept = rows[:start]
         for kind, row in rows[start:]:
-            try:
-                result = calc(row)
-            except Exception as err:  # noqa: BLE001 - the expression's failure, named in its message
-                out.failed.append((kind, row, str(err)))
-                continue
+            retraction = kind == _UPDATE_BEFORE or kind == _DELETE
+            result = _UNKNOWN
+            if retraction:
+                try:
+                    result = recent.get(row, _UNKNOWN)
+                except TypeError:  # an unhashable value (a collection type): computed, not kept
+                    pass
+            if result is _UNKNOWN:
+                try:
+                    result = calc(row)
+                except Exception as err:  # noqa: BLE001 - the expression's failure, named in its message
+                    out.failed.append((kind, row, str(err)))
+                    continue
+                if not retraction:
+                    try:
+                        recent[row] = result
+                    except TypeError:
+                        pass
+                    else:
+                        if len(recent) > RECENT_ROWS:
+                            del recent[next(iter(recent))]  # the oldest
             if result is not None:
                 kept.append((kind, result))
         out.rows = kept
+
+
+_UNKNOWN = object()

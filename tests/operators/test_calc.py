@@ -38,3 +38,53 @@ def test_it_is_the_join_underneath():
     inner = join()
     wrapped = OutputCalc(inner, calc)
     assert wrapped.spec is inner.spec and wrapped.map_rows(None, None, None) == inner.map_rows(None, None, None)
+
+
+def changelog(n: int, seed: int):
+    """A random changelog of both sides on 20 keys: inserts, and retractions of live rows."""
+    import random
+
+    rng = random.Random(seed)
+    live: list[list] = [[], []]
+    records = []
+    for _ in range(n):
+        side = rng.randrange(2)
+        if live[side] and rng.random() < 0.45:
+            records.append((side, D, live[side].pop(rng.randrange(len(live[side])))))
+        else:
+            row = (rng.randrange(20), rng.randrange(5))
+            live[side].append(row)
+            records.append((side, I, row))
+    return records
+
+
+def test_a_retraction_takes_the_row_computed_for_what_it_retracts_and_the_output_is_the_same(monkeypatch):
+    import operators.calc as calc_module
+
+    def counted(row):
+        counted.calls += 1
+        return calc(row)
+
+    outputs, default = {}, calc_module.RECENT_ROWS
+    for kept in (0, default, 8):
+        monkeypatch.setattr(calc_module, "RECENT_ROWS", kept)
+        counted.calls = 0
+        runner = LocalRunner(OutputCalc(join(), counted))
+        for record in changelog(3000, seed=5):
+            runner.process([record])
+        outputs[kept] = (runner.output.rows, [(k, r) for k, r, _ in runner.output.failed], counted.calls)
+    none, many, few = outputs[0], outputs[default], outputs[8]
+    assert none[:2] == many[:2] == few[:2]  # the same changes emitted and failed, in order
+    joined = LocalRunner(join())  # the join's own changes, before the calculation
+    for record in changelog(3000, seed=5):
+        joined.process([record])
+    retractions = sum(1 for kind, _ in joined.output.rows if kind == D)
+    assert none[2] == len(joined.output.rows) and retractions > 500  # without kept rows: one per change
+    assert many[2] <= none[2] - retractions // 2  # most retractions computed nothing (a failed row is not kept)
+    assert many[2] < few[2] <= none[2]  # a bound of 8 keeps fewer
+
+
+def test_rows_that_cannot_be_kept_are_computed_each_time():
+    runner = LocalRunner(OutputCalc(join(), lambda row: (row[0], list(row))))  # a list: unhashable output is fine
+    runner.process([(0, I, (1, [4])), (0, D, (1, [4]))])  # an unhashable input row
+    assert [(int(k), r) for k, r in runner.output.rows] == [(I, (1, [1, [4], None])), (D, (1, [1, [4], None]))]
