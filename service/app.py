@@ -35,6 +35,7 @@ from .metrics import JoinMetrics, MetricsServer, ready_window_seconds
 from .pipeline import BatchCounts, JoinPipeline
 from .plan import JoinPlan, TimeMode
 from .session import SHUFFLE_PARTITIONS, expect_stop, query_start_properties, spark_session
+from .shipping import Delivery
 from .transactions import keep_progress_topic
 
 log = logging.getLogger(__name__)
@@ -213,21 +214,20 @@ class Service:
                     f"per task partition ({task_partitions}): add partitions to it, or name a new topic")
         return topic_partitions(bootstrap, kafka, s.output_topic) or partitions
 
-    def _delivery(self, store: checkpoint.CheckpointFile, partitions: int, progress_topic: str) -> dict:
+    def _delivery(self, store: checkpoint.CheckpointFile, partitions: int, progress_topic: str) -> Delivery:
         """With exactly-once delivery, what the producing tasks' transactions need; first every
         transactional id the checkpoint has used initialized once (this run's, and those of an older
         prefix or task count: ``checkpoint.used_transactional_ids``), which aborts what a killed run
         left open, then this run's ids recorded (``transactions.py``)."""
-        from .shipping import worker_secrets
         from .transactions import abort_transactional_ids, checkpoint_progress, delivery_config, transactional_id
 
         s = self.settings
-        config = {"delivery": delivery_config(s), **worker_secrets(s)}
+        unbound = delivery_config(s)  # no checkpoint id yet: for the abort and the topic's origin
         current = [transactional_id(s.transactional_id_prefix, p) for p in range(partitions)]
         older = [tid for tid in checkpoint.used_transactional_ids(store) if tid not in current]
-        seconds = abort_transactional_ids(config, current + older, required=current)
+        seconds = abort_transactional_ids(unbound, current + older, required=current)
         checkpoint.record_transactional_ids(store, s.transactional_id_prefix, partitions)
-        progress = checkpoint_progress(s, store, config, partitions)
+        progress = checkpoint_progress(s, store, unbound, partitions)
         delivery = delivery_config(s, store.identity(), progress, partitions)
         log.info("exactly-once delivery: %d transactional ids %s-0..%d initialized in %.2f s (what a stopped run "
                  "left open is aborted%s); progress markers in %s", partitions, s.transactional_id_prefix,

@@ -283,7 +283,6 @@ def cmd_abort_transactions(args) -> int:
         return 2
     from . import checkpoint
     from .contact import ServerError, scrub
-    from .shipping import worker_secrets
     from .transactions import abort_transactional_ids, delivery_config, transactional_id
 
     n = _task_partitions(settings)
@@ -292,9 +291,8 @@ def cmd_abort_transactions(args) -> int:
     older = [tid for tid in (checkpoint.used_transactional_ids(store) if store._local else ()) if tid not in current]
     try:
         wait_for_servers(settings, others=False)
-        seconds = abort_transactional_ids({"delivery": delivery_config(settings), **worker_secrets(settings)},
-                                          current + older, timeout_s=settings.connect_timeout_ms / 1000,
-                                          required=current)
+        seconds = abort_transactional_ids(delivery_config(settings), current + older,
+                                          timeout_s=settings.connect_timeout_ms / 1000, required=current)
     except ServerError as err:
         print(f"changejoin: {scrub(str(err), settings)}", file=sys.stderr)
         return 1

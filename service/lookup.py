@@ -59,7 +59,7 @@ from .deadletters import Reason
 from .envelope import KIND, OFFSET, PART, PAYLOAD, TAG, TS, Tag, dead_letter_group, dumps, loads
 from .errors import ChangejoinError
 from .plan import JoinPlan
-from .shipping import built
+from .shipping import WorkerConfig, built
 
 log = logging.getLogger(__name__)
 
@@ -89,8 +89,8 @@ class LookupStage:
     """The lookup of one worker process: the plan's key getter and the database client."""
 
     @classmethod
-    def from_config(cls, config: dict) -> "LookupStage":
-        return cls(JoinPlan.from_json(config["plan"]), config.get("lookup_password"))
+    def from_config(cls, config: WorkerConfig) -> "LookupStage":
+        return cls(JoinPlan.from_json(config.plan), config.secrets.lookup_password)
 
     def __init__(self, plan: JoinPlan, password: str | None):
         from .database import CacheSettings, LookupClient, TableInfo
@@ -164,7 +164,7 @@ class LookupStage:
         return rows, pinned["invalid"], pinned["bad_rows"]
 
 
-def lookup_partition(config: dict, pins: str | None, accumulator=None, token: str | None = None) -> Callable:
+def lookup_partition(config: WorkerConfig, pins: str | None, accumulator=None, token: str | None = None) -> Callable:
     """The ``mapInArrow`` function of the lookup step; ``config`` is the worker config with its
     secrets (``shipping.py``), ``pins`` the directory of pinned lookups (None: not pinned) and
     ``token`` what the driver left in it (:func:`prepare_pins`), ``accumulator`` where the

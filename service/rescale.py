@@ -108,13 +108,12 @@ def _prepare_delivery(settings: Settings, store, was: int, partitions: int) -> N
     from confluent_kafka.admin import AdminClient, NewPartitions
 
     from .logs import kafka_logger
-    from .shipping import worker_secrets
     from .sink import admin_props, topic_partitions
     from .transactions import abort_transactional_ids, delivery_config, progress_topic, transactional_id
 
     prefix = settings.transactional_id_prefix
     current = [transactional_id(prefix, p) for p in range(was)]
-    abort_transactional_ids({"delivery": delivery_config(settings, store.identity()), **worker_secrets(settings)},
+    abort_transactional_ids(delivery_config(settings, store.identity()),
                             sorted(set(current) | set(checkpoint.used_transactional_ids(store))), required=current)
     kafka = settings.kafka_properties()
     bootstrap = kafka.pop("bootstrap.servers")

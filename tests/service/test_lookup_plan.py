@@ -69,9 +69,12 @@ def test_the_password_is_never_shown_and_reaches_the_workers_apart():
     assert "hunter2" not in str(settings.redacted())
     p = plan()
     assert "hunter2" not in p.to_json() and "hunter2" not in str(worker_config(settings, p))
-    assert worker_secrets(settings, kafka=False)["lookup_password"] == "hunter2"
-    assert worker_secrets(load_settings({**LOOKUP, "RIGHT_LOOKUP_PASSWORD": "s3cret!"}), kafka=False)[
-        "lookup_password"] == "s3cret!"
+    assert worker_secrets(settings, kafka=False).lookup_password == "hunter2"
+    config = worker_config(settings, p, secrets=worker_secrets(settings, kafka=False))
+    assert "hunter2" not in repr(config) and "hunter2" not in config.to_json()  # mapper.config: no secret
+    assert "hunter2" in worker_secrets(settings, kafka=False).to_json()  # mapper.secret
+    assert worker_secrets(load_settings({**LOOKUP, "RIGHT_LOOKUP_PASSWORD": "s3cret!"}), kafka=False
+                          ).lookup_password == "s3cret!"
     assert "s3cret!" not in str(load_settings({**LOOKUP, "RIGHT_LOOKUP_PASSWORD": "s3cret!"}).redacted())
 
 

@@ -119,6 +119,39 @@ def test_secrets_have_one_owner():
         assert not read, f"{path.relative_to(SERVICE.parent)} reads a URL's password (line {read[0]}): use service/secrets.py"
 
 
+def config_reads_by_key(root: Path) -> list[str]:
+    """Where a module of ``root`` reads a config by key: ``x[...]`` or ``x.get(...)`` where ``x`` is
+    named as a worker config or a part of one (``config``, ``self._sink_config``, ``delivery``,
+    ``secrets``, ``crash``)."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Subscript):
+                target = node.value
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get":
+                target = node.func.value
+            else:
+                continue
+            name = target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", "")
+            if name in {"delivery", "secrets", "crash"} or name.endswith("config"):
+                found.append(f"{path.relative_to(root)}:{node.lineno} {name}")
+    return found
+
+
+def test_the_workers_config_is_read_by_attribute():
+    """The workers' configuration is one frozen ``shipping.WorkerConfig`` (with its ``Secrets``,
+    ``Delivery`` and ``faults.CrashPoint``): a reader asks for an attribute, and a misspelt one fails
+    where it is read, where a dict's ``config.get("crash")`` read None. No module reads a config
+    by key (tests/service/test_shipping.py: every field is read)."""
+    assert config_reads_by_key(SERVICE) == []
+
+
+def test_the_config_by_key_check_bites(tmp_path):
+    (tmp_path / "probe.py").write_text('def f(config, self):\n    return config["plan"], self._sink_config.get("crash"), '
+                                       'self.delivery["prefix"], config.plan, settings["x"]\n')
+    assert config_reads_by_key(tmp_path) == ["probe.py:2 config", "probe.py:2 _sink_config", "probe.py:2 delivery"]
+
+
 def test_every_error_of_the_service_derives_from_the_one_base():
     """An error class of the service (a class whose bases lead to a built-in exception) derives
     from ``errors.ChangejoinError``, which ``cli.main`` catches in one place; only a private one
