@@ -214,7 +214,7 @@ class Service:
                     f"per task partition ({task_partitions}): add partitions to it, or name a new topic")
         return topic_partitions(bootstrap, kafka, s.output_topic) or partitions
 
-    def _delivery(self, store: checkpoint.CheckpointFile, partitions: int, progress_topic: str) -> Delivery:
+    def _delivery(self, store: checkpoint.Checkpoint, partitions: int, progress_topic: str) -> Delivery:
         """With exactly-once delivery, what the producing tasks' transactions need; first every
         transactional id the checkpoint has used initialized once (this run's, and those of an older
         prefix or task count: ``checkpoint.used_transactional_ids``), which aborts what a killed run
@@ -246,10 +246,9 @@ class Service:
                 raise RuntimeError(f"cannot serve metrics on METRICS_PORT={self.settings.metrics_port}: {err}") from err
         try:
             # Before anything runs: state made for another join must not be touched.
+            store = checkpoint.Checkpoint(self.settings.checkpoint_location, lambda: self.spark)
             if self._checkpoint_lock is None:
-                self._checkpoint_lock = checkpoint.CheckpointLock(self.settings.checkpoint_location).acquire(
-                    "changejoin run")
-            store = checkpoint.CheckpointFile(self.settings.checkpoint_location, lambda: self.spark)
+                self._checkpoint_lock = store.lock("changejoin run")
             self.plan = checkpoint.reconcile(self.plan, self.settings.checkpoint_location, store,
                                              buckets_set=self.settings.state_buckets is not None)
             # A new checkpoint's first micro-batch is planned with the session's count: the one
@@ -272,7 +271,7 @@ class Service:
                     _remove(self._stop_file)
                     self.query = JoinPipeline(
                         self.settings, self.plan, self.spark, self._on_batch, output_partitions, delivery,
-                        stop_file=self._stop_file).start()
+                        stop_file=self._stop_file, checkpoint=store).start()
                 self._run_id = str(self.query.runId)
             finally:
                 self._query_known.set()

@@ -226,7 +226,7 @@ def _connect_verdict(checks: list, warned: str = "") -> int:
 def _task_partitions(settings) -> int:
     from . import checkpoint
 
-    return checkpoint.CheckpointFile(settings.checkpoint_location).task_partitions(settings.shuffle_partitions)
+    return checkpoint.Checkpoint(settings.checkpoint_location).task_partitions(settings.shuffle_partitions)
 
 
 def _delivery(settings) -> list[str]:
@@ -237,7 +237,7 @@ def _delivery(settings) -> list[str]:
     from .transactions import progress_topic
 
     n = _task_partitions(settings)
-    topic = progress_topic(settings, checkpoint.CheckpointFile(settings.checkpoint_location))
+    topic = progress_topic(settings, checkpoint.Checkpoint(settings.checkpoint_location))
     return [f"exactly-once for read_committed consumers of {settings.output_topic} and {settings.dead_letter_topic}: "
             f"a Kafka transaction per producing task and micro-batch",
             f"transactional ids {settings.transactional_id_prefix}-0 .. {settings.transactional_id_prefix}-{n - 1} "
@@ -287,8 +287,8 @@ def cmd_abort_transactions(args) -> int:
 
     n = _task_partitions(settings)
     current = [transactional_id(settings.transactional_id_prefix, p) for p in range(n)]
-    store = checkpoint.CheckpointFile(settings.checkpoint_location)
-    older = [tid for tid in (checkpoint.used_transactional_ids(store) if store._local else ()) if tid not in current]
+    store = checkpoint.Checkpoint(settings.checkpoint_location)
+    older = [tid for tid in (checkpoint.used_transactional_ids(store) if store.local else ()) if tid not in current]
     try:
         wait_for_servers(settings, others=False)
         seconds = abort_transactional_ids(delivery_config(settings), current + older,

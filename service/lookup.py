@@ -19,7 +19,8 @@ replayed micro-batch computes what the first attempt computed, which at-least-on
 (dropped by ``(batch, seq)``) and exactly-once (a committed task's replay is skipped while the
 join's state is recomputed) rely on. A table can change between two attempts. So what a task
 looked up is written, before it is used, to
-``<CHECKPOINT_LOCATION>/changejoin/lookups/<micro-batch>/<digest>``, where the digest is that of the
+``<pins>/<micro-batch>/<digest>``, in the checkpoint's pin directory (``checkpoint.Checkpoint.pins``:
+``<CHECKPOINT_LOCATION>/changejoin/lookups``), where the digest is that of the
 task's input (topic, and per Kafka partition its first and last offset and record count) and of
 its lookup key (the stream's and the table's columns): another input or another key never finds
 it. The file is published atomically (written aside, then hard-linked to its name: the first
@@ -63,7 +64,6 @@ from .shipping import WorkerConfig, built
 
 log = logging.getLogger(__name__)
 
-PIN_DIRECTORY = os.path.join("changejoin", "lookups")
 PIN_FORMAT = 2  # a dict naming its columns (format 1, before: a bare (rows, invalid) tuple)
 VOLUME_FILE = "volume"  # in the pin directory: the token of the driver's start (prepare_pins)
 BATCH_ID = "streaming.sql.batchId"  # the local property Spark sets on every job of a micro-batch
@@ -78,11 +78,6 @@ class PinVolumeError(RuntimeError, ChangejoinError):
 
 class PinMismatch(RuntimeError, ChangejoinError):
     """A pin holds columns a replay cannot join: one line saying what changed and what to do."""
-
-
-def pin_directory(checkpoint_directory: str) -> str:
-    """Where the lookups of a checkpoint's micro-batches are pinned."""
-    return os.path.join(checkpoint_directory, PIN_DIRECTORY)
 
 
 class LookupStage:

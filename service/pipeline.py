@@ -11,7 +11,6 @@ topic, looks its rows up in the reading tasks (``lookup.py``) and joins them in 
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -19,6 +18,7 @@ from pyspark.accumulators import AccumulatorParam
 from pyspark.sql import functions as F
 
 from . import faults
+from .checkpoint import Checkpoint
 from .config import Settings
 from .envelope import ENVELOPE_SCHEMA, OUTPUT_SCHEMA, Target
 from .faults import CrashPoint
@@ -209,11 +209,14 @@ class JoinPipeline:
 
     def __init__(self, settings: Settings, plan: JoinPlan, spark,
                  on_batch: Callable[[BatchCounts], None] | None = None, output_partitions: int = 1,
-                 delivery: Delivery | None = None, stop_file: str | None = None):
+                 delivery: Delivery | None = None, stop_file: str | None = None,
+                 checkpoint: Checkpoint | None = None):
         """``delivery``: with exactly-once output, what the producing tasks' transactions need
         (``transactions.py``: prefix, progress topic, checkpoint id, timeout). ``stop_file``: while
-        it exists, the sources plan no new input (a graceful stop: ``app.Service.stop``)."""
+        it exists, the sources plan no new input (a graceful stop: ``app.Service.stop``).
+        ``checkpoint``: the query's (``CHECKPOINT_LOCATION``'s, read with this session by default)."""
         self.settings = settings
+        self.checkpoint = checkpoint or Checkpoint(settings.checkpoint_location, lambda: self.spark)
         self.stop_file = stop_file
         self.delivery = delivery
         self.output_partitions = output_partitions
@@ -284,17 +287,13 @@ class JoinPipeline:
 
         config = worker_config(self.settings, self.plan, secrets=worker_secrets(self.settings, kafka=False))
         self._lookups = self.spark.sparkContext.accumulator({}, _Counts())
-        token = None if self._pins is None else prepare_pins(self._pins, self.settings.checkpoint_location)
+        token = None if self._pins is None else prepare_pins(self._pins, self.checkpoint.location)
         return self._read(0).mapInArrow(lookup_partition(config, self._pins, self._lookups, token), ENVELOPE_SCHEMA)
 
     @property
     def _pins(self) -> str | None:
         """Where a lookup join's reading tasks pin what they looked up (``lookup.py``)."""
-        from .config import local_directory
-        from .lookup import pin_directory
-
-        directory = local_directory(self.settings.checkpoint_location)
-        return None if directory is None else pin_directory(os.path.abspath(directory))
+        return self.checkpoint.pins
 
     def _lookup_batch(self, counts: BatchCounts) -> None:
         """The micro-batch's lookup counts; the pins of the micro-batches before it go (committed)."""
@@ -328,10 +327,9 @@ class JoinPipeline:
         its offsets; whether it is the first of this run). The first micro-batch of a run may be one
         an earlier run planned and wrote in part: before it writes anything, every task partition's
         newest marker is checked against it (``transactions.check_progress``)."""
-        from .checkpoint import CheckpointFile
         from .transactions import check_progress, input_digest
 
-        store = CheckpointFile(self.settings.checkpoint_location, lambda: self.spark)
+        store = self.checkpoint
         previous = self._offsets[1] if self._offsets[0] == batch_id - 1 else store.batch_offsets(batch_id - 1)
         self._offsets = (batch_id, store.batch_offsets(batch_id))  # the next micro-batch's start
         digest = input_digest(previous, self._offsets[1])
@@ -348,7 +346,7 @@ class JoinPipeline:
         writer = (
             self.dataframe().writeStream.queryName("changejoin")
             .foreachBatch(self._write_batch)
-            .option("checkpointLocation", self.settings.checkpoint_location)
+            .option("checkpointLocation", self.checkpoint.location)
         )
         if self.settings.trigger_interval_ms:
             writer = writer.trigger(processingTime=f"{self.settings.trigger_interval_ms} milliseconds")

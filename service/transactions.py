@@ -142,12 +142,12 @@ def progress_topic(settings, store) -> str:
 
     if settings.progress_topic:
         return settings.progress_topic
-    if not getattr(store, "_local", True) and getattr(store, "_session", None) is None:
+    if not store.readable:
         return settings.progress_topic_name  # a remote checkpoint read without Spark (check-config)
     recorded = checkpoint.delivery_record(store).get("progress_topic")
     if recorded:
         return recorded
-    if store.newest_batch("offsets") is not None:
+    if store.newest_planned() is not None:
         return legacy_progress_topic(settings)
     return settings.progress_topic_name
 
@@ -170,7 +170,7 @@ def keep_progress_topic(settings, store) -> str:
             f"PROGRESS_TOPIC={topic}: the checkpoint's micro-batch {pending} is not committed and its progress markers "
             f"are in {was}; start once with PROGRESS_TOPIC={was} (or unset) so that it is, then change it")
     values: dict = {"progress_topic": topic}
-    if not was and store.newest_batch("offsets") is not None:
+    if not was and store.newest_planned() is not None:
         # A checkpoint of an earlier changejoin: its markers may lie anywhere in the topic.
         values["progress_origin"] = {"topic": topic, "offsets": None}
     checkpoint.write_delivery_record(store, **values)

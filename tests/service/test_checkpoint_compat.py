@@ -232,7 +232,7 @@ def test_an_output_change_the_materializer_cannot_follow_is_refused(tmp_path, be
 
 
 def test_a_materializer_checkpoint_of_an_earlier_changejoin_is_accepted_unchanged(tmp_path, upsert_location):
-    store = checkpoint.CheckpointFile(upsert_location)
+    store = checkpoint.Checkpoint(upsert_location)
     stored = store.read()
     del stored["facts"]["materializer"]["sources"], stored["output_generations"]  # as written before sources
     store.write(stored)

@@ -137,7 +137,7 @@ def test_check_config_exits_2_on_a_checkpoint_the_service_would_refuse(tmp_path)
     location = str(tmp_path / "ck")
     other = load_settings({**VALID, "CHECKPOINT_LOCATION": location,
                            "JOIN_SQL": VALID["JOIN_SQL"].replace("LEFT JOIN", "JOIN")})
-    checkpoint.reconcile(plan_for(other), location, checkpoint.CheckpointFile(location))
+    checkpoint.reconcile(plan_for(other), location, checkpoint.Checkpoint(location))
     proc = changejoin("check-config", env={**VALID, "CHECKPOINT_LOCATION": location})
     assert proc.returncode == 2
     assert "INCOMPATIBLE" in proc.stdout

@@ -151,7 +151,7 @@ def test_a_replay_that_computed_other_records_stops_rather_than_skip():
 
 
 def test_the_checkpoint_remembers_every_transactional_id_its_producers_used(tmp_path):
-    store = checkpoint.CheckpointFile(str(tmp_path / "ck"))
+    store = checkpoint.Checkpoint(str(tmp_path / "ck"))
     assert checkpoint.used_transactional_ids(store) == []
     checkpoint.record_transactional_ids(store, "a", 2)
     checkpoint.record_transactional_ids(store, "a", 2)

@@ -152,6 +152,79 @@ def test_the_config_by_key_check_bites(tmp_path):
     assert config_reads_by_key(tmp_path) == ["probe.py:2 config", "probe.py:2 _sink_config", "probe.py:2 delivery"]
 
 
+#: What is under a checkpoint: Spark's logs, state and metadata, changejoin's file and lock, and the
+#: lookups a lookup join pins (``changejoin/lookups``).
+CHECKPOINT_ENTRIES = {"offsets", "commits", "state", "sources", "metadata", "changejoin", "lookups",
+                      "changejoin-state.json", "changejoin.lock"}
+#: The modules that may ask where a location is a local directory: config.py (which defines it and
+#: refuses a lookup join elsewhere), the session (Spark's file manager for a local checkpoint) and
+#: the checkpoint.
+LOCAL_DIRECTORY_USERS = {"config.py", "session.py", "checkpoint.py"}
+
+
+def paths_under_the_checkpoint(root: Path) -> list[str]:
+    """Where a module of ``root`` but ``checkpoint.py`` builds a path under a checkpoint: an entry of
+    :data:`CHECKPOINT_ENTRIES` as a part of a path (an argument of a ``join``/``Path``/``joinpath``
+    call, an operand of ``/`` or ``+``, a ``/``-separated part of a string or an f-string; docstrings
+    left out), or
+    ``local_directory`` called outside :data:`LOCAL_DIRECTORY_USERS`."""
+    found = []
+
+    def parts(text: str) -> set[str]:
+        return set(text.split("/")) if "/" in text else {text}
+
+    for path in sorted(root.rglob("*.py")):
+        if path.name == "checkpoint.py":
+            continue
+        tree = ast.parse(path.read_text())
+        docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                      if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                      and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+        for node in ast.walk(tree):
+            pieces: list = []
+            if isinstance(node, ast.Call):
+                name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+                if name in ("join", "Path", "PurePath", "joinpath"):
+                    pieces = node.args
+                if name == "local_directory" and path.name not in LOCAL_DIRECTORY_USERS:
+                    found.append(f"{path.relative_to(root)}:{node.lineno} local_directory")
+            elif isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Div, ast.Add)):
+                pieces = [node.left, node.right]
+            elif isinstance(node, ast.JoinedStr):
+                pieces = [v for v in node.values if isinstance(v, ast.Constant)]
+                pieces = [p for p in pieces if "/" in p.value]
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str) and "/" in node.value \
+                    and id(node) not in docstrings:
+                pieces = [node]
+            for piece in pieces:
+                if isinstance(piece, ast.Constant) and isinstance(piece.value, str) \
+                        and parts(piece.value) & CHECKPOINT_ENTRIES:
+                    found.append(f"{path.relative_to(root)}:{node.lineno} {piece.value!r}")
+    return sorted(set(found))
+
+
+def test_only_the_checkpoint_builds_paths_under_it():
+    """``checkpoint.Checkpoint`` owns ``CHECKPOINT_LOCATION`` and everything under it (Spark's logs,
+    ``changejoin-state.json``, the lock, the pinned lookups' directory): another module asks it, and
+    never re-derives a path (the location's local directory was once derived in four modules, the
+    pins' directory in two)."""
+    assert paths_under_the_checkpoint(SERVICE) == []
+
+
+def test_the_checkpoint_path_check_bites(tmp_path):
+    (tmp_path / "probe.py").write_text(
+        '"""Pins go to <CHECKPOINT_LOCATION>/changejoin/lookups."""\nfrom pathlib import Path\n'
+        'a = os.path.join(directory, "offsets", str(batch))\n'
+        'b = Path(location) / "changejoin-state.json"\n'
+        'c = f"{location}/commits/{batch}"\n'
+        'd = location.rstrip("/") + "/state"\n'
+        'e = os.path.join(local_directory(location), "changejoin/lookups")\n'
+        'fine = {"offsets": None}, f"lost files of its offsets/ and commits/ logs", progress["sources"]\n')
+    assert paths_under_the_checkpoint(tmp_path) == [
+        "probe.py:3 'offsets'", "probe.py:4 'changejoin-state.json'", "probe.py:5 '/commits/'", "probe.py:6 '/state'",
+        "probe.py:7 'changejoin/lookups'", "probe.py:7 local_directory"]
+
+
 def test_every_error_of_the_service_derives_from_the_one_base():
     """An error class of the service (a class whose bases lead to a built-in exception) derives
     from ``errors.ChangejoinError``, which ``cli.main`` catches in one place; only a private one
