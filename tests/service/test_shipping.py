@@ -16,7 +16,7 @@ from service.config import load_settings
 from service.faults import CrashPoint
 from service.shipping import Delivery, Secrets, WorkerConfig, built, worker_config, worker_secrets
 from service.transactions import delivery_config
-from test_config import VALID
+from service_env import VALID
 
 SERVICE = Path(__file__).resolve().parents[2] / "service"
 #: The parts of a worker config: every field of each is read somewhere (:func:`unread_fields`).

@@ -657,6 +657,34 @@ def test_every_test_module_has_a_name_of_its_own():
     assert {name: paths for name, paths in seen.items() if len(paths) > 1} == {}
 
 
+def imports_of_test_modules(root: Path) -> list[str]:
+    """Where a module under ``root`` imports a test module (``test_*``), or names one for Spark's
+    workers to import (a mapper ``"test_x:factory"``)."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        for name, _ in imports(path, "tests"):
+            if any(part.startswith("test_") for part in name.split(".")):
+                found.append(f"{path.relative_to(root)}: {name}")
+        found += [f"{path.relative_to(root)}: {s!r}" for s in _code_strings(path) if re.match(r"^test_\w+:\w+$", s)]
+    return found
+
+
+def test_no_test_module_imports_another():
+    """What tests share (settings, plans, harnesses, fixtures, mappers for Spark's workers) lives in
+    tests/support/, never in a test module another one imports: a test module's name says what it
+    proves, and moving or removing it breaks nothing else (there were 41 such imports)."""
+    assert imports_of_test_modules(SERVICE.parent / "tests") == []
+
+
+def test_the_test_module_import_check_bites(tmp_path):
+    (tmp_path / "test_probe.py").write_text('from test_config import VALID\nimport test_cli\n'
+                                            'def f():\n    from test_docs import slugs\n'
+                                            'MAPPER = "test_kafka_source:make_echo_mapper"\nfrom service_env import VALID\n')
+    assert sorted(imports_of_test_modules(tmp_path)) == sorted([
+        "test_probe.py: test_cli", "test_probe.py: test_config", "test_probe.py: test_config.VALID",
+        "test_probe.py: test_docs", "test_probe.py: test_docs.slugs", "test_probe.py: 'test_kafka_source:make_echo_mapper'"])
+
+
 def test_the_workers_site_hook_is_alone_and_needs_only_the_standard_library():
     """service/workersite is on the path of every Python process Spark starts, before PySpark is
     imported (session.WORKER_SITE): it holds its sitecustomize alone, which imports neither the
