@@ -23,9 +23,10 @@ FOLDERS = {
 }
 SUPPORT = TESTS_DIR / "support"  # what the tests share: brokers, fakes, the service harness
 
-# The repository (for `service`, `operators`), the test helpers and the test folders (tests import
-# constants from one another, and Spark's Python workers load test mappers) must be importable here
-# and by Spark's Python workers, which inherit PYTHONPATH.
+# The repository (for `service`, `operators`), the test helpers (what the tests share, Spark's
+# Python workers' test mappers among them) and the test folders must be importable here and by
+# Spark's Python workers, which inherit PYTHONPATH. A test module imports no other test module
+# (tests/service/test_structure.py): what tests share lives in tests/support/.
 # CHANGEJOIN_TEST_BUILD: a build of the packages with their compiled extensions, imported first
 # (tests/support/compiled.py).
 _build = [os.environ["CHANGEJOIN_TEST_BUILD"]] if os.environ.get("CHANGEJOIN_TEST_BUILD") else []
