@@ -11,6 +11,7 @@ import uuid
 import pytest
 
 from kafka_fixture import consume_all, create_topic, end_offsets
+from service_process import wait_until
 from dataclasses import replace
 
 from service.shipping import Delivery
@@ -63,7 +64,12 @@ def test_a_share_and_its_marker_commit_together_and_a_replay_finds_the_marker(ka
     finally:
         first.close()
     assert first.init_seconds is not None and first.transaction_seconds is not None
+    # commit_transaction() returns once the coordinator has logged the commit; the markers that end
+    # the transaction in each partition follow (the service reads after init_transactions(), which
+    # waits for them): until then a read_committed reader sees the transaction as open.
+    wait_until(lambda: len(values(kafka_bootstrap, delivery.output_topic)) == 5, 30, "the committed share", interval=0.2)
     assert len(values(kafka_bootstrap, delivery.output_topic)) == 5
+    wait_until(lambda: reader.last(1) is not None, 30, "the committed marker", interval=0.2)
     marker = reader.last(1)
     assert marker["batch"] == 7 and marker["records"] == 5 and marker["counts"] == [["output", "+I", 5]]
     assert marker["input"] == "input of 7" and marker["output"] == share(delivery.output_topic, 7, 5).digest()
