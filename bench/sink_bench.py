@@ -62,7 +62,7 @@ def main() -> None:
         topic = f"sink-bench-{os.getpid()}"
         settings = service_settings(bootstrap, args.scenario, None, 2, f"{work}/cp", out=topic)
         plan = plan_for(settings)
-        config = {**worker_config(settings, plan, 2), **worker_secrets(settings)}
+        config = worker_config(settings, plan, 2, secrets=worker_secrets(settings))
         ensure_topics(bootstrap, {}, {topic: 2})
         encoder, sink = OutputEncoder.from_config(config), KafkaSink.from_config(config)
         figures: dict[str, list[float]] = {"encode": [], "encode + produce": []}

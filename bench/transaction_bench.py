@@ -31,6 +31,7 @@ from datetime import datetime, timezone
 
 from bench.harness.report import append_results
 from devkit.kafka_broker import KafkaBroker
+from service.shipping import Delivery
 from service.sink import KafkaSink, ensure_topics
 from service.transactions import ProgressReader, Share, TaskTransaction, abort_open_transactions
 
@@ -54,9 +55,8 @@ def main() -> None:
         tag = uuid.uuid4().hex[:8]
         topic, progress = f"txn-bench-{tag}", f"txn-bench-{tag}.progress"
         ensure_topics(bootstrap, {}, {topic: 2, progress: 1}, configs={progress: {"cleanup.policy": "compact"}})
-        config = {"kafka": {"bootstrap.servers": bootstrap},
-                  "delivery": {"prefix": f"txn-bench-{tag}", "progress_topic": progress,
-                               "checkpoint_id": tag, "timeout_ms": 120_000}}
+        config = Delivery(prefix=f"txn-bench-{tag}", progress_topic=progress, timeout_ms=120_000, location="",
+                          output_topic=topic, kafka=(("bootstrap.servers", bootstrap),), checkpoint_id=tag)
         abort_open_transactions(config, 1)  # the coordinator's first load, off the clock
         reader, sink = ProgressReader(config), KafkaSink(bootstrap)
         sink.produce_all(share(topic, 10, -1))  # warm: its producer id

@@ -35,6 +35,7 @@ from .metrics import JoinMetrics, MetricsServer, ready_window_seconds
 from .pipeline import BatchCounts, JoinPipeline
 from .plan import JoinPlan, TimeMode
 from .session import SHUFFLE_PARTITIONS, expect_stop, query_start_properties, spark_session
+from .shipping import Delivery
 from .transactions import keep_progress_topic
 
 log = logging.getLogger(__name__)
@@ -213,21 +214,20 @@ class Service:
                     f"per task partition ({task_partitions}): add partitions to it, or name a new topic")
         return topic_partitions(bootstrap, kafka, s.output_topic) or partitions
 
-    def _delivery(self, store: checkpoint.CheckpointFile, partitions: int, progress_topic: str) -> dict:
+    def _delivery(self, store: checkpoint.Checkpoint, partitions: int, progress_topic: str) -> Delivery:
         """With exactly-once delivery, what the producing tasks' transactions need; first every
         transactional id the checkpoint has used initialized once (this run's, and those of an older
         prefix or task count: ``checkpoint.used_transactional_ids``), which aborts what a killed run
         left open, then this run's ids recorded (``transactions.py``)."""
-        from .shipping import worker_secrets
         from .transactions import abort_transactional_ids, checkpoint_progress, delivery_config, transactional_id
 
         s = self.settings
-        config = {"delivery": delivery_config(s), **worker_secrets(s)}
+        unbound = delivery_config(s)  # no checkpoint id yet: for the abort and the topic's origin
         current = [transactional_id(s.transactional_id_prefix, p) for p in range(partitions)]
         older = [tid for tid in checkpoint.used_transactional_ids(store) if tid not in current]
-        seconds = abort_transactional_ids(config, current + older, required=current)
+        seconds = abort_transactional_ids(unbound, current + older, required=current)
         checkpoint.record_transactional_ids(store, s.transactional_id_prefix, partitions)
-        progress = checkpoint_progress(s, store, config, partitions)
+        progress = checkpoint_progress(s, store, unbound, partitions)
         delivery = delivery_config(s, store.identity(), progress, partitions)
         log.info("exactly-once delivery: %d transactional ids %s-0..%d initialized in %.2f s (what a stopped run "
                  "left open is aborted%s); progress markers in %s", partitions, s.transactional_id_prefix,
@@ -246,10 +246,9 @@ class Service:
                 raise RuntimeError(f"cannot serve metrics on METRICS_PORT={self.settings.metrics_port}: {err}") from err
         try:
             # Before anything runs: state made for another join must not be touched.
+            store = checkpoint.Checkpoint(self.settings.checkpoint_location, lambda: self.spark)
             if self._checkpoint_lock is None:
-                self._checkpoint_lock = checkpoint.CheckpointLock(self.settings.checkpoint_location).acquire(
-                    "changejoin run")
-            store = checkpoint.CheckpointFile(self.settings.checkpoint_location, lambda: self.spark)
+                self._checkpoint_lock = store.lock("changejoin run")
             self.plan = checkpoint.reconcile(self.plan, self.settings.checkpoint_location, store,
                                              buckets_set=self.settings.state_buckets is not None)
             # A new checkpoint's first micro-batch is planned with the session's count: the one
@@ -272,7 +271,7 @@ class Service:
                     _remove(self._stop_file)
                     self.query = JoinPipeline(
                         self.settings, self.plan, self.spark, self._on_batch, output_partitions, delivery,
-                        stop_file=self._stop_file).start()
+                        stop_file=self._stop_file, checkpoint=store).start()
                 self._run_id = str(self.query.runId)
             finally:
                 self._query_known.set()

@@ -1,4 +1,11 @@
-"""What a checkpoint's join state was made for, and whether this configuration may use it.
+"""The checkpoint (``CHECKPOINT_LOCATION``): what is under it, what its join state was made for, and
+whether this configuration may use it.
+
+:class:`Checkpoint` is the one owner of the location and of everything under it: Spark's offset and
+commit logs (read here, never written), ``changejoin-state.json`` (below), the lock of the process
+that writes it (:class:`CheckpointLock`) and the directory where a lookup join pins what each
+micro-batch looked up (:attr:`Checkpoint.pins`, whose contents are ``lookup.py``'s). No other module
+joins a path under the checkpoint: it asks the checkpoint.
 
 Spark stores offsets and state in ``CHECKPOINT_LOCATION`` but nothing about the join: restarted
 with another ``JOIN_SQL``, primary key or changelog mode, the service would mix two state layouts
@@ -33,6 +40,10 @@ from .plan import JoinPlan, PlanError
 log = logging.getLogger(__name__)
 
 FILE_NAME = "changejoin-state.json"
+#: Spark's logs in a checkpoint: the micro-batches planned (their offsets) and those committed.
+OFFSETS, COMMITS = "offsets", "commits"
+#: Where a lookup join pins what each micro-batch looked up (``lookup.py``), in a local checkpoint.
+PINS = os.path.join("changejoin", "lookups")
 FORMAT = 1
 # Avro promotions whose values read the same in Python: stored rows stay valid.
 _WIDENINGS = {("int", "long"), ("int", "float"), ("int", "double"), ("long", "float"), ("long", "double"),
@@ -252,7 +263,7 @@ def reconcile(plan: JoinPlan, location: str, store=None, buckets_set: bool = Fal
 
     The state's buckets are fixed once a checkpoint exists: unless ``STATE_BUCKETS`` was set
     (``buckets_set``), the plan takes the checkpoint's (0 for a checkpoint written before buckets)."""
-    store = store or CheckpointFile(location)
+    store = store or Checkpoint(location)
     stored = store.read()
     plan = _checkpoint_buckets(plan, stored, store, buckets_set, location)
     current = facts(plan)
@@ -307,7 +318,7 @@ def check(plan: JoinPlan, location: str, buckets_set: bool = False) -> None:
     """Raise :class:`CheckpointMismatch` where a local checkpoint's state was made for another join,
     without writing anything (``run`` says so before it waits for any server; :func:`reconcile`
     checks every checkpoint, remote ones included, when the service starts)."""
-    store = CheckpointFile(location)
+    store = Checkpoint(location)
     stored = store.read() if store._local else None
     if stored is None:
         return
@@ -325,7 +336,7 @@ def _refusal(location: str, problems: list[str]) -> str:
 
 def describe(plan: JoinPlan, location: str, buckets_set: bool = False) -> str:
     """``check-config``'s word on the checkpoint (read without Spark: local locations only)."""
-    store = CheckpointFile(location)
+    store = Checkpoint(location)
     if not store._local:
         return f"{location}: checked when the service starts"
     stored = store.read()
@@ -352,12 +363,12 @@ def describe(plan: JoinPlan, location: str, buckets_set: bool = False) -> str:
 DELIVERY = "delivery"
 
 
-def delivery_record(store: "CheckpointFile") -> dict:
+def delivery_record(store: "Checkpoint") -> dict:
     """Exactly-once delivery's record of the checkpoint (:data:`DELIVERY`), {} if it has none."""
     return dict((store.read() or {}).get(DELIVERY) or {})
 
 
-def write_delivery_record(store: "CheckpointFile", **values) -> dict:
+def write_delivery_record(store: "Checkpoint", **values) -> dict:
     """Set ``values`` in the checkpoint's delivery record (the rest of the file as it is)."""
     stored = store.read() or {}
     record = {**(stored.get(DELIVERY) or {}), **values}
@@ -365,7 +376,7 @@ def write_delivery_record(store: "CheckpointFile", **values) -> dict:
     return record
 
 
-def used_transactional_ids(store: "CheckpointFile") -> list[str]:
+def used_transactional_ids(store: "Checkpoint") -> list[str]:
     """Every transactional id the checkpoint's producers have used (``<prefix>-<task partition>``
     of every prefix and task count recorded by :func:`record_transactional_ids`), sorted."""
     from .transactions import transactional_id
@@ -375,7 +386,7 @@ def used_transactional_ids(store: "CheckpointFile") -> list[str]:
     return sorted(ids)
 
 
-def record_transactional_ids(store: "CheckpointFile", prefix: str, partitions: int) -> None:
+def record_transactional_ids(store: "Checkpoint", prefix: str, partitions: int) -> None:
     """Remember that the checkpoint's producers use ``<prefix>-0`` .. ``<prefix>-<partitions - 1>``
     (before they first do): every later start aborts what any of them left open, whatever the prefix
     and task count are then. A ``changejoin rescale`` to N task partitions aborts
@@ -387,17 +398,43 @@ def record_transactional_ids(store: "CheckpointFile", prefix: str, partitions: i
         write_delivery_record(store, transactional_ids=used)
 
 
-class CheckpointFile:
-    """``changejoin-state.json`` in a checkpoint directory: a local path, or any file system Spark's
-    Hadoop client reaches (``s3a://``, ``hdfs://``, ``gs://``...) through the running JVM."""
+class Checkpoint:
+    """A checkpoint: a local directory, or a location on any file system Spark's Hadoop client
+    reaches (``s3a://``, ``hdfs://``, ``gs://``...), read through the running JVM. It holds
+    ``changejoin-state.json`` (:meth:`read`, :meth:`write`, :meth:`identity`), and Spark's logs, of
+    which it reads the newest micro-batches and their offsets; a local one also the pinned lookups
+    (:attr:`pins`)."""
 
     def __init__(self, location: str, spark=None):
         """``spark``: a callable giving the Spark session, asked only for a non-local location."""
         self.location = location
         self._session = spark
         directory = local_directory(location)
+        #: The local directory of the location, or None on another file system.
+        self.directory = directory
         self._local = directory is not None
         self._dir = directory or location
+
+    @property
+    def local(self) -> bool:
+        """A local directory (a plain path or a ``file:`` URL)."""
+        return self._local
+
+    @property
+    def readable(self) -> bool:
+        """Whether its files can be read: a local one always, another with the Spark session."""
+        return self._local or self._session is not None
+
+    @property
+    def pins(self) -> str | None:
+        """The directory of a lookup join's pinned lookups (``lookup.py``), absolute: the driver and
+        the executors name it alike; None for a checkpoint that is not local (the configuration
+        refuses a lookup join there)."""
+        return os.path.join(os.path.abspath(self.directory), PINS) if self._local else None
+
+    def lock(self, what: str) -> "CheckpointLock":
+        """The checkpoint's lock, taken for ``what`` (:class:`CheckpointLock`)."""
+        return CheckpointLock(self.location).acquire(what)
 
     @property
     def _spark(self):
@@ -435,7 +472,7 @@ class CheckpointFile:
         """The shuffle partitions Spark fixed for this checkpoint (``spark.sql.shuffle.partitions``
         in the newest ``offsets/<batch>`` file's metadata line; Spark uses it over the session's on
         every restart), or None before the first micro-batch."""
-        newest = self.newest_batch("offsets")
+        newest = self.newest_planned()
         return None if newest is None else self.batch_partitions(newest)
 
     def batch_partitions(self, batch_id: int) -> int | None:
@@ -456,11 +493,15 @@ class CheckpointFile:
             return configured
         return self.shuffle_partitions() or configured
 
-    def _newest_offsets(self) -> str | None:
-        newest = self.newest_batch("offsets")
-        return None if newest is None else self.batch_offsets(newest)
+    def newest_planned(self) -> int | None:
+        """The newest micro-batch Spark planned (its offset log), or None."""
+        return self._newest_batch(OFFSETS)
 
-    def newest_batch(self, log: str) -> int | None:
+    def newest_committed(self) -> int | None:
+        """The newest micro-batch Spark committed (its commit log), or None."""
+        return self._newest_batch(COMMITS)
+
+    def _newest_batch(self, log: str) -> int | None:
         """The newest micro-batch id in Spark's ``offsets`` (planned) or ``commits`` (done) log, or None."""
         if self._local:
             directory = os.path.join(self._dir, log)
@@ -476,7 +517,7 @@ class CheckpointFile:
 
     def pending_batch(self) -> int | None:
         """The micro-batch Spark will run again at the next start (planned, not committed), or None."""
-        planned, done = self.newest_batch("offsets"), self.newest_batch("commits")
+        planned, done = self.newest_planned(), self.newest_committed()
         return planned if planned is not None and (done is None or planned > done) else None
 
     def batch_offsets(self, batch_id: int) -> str | None:
@@ -485,13 +526,13 @@ class CheckpointFile:
         if batch_id < 0:
             return None
         if self._local:
-            path = os.path.join(self._dir, "offsets", str(batch_id))
+            path = os.path.join(self._dir, OFFSETS, str(batch_id))
             if not os.path.exists(path):
                 return None
             with open(path) as f:
                 return f.read()
         jvm = self._spark._jvm
-        path = jvm.org.apache.hadoop.fs.Path(self.location.rstrip("/") + f"/offsets/{batch_id}")
+        path = jvm.org.apache.hadoop.fs.Path(self.location.rstrip("/") + f"/{OFFSETS}/{batch_id}")
         fs = path.getFileSystem(self._spark._jsc.hadoopConfiguration())
         if not fs.exists(path):
             return None
@@ -505,10 +546,10 @@ class CheckpointFile:
     def has_state(self) -> bool:
         """Spark has committed at least one micro-batch here."""
         if self._local:
-            commits = os.path.join(self._dir, "commits")
+            commits = os.path.join(self._dir, COMMITS)
             return os.path.isdir(commits) and any(not n.startswith(".") for n in os.listdir(commits))
         jvm = self._spark._jvm
-        path = jvm.org.apache.hadoop.fs.Path(self.location.rstrip("/") + "/commits")
+        path = jvm.org.apache.hadoop.fs.Path(self.location.rstrip("/") + "/" + COMMITS)
         fs = path.getFileSystem(self._spark._jsc.hadoopConfiguration())
         return fs.exists(path) and len(fs.listStatus(path)) > 0
 
@@ -529,7 +570,7 @@ class CheckpointFile:
             stream.close()
 
 
-def task_partitions(store: "CheckpointFile", configured: int, explicit: bool, buckets: int) -> int:
+def task_partitions(store: "Checkpoint", configured: int, explicit: bool, buckets: int) -> int:
     """The query's task partitions: the checkpoint's (fixed at its first micro-batch), else
     ``SHUFFLE_PARTITIONS``. Refused: ``SHUFFLE_PARTITIONS`` set to another count than an existing
     checkpoint's (``changejoin rescale`` changes it), and more tasks than buckets (the rest would
@@ -547,7 +588,7 @@ def task_partitions(store: "CheckpointFile", configured: int, explicit: bool, bu
     return partitions
 
 
-def record_task_partitions(store: "CheckpointFile", partitions: int) -> None:
+def record_task_partitions(store: "Checkpoint", partitions: int) -> None:
     """Note the checkpoint's task count in ``changejoin-state.json`` (Spark's offset log holds the
     count it runs on; this copy is for people and tools reading the file)."""
     stored = store.read()

@@ -226,7 +226,7 @@ def _connect_verdict(checks: list, warned: str = "") -> int:
 def _task_partitions(settings) -> int:
     from . import checkpoint
 
-    return checkpoint.CheckpointFile(settings.checkpoint_location).task_partitions(settings.shuffle_partitions)
+    return checkpoint.Checkpoint(settings.checkpoint_location).task_partitions(settings.shuffle_partitions)
 
 
 def _delivery(settings) -> list[str]:
@@ -237,7 +237,7 @@ def _delivery(settings) -> list[str]:
     from .transactions import progress_topic
 
     n = _task_partitions(settings)
-    topic = progress_topic(settings, checkpoint.CheckpointFile(settings.checkpoint_location))
+    topic = progress_topic(settings, checkpoint.Checkpoint(settings.checkpoint_location))
     return [f"exactly-once for read_committed consumers of {settings.output_topic} and {settings.dead_letter_topic}: "
             f"a Kafka transaction per producing task and micro-batch",
             f"transactional ids {settings.transactional_id_prefix}-0 .. {settings.transactional_id_prefix}-{n - 1} "
@@ -283,18 +283,16 @@ def cmd_abort_transactions(args) -> int:
         return 2
     from . import checkpoint
     from .contact import ServerError, scrub
-    from .shipping import worker_secrets
     from .transactions import abort_transactional_ids, delivery_config, transactional_id
 
     n = _task_partitions(settings)
     current = [transactional_id(settings.transactional_id_prefix, p) for p in range(n)]
-    store = checkpoint.CheckpointFile(settings.checkpoint_location)
-    older = [tid for tid in (checkpoint.used_transactional_ids(store) if store._local else ()) if tid not in current]
+    store = checkpoint.Checkpoint(settings.checkpoint_location)
+    older = [tid for tid in (checkpoint.used_transactional_ids(store) if store.local else ()) if tid not in current]
     try:
         wait_for_servers(settings, others=False)
-        seconds = abort_transactional_ids({"delivery": delivery_config(settings), **worker_secrets(settings)},
-                                          current + older, timeout_s=settings.connect_timeout_ms / 1000,
-                                          required=current)
+        seconds = abort_transactional_ids(delivery_config(settings), current + older,
+                                          timeout_s=settings.connect_timeout_ms / 1000, required=current)
     except ServerError as err:
         print(f"changejoin: {scrub(str(err), settings)}", file=sys.stderr)
         return 1

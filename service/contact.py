@@ -21,13 +21,15 @@ import logging
 import re
 import time
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, TypeVar
 
 from .config import Settings
 from .errors import ChangejoinError
 from .secrets import redact_text
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 #: Whether a server failed by the connection, the credentials (or TLS: what the client must be
 #: given to be let in) or the content (it answered, and what the service needs is not there).
@@ -69,8 +71,40 @@ def _seconds(timeout_s: float) -> str:
     return f"{timeout_s:g} s (CONNECT_TIMEOUT)"
 
 
-def _waiting(variable: str, address: str, cause: str, timeout_s: float) -> None:
-    log.warning("%s=%s does not answer (%s); waiting up to %s", variable, address, cause, _seconds(timeout_s))
+@dataclass(frozen=True)
+class _Unanswered:
+    """Why one attempt to reach a server failed: its ``kind`` (CONNECTION: wait and try again; any
+    other ends the wait at once, as waiting mends no refused credentials), the ``cause`` (None: the
+    client said nothing), and what the line says when the wait is over (``<unanswered> within ...``)."""
+
+    kind: str
+    cause: str | None
+    unanswered: str = "no answer"
+
+
+def _wait_for(variable: str, address: str, timeout_s: float, attempt: Callable[[float], "T | _Unanswered"],
+              pause: float = 1.0) -> T:
+    """What ``attempt(seconds left)`` returns once the server answers; raises :class:`ServerError`
+    naming ``variable`` and ``address`` at once when an attempt fails other than by the connection,
+    or when none succeeded within ``timeout_s``. The first failure with a cause is logged (the server
+    is waited for), and attempts are ``pause`` seconds apart (0: the attempt itself waits)."""
+    deadline = time.monotonic() + timeout_s
+    warned = False
+    while True:
+        answer = attempt(deadline - time.monotonic())
+        if not isinstance(answer, _Unanswered):
+            return answer
+        if answer.kind != CONNECTION:
+            raise ServerError(variable, address, answer.cause, answer.kind)
+        if time.monotonic() >= deadline:
+            why = f": {answer.cause}" if answer.cause else ""
+            raise ServerError(variable, address, f"{answer.unanswered} within {_seconds(timeout_s)}{why}", CONNECTION)
+        if not warned and answer.cause is not None:
+            log.warning("%s=%s does not answer (%s); waiting up to %s", variable, address, answer.cause,
+                        _seconds(timeout_s))
+            warned = True
+        if pause:
+            time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
 
 
 # -- Kafka ------------------------------------------------------------------------------------------
@@ -137,27 +171,19 @@ def wait_for_kafka(settings: Settings, timeout_s: float | None = None, admin=Non
     timeout_s = settings.connect_timeout_ms / 1000 if timeout_s is None else timeout_s
     errors = [] if errors is None else errors
     admin = admin or kafka_admin(settings, errors)
-    address = settings.kafka_bootstrap_servers
-    deadline = time.monotonic() + timeout_s
-    warned = False
-    while True:
-        remaining = deadline - time.monotonic()
+
+    def attempt(remaining: float):
         try:
             return admin.list_topics(timeout=max(0.1, min(2.0, remaining)))
         except Exception:  # noqa: BLE001 - the errors the client reported say why (kafka_cause)
             pass
         finally:
             admin.poll(0)  # serves error_cb and the client's log lines
-        cause = kafka_cause(errors)
-        if cause is not None and cause[0] in (CREDENTIALS, TLS):
-            raise ServerError("KAFKA_BOOTSTRAP_SERVERS", address, cause[1], cause[0])
-        if time.monotonic() >= deadline:
-            why = f": {cause[1]}" if cause else ""
-            raise ServerError("KAFKA_BOOTSTRAP_SERVERS", address,
-                              f"no broker answered within {_seconds(timeout_s)}{why}", CONNECTION)
-        if not warned and cause is not None:
-            _waiting("KAFKA_BOOTSTRAP_SERVERS", address, cause[1], timeout_s)
-            warned = True
+        kind, cause = kafka_cause(errors) or (CONNECTION, None)
+        return _Unanswered(kind, cause, "no broker answered")
+
+    # list_topics waits for an answer itself: no pause between attempts
+    return _wait_for("KAFKA_BOOTSTRAP_SERVERS", settings.kafka_bootstrap_servers, timeout_s, attempt, pause=0)
 
 
 def kafka_checks(settings: Settings, metadata, admin, task_partitions: int | None = None) -> Iterator[Check]:
@@ -250,30 +276,22 @@ def wait_for_registry(settings: Settings, timeout_s: float | None = None) -> lis
     from .avro import SchemaRegistryError
 
     timeout_s = settings.connect_timeout_ms / 1000 if timeout_s is None else timeout_s
-    address = _registry_address(settings)
-    deadline = time.monotonic() + timeout_s
-    warned = False
-    while True:
-        remaining = deadline - time.monotonic()
+
+    def attempt(remaining: float):
         try:
             return _registry(settings, min(10.0, max(1.0, remaining))).subjects()
-        except SchemaRegistryError as failed:
-            err, cause = failed, _registry_cause(failed)
+        except SchemaRegistryError as err:
+            cause = _registry_cause(err)
             if err.kind == "credentials":
-                raise ServerError("SCHEMA_REGISTRY_URL", address, cause, CREDENTIALS) from None
+                return _Unanswered(CREDENTIALS, cause)
             if err.kind == "connection" and "TLS handshake failed" in cause:
-                raise ServerError("SCHEMA_REGISTRY_URL", address, cause, TLS) from None
+                return _Unanswered(TLS, cause)
             if err.kind == "content":
-                raise ServerError("SCHEMA_REGISTRY_URL", address, f"{cause}: is it a Schema Registry?",
-                                  CONTENT) from None
-        if time.monotonic() >= deadline:
-            answer = "no answer" if err.kind == "connection" else "no answer a registry gives"
-            raise ServerError("SCHEMA_REGISTRY_URL", address, f"{answer} within {_seconds(timeout_s)}: {cause}",
-                              CONNECTION)
-        if not warned:
-            _waiting("SCHEMA_REGISTRY_URL", address, cause, timeout_s)
-            warned = True
-        time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+                return _Unanswered(CONTENT, f"{cause}: is it a Schema Registry?")
+            return _Unanswered(CONNECTION, cause,
+                               "no answer" if err.kind == "connection" else "no answer a registry gives")
+
+    return _wait_for("SCHEMA_REGISTRY_URL", _registry_address(settings), timeout_s, attempt)
 
 
 def registry_subjects(settings: Settings) -> list[tuple[str, str]]:
@@ -366,25 +384,15 @@ def wait_for_database(settings: Settings, timeout_s: float | None = None) -> str
     import psycopg
 
     timeout_s = settings.connect_timeout_ms / 1000 if timeout_s is None else timeout_s
-    address = _database_address(settings)
-    deadline = time.monotonic() + timeout_s
-    warned = False
-    while True:
-        remaining = deadline - time.monotonic()
+
+    def attempt(remaining: float):
         try:
             with _connect(settings, min(10.0, max(2.0, remaining))) as conn:
                 return conn.execute("SELECT current_setting('server_version')").fetchone()[0]
         except psycopg.Error as err:
-            kind, cause = _database_failure(err, settings)
-        if kind != CONNECTION:
-            raise ServerError("RIGHT_LOOKUP_URL", address, cause, kind)
-        if time.monotonic() >= deadline:
-            raise ServerError("RIGHT_LOOKUP_URL", address, f"no answer within {_seconds(timeout_s)}: {cause}",
-                              CONNECTION)
-        if not warned:
-            _waiting("RIGHT_LOOKUP_URL", address, cause, timeout_s)
-            warned = True
-        time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+            return _Unanswered(*_database_failure(err, settings))
+
+    return _wait_for("RIGHT_LOOKUP_URL", _database_address(settings), timeout_s, attempt)
 
 
 def database_checks(settings: Settings, version: str, columns, timeout_s: float) -> Iterator[Check]:

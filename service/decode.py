@@ -42,7 +42,7 @@ from .envelope import (
 from .formats import format_of
 from .latency import ReadTally
 from .plan import JoinPlan
-from .shipping import built, registry
+from .shipping import WorkerConfig, built, registry
 
 
 class InputDecoder:
@@ -51,8 +51,8 @@ class InputDecoder:
     schema = ENVELOPE_SCHEMA
 
     @classmethod
-    def from_config(cls, config: dict) -> "InputDecoder":
-        return cls(JoinPlan.from_json(config["plan"]), config["side"], config["rowkind_header"], registry(config))
+    def from_config(cls, config: WorkerConfig) -> "InputDecoder":
+        return cls(JoinPlan.from_json(config.plan), config.side, config.rowkind_header, registry(config))
 
     def __init__(self, plan: JoinPlan, side: int, rowkind_header: str, registry: SchemaRegistry | None):
         self.side_plan = sp = plan.sides[side]
@@ -216,5 +216,5 @@ def _entry(jk: bytes, side: int, kind: int, payload, time_ms: int | None, record
 
 def mapper(config: dict) -> InputDecoder:
     """Factory named in the source's ``mapper`` option: the worker config (``shipping.py``) with the
-    input's ``side``; one decoder per worker process and side."""
-    return built(InputDecoder.from_config, config)
+    input's ``side``, as the source reads it from its options; one decoder per worker process and side."""
+    return built(InputDecoder.from_config, WorkerConfig.from_json_dict(config))

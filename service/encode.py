@@ -26,7 +26,7 @@ from .envelope import Target, loads, unpack
 from .kafka_records import output_framing_bytes, record_bytes
 from .latency import count_ages
 from .plan import JoinPlan, OutputMode
-from .shipping import built, registry
+from .shipping import WorkerConfig, built, registry
 
 BATCH_HEADER = "changejoin.batch"
 SEQ_HEADER = "changejoin.seq"
@@ -67,11 +67,11 @@ class OutputEncoder:
             self.keys = ValueEncoder(key_schema, registry, f"{output_topic}-key" if registry else None)
 
     @classmethod
-    def from_config(cls, config: dict) -> "OutputEncoder":
+    def from_config(cls, config: WorkerConfig) -> "OutputEncoder":
         """The encoder of a worker config (``shipping.py``), built once per worker process by :func:`encoder`."""
-        return cls(JoinPlan.from_json(config["plan"]), config["output_topic"], config["dlq_topic"],
-                   config["output_mode"], config["rowkind_header"], config["max_record_bytes"], registry(config),
-                   config["output_partitions"], config["message_max_bytes"])
+        return cls(JoinPlan.from_json(config.plan), config.output_topic, config.dlq_topic,
+                   config.output_mode, config.rowkind_header, config.max_record_bytes, registry(config),
+                   config.output_partitions, config.message_max_bytes)
 
     def records(self, rows: Iterable[tuple], batch_id: int, task: int, counts: dict) -> Iterator[tuple]:
         """Kafka records for one task's share of a micro-batch, in order.
@@ -206,6 +206,6 @@ def _count_dead_letter(counts: dict, record: tuple) -> None:
     counts[label] = counts.get(label, 0) + 1
 
 
-def encoder(config: dict) -> OutputEncoder:
+def encoder(config: WorkerConfig) -> OutputEncoder:
     """The worker's encoder for a worker config (with its secrets), built once per process."""
     return built(OutputEncoder.from_config, config)

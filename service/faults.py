@@ -17,13 +17,24 @@ from __future__ import annotations
 
 import os
 import signal
+from dataclasses import dataclass
 from typing import Mapping, Optional
 
 ENV = "CHANGEJOIN_TEST_CRASH_AT"
 POINTS = ("before-init", "mid-produce", "before-commit", "after-commit", "before-batch-commit")
 
 
-def from_env(environ: Mapping[str, str] = os.environ) -> Optional[dict]:
+@dataclass(frozen=True)
+class CrashPoint:
+    """Where to crash (one of :data:`POINTS`), from which micro-batch on, and the process group
+    to kill (the driver's: the service's whole process tree)."""
+
+    point: str
+    batch: int
+    pgid: int
+
+
+def from_env(environ: Mapping[str, str] = os.environ) -> Optional[CrashPoint]:
     """The crash point the environment asks for, with the process group to kill, or None."""
     text = environ.get(ENV, "").strip()
     if not text:
@@ -31,15 +42,15 @@ def from_env(environ: Mapping[str, str] = os.environ) -> Optional[dict]:
     point, _, batch = text.partition("@")
     if point not in POINTS or (batch and not batch.isdigit()):
         raise ValueError(f"{ENV}: expected one of {', '.join(POINTS)}, optionally @<batch id>; got {text!r}")
-    return {"point": point, "batch": int(batch or 0), "pgid": os.getpgrp()}
+    return CrashPoint(point, int(batch or 0), os.getpgrp())
 
 
-def crash(spec: Optional[dict], point: str, batch_id: int) -> None:
+def crash(spec: Optional[CrashPoint], point: str, batch_id: int) -> None:
     """SIGKILL the process group of ``spec`` (and this process) if ``point`` of ``batch_id`` is the one."""
-    if spec is None or spec["point"] != point or batch_id < spec["batch"]:
+    if spec is None or spec.point != point or batch_id < spec.batch:
         return
     try:
-        os.killpg(spec["pgid"], signal.SIGKILL)
+        os.killpg(spec.pgid, signal.SIGKILL)
     finally:
         os.killpg(os.getpgrp(), signal.SIGKILL)  # a Python worker: PySpark's daemon and its workers
         os.kill(os.getpid(), signal.SIGKILL)

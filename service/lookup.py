@@ -19,7 +19,8 @@ replayed micro-batch computes what the first attempt computed, which at-least-on
 (dropped by ``(batch, seq)``) and exactly-once (a committed task's replay is skipped while the
 join's state is recomputed) rely on. A table can change between two attempts. So what a task
 looked up is written, before it is used, to
-``<CHECKPOINT_LOCATION>/changejoin/lookups/<micro-batch>/<digest>``, where the digest is that of the
+``<pins>/<micro-batch>/<digest>``, in the checkpoint's pin directory (``checkpoint.Checkpoint.pins``:
+``<CHECKPOINT_LOCATION>/changejoin/lookups``), where the digest is that of the
 task's input (topic, and per Kafka partition its first and last offset and record count) and of
 its lookup key (the stream's and the table's columns): another input or another key never finds
 it. The file is published atomically (written aside, then hard-linked to its name: the first
@@ -59,11 +60,10 @@ from .deadletters import Reason
 from .envelope import KIND, OFFSET, PART, PAYLOAD, TAG, TS, Tag, dead_letter_group, dumps, loads
 from .errors import ChangejoinError
 from .plan import JoinPlan
-from .shipping import built
+from .shipping import WorkerConfig, built
 
 log = logging.getLogger(__name__)
 
-PIN_DIRECTORY = os.path.join("changejoin", "lookups")
 PIN_FORMAT = 2  # a dict naming its columns (format 1, before: a bare (rows, invalid) tuple)
 VOLUME_FILE = "volume"  # in the pin directory: the token of the driver's start (prepare_pins)
 BATCH_ID = "streaming.sql.batchId"  # the local property Spark sets on every job of a micro-batch
@@ -80,17 +80,12 @@ class PinMismatch(RuntimeError, ChangejoinError):
     """A pin holds columns a replay cannot join: one line saying what changed and what to do."""
 
 
-def pin_directory(checkpoint_directory: str) -> str:
-    """Where the lookups of a checkpoint's micro-batches are pinned."""
-    return os.path.join(checkpoint_directory, PIN_DIRECTORY)
-
-
 class LookupStage:
     """The lookup of one worker process: the plan's key getter and the database client."""
 
     @classmethod
-    def from_config(cls, config: dict) -> "LookupStage":
-        return cls(JoinPlan.from_json(config["plan"]), config.get("lookup_password"))
+    def from_config(cls, config: WorkerConfig) -> "LookupStage":
+        return cls(JoinPlan.from_json(config.plan), config.secrets.lookup_password)
 
     def __init__(self, plan: JoinPlan, password: str | None):
         from .database import CacheSettings, LookupClient, TableInfo
@@ -164,7 +159,7 @@ class LookupStage:
         return rows, pinned["invalid"], pinned["bad_rows"]
 
 
-def lookup_partition(config: dict, pins: str | None, accumulator=None, token: str | None = None) -> Callable:
+def lookup_partition(config: WorkerConfig, pins: str | None, accumulator=None, token: str | None = None) -> Callable:
     """The ``mapInArrow`` function of the lookup step; ``config`` is the worker config with its
     secrets (``shipping.py``), ``pins`` the directory of pinned lookups (None: not pinned) and
     ``token`` what the driver left in it (:func:`prepare_pins`), ``accumulator`` where the

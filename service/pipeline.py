@@ -10,9 +10,7 @@ topic, looks its rows up in the reading tasks (``lookup.py``) and joins them in 
 """
 from __future__ import annotations
 
-import json
 import logging
-import os
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -20,12 +18,14 @@ from pyspark.accumulators import AccumulatorParam
 from pyspark.sql import functions as F
 
 from . import faults
+from .checkpoint import Checkpoint
 from .config import Settings
 from .envelope import ENVELOPE_SCHEMA, OUTPUT_SCHEMA, Target
+from .faults import CrashPoint
 from .latency import AGE_MS, AGES, BatchAges, Latencies, wall_clock_ms
 from .plan import JoinPlan, PlanKind
 from .processor import JoinProcessor, NormalizeProcessor, UpsertProcessor
-from .shipping import built, worker_config, worker_secrets
+from .shipping import Delivery, WorkerConfig, built, worker_config, worker_secrets
 
 log = logging.getLogger(__name__)
 
@@ -95,10 +95,10 @@ class BatchCounts:
 REPLAYED = "replayed:"
 
 
-def produce_partition(config: dict, batch_id: int, batch: dict | None = None) -> Callable:
+def produce_partition(config: WorkerConfig, batch_id: int, batch: dict | None = None) -> Callable:
     """The ``mapInArrow`` function that encodes and produces one task's share of a micro-batch;
     ``config`` is the worker config with its secrets (``shipping.py``). With exactly-once delivery
-    (``config["delivery"]``) the share is one transaction (``transactions.py``), and ``batch`` says
+    (``config.delivery``) the share is one transaction (``transactions.py``), and ``batch`` says
     what the driver knows of the micro-batch: ``input``, the digest of its offsets
     (``transactions.input_digest``), and ``replay``, whether it is the first of a run (which may run
     again one that an earlier run planned)."""
@@ -120,9 +120,9 @@ def produce_partition(config: dict, batch_id: int, batch: dict | None = None) ->
                 columns = arrow.to_pydict()
                 yield from zip(columns["target"], columns["kind"], columns["payload"], columns["okey"])
 
-        if config.get("delivery"):
-            _produce_transaction(config, batch_id, partition, attempt, batches, rows, encoder, counts, report,
-                                 batch or {})
+        if config.delivery is not None:
+            _produce_transaction(config.delivery, config.crash, batch_id, partition, attempt, batches, rows, encoder,
+                                 counts, report, batch or {})
         else:
             from .sink import KafkaSink
 
@@ -136,7 +136,8 @@ def produce_partition(config: dict, batch_id: int, batch: dict | None = None) ->
     return produce
 
 
-def _produce_transaction(config, batch_id, partition, attempt, batches, rows, encoder, counts, report, batch) -> None:
+def _produce_transaction(delivery: Delivery, crash: CrashPoint | None, batch_id, partition, attempt, batches, rows,
+                         encoder, counts, report, batch) -> None:
     """One task's share of a micro-batch in one transaction, or nothing if a previous attempt (or
     run) of this micro-batch committed it already. The share is taken whole from the join first, so
     that the join's state advances and no transaction is open while the join computes; a share that
@@ -144,9 +145,8 @@ def _produce_transaction(config, batch_id, partition, attempt, batches, rows, en
     (``transactions.written_already``)."""
     from .transactions import ProgressReader, Share, TaskTransaction, written_already
 
-    crash = config.get("crash")
     faults.crash(crash, "before-init", batch_id)
-    transaction = TaskTransaction(config, partition, batch_id, attempt)
+    transaction = TaskTransaction(delivery, partition, batch_id, attempt)
     share = Share()
     try:
         def counted(arrows):
@@ -161,8 +161,8 @@ def _produce_transaction(config, batch_id, partition, attempt, batches, rows, en
         share.extend(encoder.records(rows(counted(batches)), batch_id, partition, counts))
         if not share.rows and not (batch.get("replay") or attempt):
             return  # no output: no transaction (close() waits for the init to end: transactions.py)
-        marker = transaction.committed(built(ProgressReader.from_config, config))
-        if written_already(marker, batch_id, partition, batch.get("input"), share, config):
+        marker = transaction.committed(built(ProgressReader, delivery))
+        if written_already(marker, batch_id, partition, batch.get("input"), share, delivery):
             report.extend((REPLAYED + target, label, n) for (target, label), n in counts.items())
             counts.clear()
             report.append(("transaction", "skipped", partition))
@@ -209,11 +209,14 @@ class JoinPipeline:
 
     def __init__(self, settings: Settings, plan: JoinPlan, spark,
                  on_batch: Callable[[BatchCounts], None] | None = None, output_partitions: int = 1,
-                 delivery: dict | None = None, stop_file: str | None = None):
+                 delivery: Delivery | None = None, stop_file: str | None = None,
+                 checkpoint: Checkpoint | None = None):
         """``delivery``: with exactly-once output, what the producing tasks' transactions need
         (``transactions.py``: prefix, progress topic, checkpoint id, timeout). ``stop_file``: while
-        it exists, the sources plan no new input (a graceful stop: ``app.Service.stop``)."""
+        it exists, the sources plan no new input (a graceful stop: ``app.Service.stop``).
+        ``checkpoint``: the query's (``CHECKPOINT_LOCATION``'s, read with this session by default)."""
         self.settings = settings
+        self.checkpoint = checkpoint or Checkpoint(settings.checkpoint_location, lambda: self.spark)
         self.stop_file = stop_file
         self.delivery = delivery
         self.output_partitions = output_partitions
@@ -235,12 +238,12 @@ class JoinPipeline:
             .option("startingOffsets", s.starting_offsets)
             .option("failOnDataLoss", str(s.fail_on_data_loss).lower())
             .option("mapper", "service.decode:mapper")
-            .option("mapper.config", json.dumps({**worker_config(s, self.plan), "side": side}))
+            .option("mapper.config", worker_config(s, self.plan).for_side(side).to_json())
         )
-        secrets = worker_secrets(s, kafka=False)
+        secrets = worker_secrets(s, kafka=False).to_json()
         if secrets:
             # Not in mapper.config: Spark hides the values of options named like secrets only.
-            reader = reader.option("mapper.secret", json.dumps(secrets))
+            reader = reader.option("mapper.secret", secrets)
         if s.max_records_per_trigger:
             reader = reader.option("maxRecordsPerTrigger", str(s.max_records_per_trigger))
         if self.stop_file:
@@ -282,19 +285,15 @@ class JoinPipeline:
         remembers what each row joined."""
         from .lookup import lookup_partition, prepare_pins
 
-        config = {**worker_config(self.settings, self.plan), **worker_secrets(self.settings, kafka=False)}
+        config = worker_config(self.settings, self.plan, secrets=worker_secrets(self.settings, kafka=False))
         self._lookups = self.spark.sparkContext.accumulator({}, _Counts())
-        token = None if self._pins is None else prepare_pins(self._pins, self.settings.checkpoint_location)
+        token = None if self._pins is None else prepare_pins(self._pins, self.checkpoint.location)
         return self._read(0).mapInArrow(lookup_partition(config, self._pins, self._lookups, token), ENVELOPE_SCHEMA)
 
     @property
     def _pins(self) -> str | None:
         """Where a lookup join's reading tasks pin what they looked up (``lookup.py``)."""
-        from .config import local_directory
-        from .lookup import pin_directory
-
-        directory = local_directory(self.settings.checkpoint_location)
-        return None if directory is None else pin_directory(os.path.abspath(directory))
+        return self.checkpoint.pins
 
     def _lookup_batch(self, counts: BatchCounts) -> None:
         """The micro-batch's lookup counts; the pins of the micro-batches before it go (committed)."""
@@ -318,7 +317,7 @@ class JoinPipeline:
         counts.latency = counts.ages.latencies(committed_ms)
         if self.plan.kind is PlanKind.LOOKUP:
             self._lookup_batch(counts)
-        faults.crash(self._sink_config.get("crash"), "before-batch-commit", batch_id)
+        faults.crash(self._sink_config.crash, "before-batch-commit", batch_id)
         log.debug("batch %d written: output %s, dead letters %s", batch_id, counts.output, counts.dead_letters)
         if self.on_batch:
             self.on_batch(counts)
@@ -328,26 +327,26 @@ class JoinPipeline:
         its offsets; whether it is the first of this run). The first micro-batch of a run may be one
         an earlier run planned and wrote in part: before it writes anything, every task partition's
         newest marker is checked against it (``transactions.check_progress``)."""
-        from .checkpoint import CheckpointFile
         from .transactions import check_progress, input_digest
 
-        store = CheckpointFile(self.settings.checkpoint_location, lambda: self.spark)
+        store = self.checkpoint
         previous = self._offsets[1] if self._offsets[0] == batch_id - 1 else store.batch_offsets(batch_id - 1)
         self._offsets = (batch_id, store.batch_offsets(batch_id))  # the next micro-batch's start
         digest = input_digest(previous, self._offsets[1])
         replay = self._first_batch
         if replay:
-            check_progress(self._sink_config, batch_id, digest, self.delivery["partitions"])
+            check_progress(self.delivery, batch_id, digest, self.delivery.partitions)
             self._first_batch = False
         return {"input": digest, "replay": replay}
 
     def start(self):
-        self._sink_config = {**worker_config(self.settings, self.plan, self.output_partitions),
-                             **worker_secrets(self.settings), "delivery": self.delivery, "crash": faults.from_env()}
+        self._sink_config = worker_config(self.settings, self.plan, self.output_partitions,
+                                          secrets=worker_secrets(self.settings), delivery=self.delivery,
+                                          crash=faults.from_env())
         writer = (
             self.dataframe().writeStream.queryName("changejoin")
             .foreachBatch(self._write_batch)
-            .option("checkpointLocation", self.settings.checkpoint_location)
+            .option("checkpointLocation", self.checkpoint.location)
         )
         if self.settings.trigger_interval_ms:
             writer = writer.trigger(processingTime=f"{self.settings.trigger_interval_ms} milliseconds")

@@ -73,11 +73,7 @@ _TIMER_ROUNDS = 1000  # a bucket's timers fired in one call, round after round: 
 
 def _plan(plan_json: str) -> JoinPlan:
     """The plan, and with it its operator, built once per worker process (``shipping.py``)."""
-    return built(_plan_from_config, {"plan": plan_json})
-
-
-def _plan_from_config(config: dict) -> JoinPlan:
-    return JoinPlan.from_json(config["plan"])
+    return built(JoinPlan.from_json, plan_json)
 
 
 def by_key(rows) -> Iterator[tuple[bytes, list]]:

@@ -24,7 +24,7 @@ import shutil
 import time
 
 from . import checkpoint
-from .config import Settings, local_directory
+from .config import Settings
 from .plan import PlanError
 
 log = logging.getLogger(__name__)
@@ -40,9 +40,9 @@ def rescale(settings: Settings, plan, partitions: int, spark_session=None) -> st
     the Spark session (by default one started with the service's properties, when first needed)."""
     location = settings.checkpoint_location
     session = spark_session or _lazily(lambda: _spark(settings))
-    store = checkpoint.CheckpointFile(location, session)
+    store = checkpoint.Checkpoint(location, session)
     stored = store.read()
-    committed = store.newest_batch("commits")
+    committed = store.newest_committed()
     if stored is None or committed is None:
         raise RescaleError(f"CHECKPOINT_LOCATION={location} holds no committed micro-batch: a new checkpoint takes "
                            f"SHUFFLE_PARTITIONS={partitions} at its first micro-batch, nothing to rescale")
@@ -50,7 +50,7 @@ def rescale(settings: Settings, plan, partitions: int, spark_session=None) -> st
     if buckets and partitions > buckets:
         raise RescaleError(f"--partitions {partitions}: the checkpoint keeps its state in {buckets} buckets "
                            f"(STATE_BUCKETS), at most one task each: at most --partitions {buckets}")
-    lock = checkpoint.CheckpointLock(location).acquire("changejoin rescale")
+    lock = store.lock("changejoin rescale")
     try:
         was = store.batch_partitions(committed)
         planned = store.pending_batch()
@@ -74,7 +74,7 @@ def rescale(settings: Settings, plan, partitions: int, spark_session=None) -> st
             _prepare_delivery(settings, store, was or settings.shuffle_partitions, partitions)
         session()._jsparkSession.streamingCheckpointManager().repartition(location, partitions, True)
         checkpoint.record_task_partitions(store, partitions)
-        _remove_pins(location)
+        _remove_pins(store)
         return (f"CHECKPOINT_LOCATION={location}: {was} -> {partitions} task partitions"
                 f"{' (an interrupted rescale finished)' if planned is not None else ''}, state rewritten by Spark "
                 f"in {time.monotonic() - started:.1f} s; start the service with SHUFFLE_PARTITIONS unset or "
@@ -108,13 +108,12 @@ def _prepare_delivery(settings: Settings, store, was: int, partitions: int) -> N
     from confluent_kafka.admin import AdminClient, NewPartitions
 
     from .logs import kafka_logger
-    from .shipping import worker_secrets
     from .sink import admin_props, topic_partitions
     from .transactions import abort_transactional_ids, delivery_config, progress_topic, transactional_id
 
     prefix = settings.transactional_id_prefix
     current = [transactional_id(prefix, p) for p in range(was)]
-    abort_transactional_ids({"delivery": delivery_config(settings, store.identity()), **worker_secrets(settings)},
+    abort_transactional_ids(delivery_config(settings, store.identity()),
                             sorted(set(current) | set(checkpoint.used_transactional_ids(store))), required=current)
     kafka = settings.kafka_properties()
     bootstrap = kafka.pop("bootstrap.servers")
@@ -133,14 +132,8 @@ def _prepare_delivery(settings: Settings, store, was: int, partitions: int) -> N
     checkpoint.record_transactional_ids(store, prefix, partitions)
 
 
-def _remove_pins(location: str) -> None:
+def _remove_pins(store: checkpoint.Checkpoint) -> None:
     """Pinned lookups (``lookup.py``) are read only by the replay of an uncommitted micro-batch, and
     the last one was committed."""
-    from .lookup import pin_directory
-
-    directory = local_directory(location)
-    if directory is None:
-        return
-    pins = pin_directory(os.path.abspath(directory))
-    if os.path.isdir(pins):
-        shutil.rmtree(pins)
+    if store.pins is not None and os.path.isdir(store.pins):
+        shutil.rmtree(store.pins)

@@ -20,10 +20,13 @@ from __future__ import annotations
 import logging
 import re
 import time
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from .errors import ChangejoinError
 from .logs import kafka_logger
+
+if TYPE_CHECKING:
+    from .shipping import WorkerConfig
 
 log = logging.getLogger(__name__)
 
@@ -120,9 +123,9 @@ class KafkaSink:
         self._broken = False
 
     @classmethod
-    def from_config(cls, config: dict) -> "KafkaSink":
-        """The sink of a worker config (``shipping.py``; its ``kafka`` properties are a secret part)."""
-        kafka = dict(config["kafka"])
+    def from_config(cls, config: WorkerConfig) -> "KafkaSink":
+        """The sink of a worker config (``shipping.WorkerConfig``; its Kafka properties are a secret part)."""
+        kafka = dict(config.secrets.kafka)
         return cls(kafka.pop("bootstrap.servers"), kafka)
 
     def _renew(self) -> None:

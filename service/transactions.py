@@ -64,6 +64,7 @@ from typing import Any, Callable, Iterable, Iterator, Optional
 
 from .errors import ChangejoinError
 from .logs import kafka_logger
+from .shipping import Delivery
 from .sink import admin_props, delivery_failure, failure_collector, produce_each, producer_config
 
 log = logging.getLogger(__name__)
@@ -105,15 +106,17 @@ class ProgressMismatch(TransactionError):
 
 
 def delivery_config(settings, checkpoint_id: Optional[str] = None, progress: Optional[dict] = None,
-                    partitions: Optional[int] = None) -> dict:
-    """What the producing tasks' transactions need of the settings (``config["delivery"]`` of a
-    worker config): the checkpoint's id (``checkpoint.py``) for the markers, its progress topic and
-    that topic's origin (:func:`progress_topic`), and its task partitions."""
+                    partitions: Optional[int] = None) -> Delivery:
+    """What the producing tasks' transactions need of the settings (``WorkerConfig.delivery``): the
+    checkpoint's id (``checkpoint.py``) for the markers, its progress topic and that topic's origin
+    (:func:`progress_topic`), its task partitions, and the producers' Kafka properties."""
     progress = progress or {"progress_topic": settings.progress_topic_name, "progress_origin": None}
-    return {"prefix": settings.transactional_id_prefix, "progress_topic": progress["progress_topic"],
-            "origin": progress.get("progress_origin"), "checkpoint_id": checkpoint_id,
-            "location": settings.checkpoint_location, "partitions": partitions,
-            "timeout_ms": settings.kafka_transaction_timeout_ms}
+    origin = progress.get("progress_origin")
+    return Delivery(prefix=settings.transactional_id_prefix, progress_topic=progress["progress_topic"],
+                    timeout_ms=settings.kafka_transaction_timeout_ms, location=settings.checkpoint_location,
+                    output_topic=settings.output_topic, kafka=tuple(settings.kafka_properties().items()),
+                    checkpoint_id=checkpoint_id, origin=None if origin is None else tuple(origin),
+                    partitions=partitions)
 
 
 def transactional_id(prefix: str, partition: int) -> str:
@@ -142,12 +145,12 @@ def progress_topic(settings, store) -> str:
 
     if settings.progress_topic:
         return settings.progress_topic
-    if not getattr(store, "_local", True) and getattr(store, "_session", None) is None:
+    if not store.readable:
         return settings.progress_topic_name  # a remote checkpoint read without Spark (check-config)
     recorded = checkpoint.delivery_record(store).get("progress_topic")
     if recorded:
         return recorded
-    if store.newest_batch("offsets") is not None:
+    if store.newest_planned() is not None:
         return legacy_progress_topic(settings)
     return settings.progress_topic_name
 
@@ -170,14 +173,14 @@ def keep_progress_topic(settings, store) -> str:
             f"PROGRESS_TOPIC={topic}: the checkpoint's micro-batch {pending} is not committed and its progress markers "
             f"are in {was}; start once with PROGRESS_TOPIC={was} (or unset) so that it is, then change it")
     values: dict = {"progress_topic": topic}
-    if not was and store.newest_batch("offsets") is not None:
+    if not was and store.newest_planned() is not None:
         # A checkpoint of an earlier changejoin: its markers may lie anywhere in the topic.
         values["progress_origin"] = {"topic": topic, "offsets": None}
     checkpoint.write_delivery_record(store, **values)
     return topic
 
 
-def checkpoint_progress(settings, store, config: dict, partitions: int) -> dict:
+def checkpoint_progress(settings, store, delivery: Delivery, partitions: int) -> dict:
     """With exactly-once delivery, the checkpoint's progress topic (:func:`keep_progress_topic`)
     and its origin there (``"progress_origin"``: the topic's end offsets when the checkpoint began
     writing markers to it, recorded then; None for a checkpoint of an earlier changejoin): what
@@ -187,7 +190,7 @@ def checkpoint_progress(settings, store, config: dict, partitions: int) -> dict:
     topic = keep_progress_topic(settings, store)
     origin = checkpoint.delivery_record(store).get("progress_origin")
     if not origin or origin.get("topic") != topic:
-        origin = {"topic": topic, "offsets": progress_origin(config, topic, partitions)}
+        origin = {"topic": topic, "offsets": progress_origin(delivery, topic, partitions)}
         checkpoint.write_delivery_record(store, progress_origin=origin)
     offsets = origin["offsets"]
     if offsets is not None and len(offsets) < partitions:
@@ -195,12 +198,12 @@ def checkpoint_progress(settings, store, config: dict, partitions: int) -> dict:
     return {"progress_topic": topic, "progress_origin": offsets}
 
 
-def progress_origin(config: dict, topic: str, partitions: int) -> list:
+def progress_origin(delivery: Delivery, topic: str, partitions: int) -> list:
     """The end offsets of the progress topic's first ``partitions`` partitions now: a checkpoint that
     begins writing markers to the topic writes none below them."""
     from confluent_kafka import Consumer, TopicPartition
 
-    kafka = dict(config["kafka"])
+    kafka = dict(delivery.kafka)
     consumer = Consumer({"bootstrap.servers": kafka.pop("bootstrap.servers"), **admin_props(kafka),
                          "group.id": "changejoin-progress-reader", "isolation.level": "read_uncommitted",
                          "logger": kafka_logger(kafka)})
@@ -211,36 +214,36 @@ def progress_origin(config: dict, topic: str, partitions: int) -> list:
         consumer.close()
 
 
-def _conf(config: dict, partition: int, **extra) -> dict:
-    return _conf_of(config, transactional_id(config["delivery"]["prefix"], partition), **extra)
+def _conf(delivery: Delivery, partition: int, **extra) -> dict:
+    return _conf_of(delivery, transactional_id(delivery.prefix, partition), **extra)
 
 
-def _conf_of(config: dict, tid: str, **extra) -> dict:
-    kafka = dict(config["kafka"])
+def _conf_of(delivery: Delivery, tid: str, **extra) -> dict:
+    kafka = dict(delivery.kafka)
     bootstrap = kafka.pop("bootstrap.servers")
-    conf = producer_config(bootstrap, kafka, transactional_id=tid, transaction_timeout_ms=config["delivery"]["timeout_ms"])
+    conf = producer_config(bootstrap, kafka, transactional_id=tid, transaction_timeout_ms=delivery.timeout_ms)
     conf.update(extra)
     return conf
 
 
-def _explained(err: BaseException, config: dict, tid: str) -> BaseException:
+def _explained(err: BaseException, delivery: Delivery, tid: str) -> BaseException:
     """``err`` of a transactional call, as one line naming the setting to look at when it is one's."""
     from confluent_kafka import KafkaError, KafkaException
 
     kafka_error = err.args[0] if isinstance(err, KafkaException) and err.args else None
     if not isinstance(kafka_error, KafkaError):
         return err
-    delivery, code = config["delivery"], kafka_error.code()
+    code = kafka_error.code()
     if code == KafkaError.INVALID_TRANSACTION_TIMEOUT:
-        return TransactionError(f"KAFKA_TRANSACTION_TIMEOUT_MS={delivery['timeout_ms']} is above the broker's "
+        return TransactionError(f"KAFKA_TRANSACTION_TIMEOUT_MS={delivery.timeout_ms} is above the broker's "
                                 f"transaction.max.timeout.ms: lower it, or raise the broker's maximum")
     if code == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
         return TransactionError(f"the Kafka principal may not use the transactional id {tid!r}: grant WRITE on "
                                 f"transactional ids with the prefix KAFKA_TRANSACTIONAL_ID_PREFIX="
-                                f"{delivery['prefix']!r}, or set a prefix it may use")
+                                f"{delivery.prefix!r}, or set a prefix it may use")
     if code in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH):
         return TransactionError(f"the transaction of {tid!r} was fenced: a newer attempt of this task started, or "
-                                f"writing the task's share outlived KAFKA_TRANSACTION_TIMEOUT_MS={delivery['timeout_ms']} "
+                                f"writing the task's share outlived KAFKA_TRANSACTION_TIMEOUT_MS={delivery.timeout_ms} "
                                 f"(raise it, up to the broker's transaction.max.timeout.ms: "
                                 f"{_DOCS}): {kafka_error.str()}")
     return TransactionError(f"transaction of {tid!r}: {kafka_error.str()}")
@@ -252,31 +255,26 @@ class ProgressReader:
     process: :func:`shipping.built`).
 
     The read goes back from the partition's last stable offset, window after window, to the
-    checkpoint's origin in the topic at most (``delivery["origin"]``, else the log start), and gives
+    checkpoint's origin in the topic at most (``Delivery.origin``, else the log start), and gives
     up with one line past :data:`SCAN_LIMIT` offsets or after :data:`_STALL_S` without a record.
     Under ``read_committed`` a read ends at the last stable offset, before the first transaction
     still open: another producer's (a deployment sharing the progress topic) would hide the markers
     behind it, so the read first waits until no transaction that was open when it began still is."""
 
-    def __init__(self, config: dict):
+    def __init__(self, delivery: Delivery):
         from confluent_kafka import Consumer
 
-        kafka = dict(config["kafka"])
-        delivery = config["delivery"]
-        self.topic = delivery["progress_topic"]
-        self.checkpoint_id = delivery["checkpoint_id"]
-        self.origin = list(delivery.get("origin") or ())
-        self.wait_s = delivery["timeout_ms"] / 1000.0 + 15.0
+        kafka = dict(delivery.kafka)
+        self.topic = delivery.progress_topic
+        self.checkpoint_id = delivery.checkpoint_id
+        self.origin = list(delivery.origin or ())
+        self.wait_s = delivery.timeout_ms / 1000.0 + 15.0
         self.scanned = 0  # offsets read, in all (for the tests)
         common = {"bootstrap.servers": kafka.pop("bootstrap.servers"), **admin_props(kafka),
                   "group.id": "changejoin-progress-reader", "logger": kafka_logger(kafka)}
         self._consumer = Consumer({**common, **_READER})
         self._uncommitted = Consumer({**common, "isolation.level": "read_uncommitted"})
         self._lock = threading.Lock()
-
-    @classmethod
-    def from_config(cls, config: dict) -> "ProgressReader":
-        return cls(config)
 
     def last(self, partition: int, timeout_s: float = 60.0) -> Optional[dict]:
         """The newest committed marker of this checkpoint's ``partition``, or None."""
@@ -386,7 +384,7 @@ def input_digest(previous: Optional[str], entry: Optional[str]) -> str:
 
 
 def written_already(marker: Optional[dict], batch_id: int, partition: int, input_hash: Optional[str],
-                    share: "Share", config: dict) -> bool:
+                    share: "Share", delivery: Delivery) -> bool:
     """Whether this task partition's share of micro-batch ``batch_id`` is in Kafka already, by its
     newest ``marker``: False when the marker is of an earlier micro-batch (or none); True when it is of
     this one, read from the same offsets (``input_hash``, :func:`input_digest`) and holding the same
@@ -396,13 +394,13 @@ def written_already(marker: Optional[dict], batch_id: int, partition: int, input
     if marker is None or marker["batch"] < batch_id:
         return False
     if marker["batch"] > batch_id:
-        raise ProgressMismatch(_behind(config, batch_id, partition, marker["batch"]))
+        raise ProgressMismatch(_behind(delivery, batch_id, partition, marker["batch"]))
     if marker.get("input") is not None and input_hash is not None and marker["input"] != input_hash:
-        raise ProgressMismatch(_other_input(config, batch_id, partition))
+        raise ProgressMismatch(_other_input(delivery, batch_id, partition))
     if marker.get("output") is not None and not share.matches(marker["output"]):
         raise ProgressMismatch(
             f"the replay of micro-batch {batch_id} computed other records for task partition {partition} than its "
-            f"first run wrote to {config.get('output_topic')} ({marker.get('records')} records then, {share.records} "
+            f"first run wrote to {delivery.output_topic} ({marker.get('records')} records then, {share.records} "
             f"now): its input changed in between (compacted, records deleted by retention with "
             f"FAIL_ON_DATA_LOSS=false) or the configuration did; skipping it would leave the join's state and its "
             f"output disagreeing. Restore the previous configuration until the micro-batch is committed if it "
@@ -410,41 +408,39 @@ def written_already(marker: Optional[dict], batch_id: int, partition: int, input
     return True
 
 
-def _behind(config: dict, batch_id: int, partition: int, written: int) -> str:
-    delivery = config["delivery"]
-    return (f"CHECKPOINT_LOCATION={delivery.get('location')} is behind its output: micro-batch {batch_id} is next "
-            f"here, but task partition {partition} already wrote micro-batch {written} to {config.get('output_topic')} "
-            f"(its marker is in PROGRESS_TOPIC={delivery['progress_topic']}): the checkpoint was restored from an "
+def _behind(delivery: Delivery, batch_id: int, partition: int, written: int) -> str:
+    return (f"CHECKPOINT_LOCATION={delivery.location} is behind its output: micro-batch {batch_id} is next "
+            f"here, but task partition {partition} already wrote micro-batch {written} to {delivery.output_topic} "
+            f"(its marker is in PROGRESS_TOPIC={delivery.progress_topic}): the checkpoint was restored from an "
             f"older copy, or lost files of its offsets/ and commits/ logs, and going on would write records again "
             f"or skip them. Restore its newest state, or start again from a new CHECKPOINT_LOCATION into a new "
             f"OUTPUT_TOPIC ({_DOCS})")
 
 
-def _other_input(config: dict, batch_id: int, partition: int) -> str:
-    delivery = config["delivery"]
-    return (f"CHECKPOINT_LOCATION={delivery.get('location')}: micro-batch {batch_id} was written by task partition "
+def _other_input(delivery: Delivery, batch_id: int, partition: int) -> str:
+    return (f"CHECKPOINT_LOCATION={delivery.location}: micro-batch {batch_id} was written by task partition "
             f"{partition} for other input offsets than the checkpoint now holds for it (its offsets/{batch_id} was "
             f"deleted, or the checkpoint restored from an older copy): skipping it would lose records, writing it "
             f"would repeat them. Restore the checkpoint's newest state, or start again from a new "
             f"CHECKPOINT_LOCATION into a new OUTPUT_TOPIC ({_DOCS})")
 
 
-def check_progress(config: dict, batch_id: int, input_hash: Optional[str], partitions: int,
+def check_progress(delivery: Delivery, batch_id: int, input_hash: Optional[str], partitions: int,
                    reader: Optional[ProgressReader] = None) -> None:
     """Before the first micro-batch of a run writes anything (on the driver): no task partition's
     newest marker is of a later micro-batch, nor of this one read from other offsets; else
     :class:`ProgressMismatch`, and nothing is written."""
     own = reader is None
-    reader = reader or ProgressReader(config)
+    reader = reader or ProgressReader(delivery)
     try:
         for partition in range(partitions):
             marker = reader.last(partition)
             if marker is None or marker["batch"] < batch_id:
                 continue
             if marker["batch"] > batch_id:
-                raise ProgressMismatch(_behind(config, batch_id, partition, marker["batch"]))
+                raise ProgressMismatch(_behind(delivery, batch_id, partition, marker["batch"]))
             if marker.get("input") is not None and input_hash is not None and marker["input"] != input_hash:
-                raise ProgressMismatch(_other_input(config, batch_id, partition))
+                raise ProgressMismatch(_other_input(delivery, batch_id, partition))
     finally:
         if own:
             reader.close()
@@ -601,10 +597,10 @@ class TaskTransaction:
     waiting), then, once the share is complete, call :meth:`committed` and :meth:`write` if it is
     not written already, and :meth:`close` in every case."""
 
-    def __init__(self, config: dict, partition: int, batch_id: int, attempt: int = 0):
-        self.config, self.partition, self.batch_id, self.attempt = config, partition, batch_id, attempt
-        self.tid = transactional_id(config["delivery"]["prefix"], partition)
-        self.timeout_s = config["delivery"]["timeout_ms"] / 1000.0
+    def __init__(self, delivery: Delivery, partition: int, batch_id: int, attempt: int = 0):
+        self.delivery, self.partition, self.batch_id, self.attempt = delivery, partition, batch_id, attempt
+        self.tid = transactional_id(delivery.prefix, partition)
+        self.timeout_s = delivery.timeout_ms / 1000.0
         self.init_seconds: Optional[float] = None
         self.transaction_seconds: Optional[float] = None
         self._producer: Any = None
@@ -618,7 +614,7 @@ class TaskTransaction:
 
         started = time.perf_counter()
         try:
-            producer = Producer(_conf(self.config, self.partition))
+            producer = Producer(_conf(self.delivery, self.partition))
             with self._lock:
                 self._producer = producer
             producer.init_transactions(self.timeout_s)
@@ -631,7 +627,7 @@ class TaskTransaction:
         """Wait for the producer's initialization; raise what it failed with."""
         self._thread.join()
         if self._error is not None:
-            raise _explained(self._error, self.config, self.tid) from self._error
+            raise _explained(self._error, self.delivery, self.tid) from self._error
 
     def committed(self, reader: ProgressReader) -> Optional[dict]:
         """This task partition's newest committed marker. Only after the initialization: no older
@@ -647,7 +643,7 @@ class TaskTransaction:
         from confluent_kafka import KafkaException
 
         self.ready()
-        producer, delivery = self._producer, self.config["delivery"]
+        producer, delivery = self._producer, self.delivery
         failures, on_delivery = failure_collector()
 
         started = time.perf_counter()
@@ -660,14 +656,14 @@ class TaskTransaction:
             marker = {"batch": self.batch_id, "partition": self.partition, "attempt": self.attempt,
                       "records": sent, "counts": [[t, label, n] for (t, label), n in sorted(counts.items())],
                       "input": input_hash, "output": share.digest()}
-            producer.produce(delivery["progress_topic"], json.dumps(marker, sort_keys=True).encode(),
-                             marker_key(delivery["checkpoint_id"], self.partition), self.partition, on_delivery)
+            producer.produce(delivery.progress_topic, json.dumps(marker, sort_keys=True).encode(),
+                             marker_key(delivery.checkpoint_id, self.partition), self.partition, on_delivery)
             if crash is not None:
                 producer.flush(self.timeout_s)
                 crash("before-commit", self.batch_id)
             producer.commit_transaction(self.timeout_s)
         except KafkaException as err:
-            raise _explained(err, self.config, self.tid) from err
+            raise _explained(err, self.delivery, self.tid) from err
         if failures:
             raise delivery_failure(failures, sent)
         self.transaction_seconds = time.perf_counter() - started
@@ -701,7 +697,7 @@ def _close(producer: Any) -> None:
 
 
 # -- the start-up abort --------------------------------------------------------------------------------
-def abort_transactional_ids(config: dict, ids: Iterable[str], timeout_s: float = 120.0,
+def abort_transactional_ids(delivery: Delivery, ids: Iterable[str], timeout_s: float = 120.0,
                             required: Optional[Iterable[str]] = None) -> float:
     """Initialize each transactional id once, in parallel, which aborts any transaction a killed
     run left open (and completes one whose commit had begun), fences any producer still using it,
@@ -714,7 +710,7 @@ def abort_transactional_ids(config: dict, ids: Iterable[str], timeout_s: float =
     required = set(ids if required is None else required)
 
     def init(tid: str) -> None:
-        producer = Producer(_conf_of(config, tid))
+        producer = Producer(_conf_of(delivery, tid))
         try:
             producer.init_transactions(timeout_s)
         except BaseException as err:  # noqa: BLE001
@@ -724,7 +720,7 @@ def abort_transactional_ids(config: dict, ids: Iterable[str], timeout_s: float =
                 log.warning("the transactional id %r, which this checkpoint used before, may no longer be used: what "
                             "it left open is aborted by the broker after its transaction timeout", tid)
                 return
-            raise _explained(err, config, tid) from err
+            raise _explained(err, delivery, tid) from err
         finally:
             _close(producer)
 
@@ -735,7 +731,7 @@ def abort_transactional_ids(config: dict, ids: Iterable[str], timeout_s: float =
     return time.perf_counter() - started
 
 
-def abort_open_transactions(config: dict, partitions: int, timeout_s: float = 120.0) -> float:
+def abort_open_transactions(delivery: Delivery, partitions: int, timeout_s: float = 120.0) -> float:
     """:func:`abort_transactional_ids` of ``<prefix>-0`` .. ``<prefix>-<partitions - 1>``."""
-    prefix = config["delivery"]["prefix"]
-    return abort_transactional_ids(config, [transactional_id(prefix, p) for p in range(partitions)], timeout_s)
+    return abort_transactional_ids(delivery, [transactional_id(delivery.prefix, p) for p in range(partitions)],
+                                   timeout_s)

@@ -23,9 +23,10 @@ FOLDERS = {
 }
 SUPPORT = TESTS_DIR / "support"  # what the tests share: brokers, fakes, the service harness
 
-# The repository (for `service`, `operators`), the test helpers and the test folders (tests import
-# constants from one another, and Spark's Python workers load test mappers) must be importable here
-# and by Spark's Python workers, which inherit PYTHONPATH.
+# The repository (for `service`, `operators`), the test helpers (what the tests share, Spark's
+# Python workers' test mappers among them) and the test folders must be importable here and by
+# Spark's Python workers, which inherit PYTHONPATH. A test module imports no other test module
+# (tests/service/test_structure.py): what tests share lives in tests/support/.
 # CHANGEJOIN_TEST_BUILD: a build of the packages with their compiled extensions, imported first
 # (tests/support/compiled.py).
 _build = [os.environ["CHANGEJOIN_TEST_BUILD"]] if os.environ.get("CHANGEJOIN_TEST_BUILD") else []
@@ -42,7 +43,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join(_pythonpath)
 from kafka_fixture import kafka_bootstrap, new_topic, restartable_broker  # noqa: E402,F401
 # PostgreSQL: postgres_url (session), postgres_server (restartable), pg_schema; see tests/support/postgres_fixture.py.
 from postgres_fixture import pg_schema, postgres_server, postgres_url  # noqa: E402,F401
-from debezium_fixture import debezium_capture  # noqa: E402,F401  (Debezium capturing PostgreSQL into Kafka, module scope)
+from debezium_fixture import debezium_capture  # noqa: E402,F401  (Debezium capturing PostgreSQL into Kafka, session scope)
 # Prometheus scraping the service: prometheus_server; see tests/support/prometheus_fixture.py.
 from prometheus_fixture import prometheus_server  # noqa: E402,F401
 # A Spark standalone cluster on this machine (module scope): spark_cluster; see tests/support/spark_cluster.py.
@@ -98,11 +99,24 @@ def pytest_runtest_makereport(item, call):
                            "if it waits on real time")
 
 
+def pytest_addoption(parser) -> None:
+    parser.addoption("--after-compiled", action="store_true",
+                     help="leave out the tests the compiled build's run runs (tests/support/compiled.py TESTS): "
+                          "./dev test's second run, so that each test runs once")
+
+
 def pytest_collection_modifyitems(config, items) -> None:
     for item in items:
         folder = Path(str(item.fspath)).resolve().relative_to(TESTS_DIR).parts[0]
         if folder in FOLDERS:
             item.add_marker(getattr(pytest.mark, folder))
+    if config.getoption("after_compiled"):
+        from compiled import selects
+
+        ran = [item for item in items if selects(item.nodeid)]
+        if ran:
+            config.hook.pytest_deselected(items=ran)
+            items[:] = [item for item in items if not selects(item.nodeid)]
 
 
 @pytest.fixture(scope="session")

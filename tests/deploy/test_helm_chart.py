@@ -1166,7 +1166,7 @@ def test_spark_ui_off_unless_enabled(helm, rendered):
 def test_the_chart_refuses_the_secrets_the_service_hides(helm, tmp_path):
     """The chart's check of extraEnv, kafka.properties and spark.conf names agrees with the
     service's rule (service.config.is_secret_name) on every name of tests/service/test_config.py."""
-    from test_config import PUBLIC_NAMES, SECRET_NAMES
+    from secret_names import PUBLIC_NAMES, SECRET_NAMES
 
     from service import config
 

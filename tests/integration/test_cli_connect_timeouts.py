@@ -4,8 +4,14 @@ Moved from tests/service/test_cli.py and test_contact_registry.py: each takes it
 time, over the unit tiers' 2 s budget (tests/conftest.py)."""
 import pytest
 
-from test_cli import VALID, _checkpoints_elsewhere, changejoin, closed_port, log_lines  # noqa: F401 (autouse fixture)
-from test_contact_registry import FROM_REGISTRY
+from service_env import (  # noqa: F401 (an autouse fixture)
+    FROM_REGISTRY,
+    VALID,
+    _checkpoints_elsewhere,
+    changejoin,
+    closed_port,
+    log_lines,
+)
 
 pytestmark = pytest.mark.integration
 

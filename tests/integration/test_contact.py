@@ -15,7 +15,7 @@ import pytest
 from devkit.kafka_broker import KafkaBroker
 from kafka_fixture import create_topic
 from schema_registry_fake import FakeSchemaRegistry
-from test_cli import SCHEMAS, VALID, changejoin, log_lines
+from service_env import SCHEMAS, VALID, changejoin, closed_port, log_lines
 
 PASSWORD = "alice-secret"
 
@@ -190,7 +190,6 @@ def test_check_config_connect_checks_the_lookup_table_and_the_privilege_to_read_
 
 def test_a_refused_login_a_missing_database_and_a_closed_port_are_told_apart(
         kafka_bootstrap, new_topic, postgres_url, lookup_table, tmp_path):
-    from test_cli import closed_port
 
     table, _ = lookup_table
     left = new_topic()

@@ -214,7 +214,7 @@ def test_a_start_aborts_what_any_transactional_id_the_checkpoint_used_left_open(
     every read_committed reader of the partitions they wrote."""
     from confluent_kafka import Producer
 
-    from service.checkpoint import CheckpointFile, record_transactional_ids, used_transactional_ids
+    from service.checkpoint import Checkpoint, record_transactional_ids, used_transactional_ids
     from service.sink import producer_config
 
     old, new = f"old-{uuid.uuid4().hex[:6]}", f"new-{uuid.uuid4().hex[:6]}"
@@ -222,7 +222,7 @@ def test_a_start_aborts_what_any_transactional_id_the_checkpoint_used_left_open(
                     KAFKA_TRANSACTIONAL_ID_PREFIX=old, **ENV)
     send_some(h, 1, 10)
     h.run()
-    store = CheckpointFile(str(tmp_path / "checkpoint"))
+    store = Checkpoint(str(tmp_path / "checkpoint"))
     assert used_transactional_ids(store) == [f"{old}-0", f"{old}-1"]
     record_transactional_ids(store, new, 4)  # as a rescale from 4 task partitions leaves it
     for tid in (f"{old}-1", f"{new}-3"):  # killed runs left these open

@@ -4,7 +4,7 @@ over ``changejoin_kafka`` (real broker + the session's local Spark)."""
 from __future__ import annotations
 
 import json
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 import pytest
 from hypothesis import given, settings
@@ -25,50 +25,6 @@ from service.source import (
     register,
 )
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
-
-
-# --------------------------------------------------------------------------------------------
-# A mapper for the mapper hook. Spark's Python workers import it as "test_kafka_source" (the
-# conftest puts tests/ on their PYTHONPATH).
-# --------------------------------------------------------------------------------------------
-
-
-class EchoMapper:
-    schema = "k string, v string, part int, off long, ts_ms long, header_keys string, tag string"
-
-    def __init__(self, config: Dict[str, Any]):
-        self.tag = config["tag"]
-
-    def map(self, record: KafkaRecord):
-        assert isinstance(record, KafkaRecord)
-        if record.value == b"skip":
-            return
-        copies = 2 if record.value == b"twice" else 1
-        for i in range(copies):
-            yield (
-                None if record.key is None else record.key.decode(),
-                None if record.value is None else record.value.decode(),
-                record.partition,
-                record.offset,
-                record.timestamp_ms,
-                ",".join(k for k, _ in record.headers),
-                f"{self.tag}{i}",
-            )
-
-
-def make_echo_mapper(config: Dict[str, Any]) -> EchoMapper:
-    return EchoMapper(config)
-
-
-class BeatingMapper(EchoMapper):
-    """An EchoMapper that also answers idle heartbeats."""
-
-    def heartbeat(self, event_time_ms: int):
-        yield (None, None, -1, -1, event_time_ms, "", f"{self.tag}heartbeat")
-
-
-def make_beating_mapper(config: Dict[str, Any]) -> BeatingMapper:
-    return BeatingMapper(config)
 
 
 # --------------------------------------------------------------------------------------------
@@ -338,9 +294,9 @@ def test_no_heartbeats_without_the_option_or_under_available_now():
 
 def test_a_heartbeat_partition_reads_the_mappers_heartbeat_rows():
     config = {"mapper.config": json.dumps({"tag": "t"})}
-    beating = planning_reader(FakeOffsets({}, {}), mapper="test_kafka_source:make_beating_mapper", **config)
+    beating = planning_reader(FakeOffsets({}, {}), mapper="echo_mappers:make_beating_mapper", **config)
     assert list(beating.read(HeartbeatInputPartition("t", 1234))) == [(None, None, -1, -1, 1234, "", "theartbeat")]
-    echo = planning_reader(FakeOffsets({}, {}), mapper="test_kafka_source:make_echo_mapper", **config)
+    echo = planning_reader(FakeOffsets({}, {}), mapper="echo_mappers:make_echo_mapper", **config)
     assert list(echo.read(HeartbeatInputPartition("t", 1234))) == []
 
 
@@ -354,9 +310,9 @@ def test_idle_timeout_needs_a_mapper_that_answers_heartbeats():
         return source.streamReader(StructType([StructField(n, StringType()) for n in names]))
 
     config = {"mapper.config": json.dumps({"tag": "t"})}
-    assert stream_reader(mapper="test_kafka_source:make_beating_mapper", **config).opts.idle_timeout_ms == 1000
+    assert stream_reader(mapper="echo_mappers:make_beating_mapper", **config).opts.idle_timeout_ms == 1000
     with pytest.raises(KafkaSourceError, match="heartbeat"):
-        stream_reader(mapper="test_kafka_source:make_echo_mapper", **config)
+        stream_reader(mapper="echo_mappers:make_echo_mapper", **config)
     with pytest.raises(KafkaSourceError, match="heartbeat"):
         stream_reader()
     for bad in ("0", "-5", "1s"):
@@ -643,7 +599,7 @@ def test_mapper_hook_turns_records_into_rows(kspark, kafka_bootstrap, new_topic,
         kspark,
         kafka_bootstrap,
         topic,
-        mapper="test_kafka_source:make_echo_mapper",
+        mapper="echo_mappers:make_echo_mapper",
         **{"mapper.config": json.dumps({"tag": "t"})},
     )
     assert [f.name for f in df.schema.fields] == [
@@ -744,11 +700,11 @@ def test_a_schema_other_than_the_raw_one_needs_a_mapper(kspark, kafka_bootstrap,
 def test_mapper_secret_is_merged_into_the_mappers_config():
     from service.source import KafkaSourceError, load_mapper
 
-    mapper = load_mapper("test_kafka_source:make_echo_mapper", json.dumps({"tag": "public"}), json.dumps({"tag": "s"}))
+    mapper = load_mapper("echo_mappers:make_echo_mapper", json.dumps({"tag": "public"}), json.dumps({"tag": "s"}))
     assert mapper.tag == "s"
-    assert load_mapper("test_kafka_source:make_echo_mapper", json.dumps({"tag": "public"})).tag == "public"
+    assert load_mapper("echo_mappers:make_echo_mapper", json.dumps({"tag": "public"})).tag == "public"
     with pytest.raises(KafkaSourceError, match="mapper.secret"):
-        load_mapper("test_kafka_source:make_echo_mapper", json.dumps({"tag": "t"}), "[1]")
+        load_mapper("echo_mappers:make_echo_mapper", json.dumps({"tag": "t"}), "[1]")
 
 
 @pytest.mark.integration

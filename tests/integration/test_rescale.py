@@ -38,7 +38,7 @@ pytestmark = pytest.mark.integration
 
 
 def task_partitions(h: JoinHarness) -> int:
-    return checkpoint.CheckpointFile(h.env["CHECKPOINT_LOCATION"]).shuffle_partitions()
+    return checkpoint.Checkpoint(h.env["CHECKPOINT_LOCATION"]).shuffle_partitions()
 
 
 def rescale_in_process(h: JoinHarness, spark, partitions: int) -> str:

@@ -11,6 +11,10 @@ import uuid
 import pytest
 
 from kafka_fixture import consume_all, create_topic, end_offsets
+from service_process import wait_until
+from dataclasses import replace
+
+from service.shipping import Delivery
 from service.sink import producer_config
 from service.transactions import (
     ProgressReader,
@@ -28,16 +32,13 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture
 def delivery(kafka_bootstrap, new_topic):
-    """A worker config with exactly-once delivery: an output topic, a progress topic of 2 partitions."""
+    """Exactly-once delivery's part of a worker config: an output topic, a progress topic of 2 partitions."""
     output = new_topic(2)
     progress = f"{output}.progress"
     create_topic(kafka_bootstrap, progress, 2)
-    return {
-        "kafka": {"bootstrap.servers": kafka_bootstrap},
-        "delivery": {"prefix": f"test-{uuid.uuid4().hex[:8]}", "progress_topic": progress,
-                     "checkpoint_id": uuid.uuid4().hex, "timeout_ms": 30_000, "location": "/ck", "partitions": 2},
-        "output": output, "output_topic": output,
-    }
+    return Delivery(prefix=f"test-{uuid.uuid4().hex[:8]}", progress_topic=progress, timeout_ms=30_000,
+                    location="/ck", output_topic=output, kafka=(("bootstrap.servers", kafka_bootstrap),),
+                    checkpoint_id=uuid.uuid4().hex, partitions=2)
 
 
 def records(topic: str, batch: int, n: int, start: int = 0):
@@ -59,36 +60,41 @@ def test_a_share_and_its_marker_commit_together_and_a_replay_finds_the_marker(ka
     try:
         assert first.committed(reader) is None  # nothing of this checkpoint yet
         counts = {("output", "+I"): 5}
-        assert first.write(share(delivery["output"], 7, 5), counts, "input of 7") == 5
+        assert first.write(share(delivery.output_topic, 7, 5), counts, "input of 7") == 5
     finally:
         first.close()
     assert first.init_seconds is not None and first.transaction_seconds is not None
-    assert len(values(kafka_bootstrap, delivery["output"])) == 5
+    # commit_transaction() returns once the coordinator has logged the commit; the markers that end
+    # the transaction in each partition follow (the service reads after init_transactions(), which
+    # waits for them): until then a read_committed reader sees the transaction as open.
+    wait_until(lambda: len(values(kafka_bootstrap, delivery.output_topic)) == 5, 30, "the committed share", interval=0.2)
+    assert len(values(kafka_bootstrap, delivery.output_topic)) == 5
+    wait_until(lambda: reader.last(1) is not None, 30, "the committed marker", interval=0.2)
     marker = reader.last(1)
     assert marker["batch"] == 7 and marker["records"] == 5 and marker["counts"] == [["output", "+I", 5]]
-    assert marker["input"] == "input of 7" and marker["output"] == share(delivery["output"], 7, 5).digest()
+    assert marker["input"] == "input of 7" and marker["output"] == share(delivery.output_topic, 7, 5).digest()
     assert reader.last(0) is None  # another task partition
 
     # The same micro-batch again (a replay after a driver crash, a retry): it is written already.
     again = TaskTransaction(delivery, 1, batch_id=7, attempt=1)
     try:
-        assert written_already(again.committed(reader), 7, 1, "input of 7", share(delivery["output"], 7, 5), delivery)
+        assert written_already(again.committed(reader), 7, 1, "input of 7", share(delivery.output_topic, 7, 5), delivery)
     finally:
         again.close()
     # The next one is not.
     later = TaskTransaction(delivery, 1, batch_id=8)
     try:
-        assert not written_already(later.committed(reader), 8, 1, "input of 8", share(delivery["output"], 8, 5), delivery)
+        assert not written_already(later.committed(reader), 8, 1, "input of 8", share(delivery.output_topic, 8, 5), delivery)
     finally:
         later.close()
 
 
 def test_a_marker_of_another_checkpoint_is_not_this_ones_even_far_behind_the_end(kafka_bootstrap, delivery):
     ours = ProgressReader(delivery)
-    other = {**delivery, "delivery": {**delivery["delivery"], "checkpoint_id": "another"}}
+    other = replace(delivery, checkpoint_id="another")
     task = TaskTransaction(delivery, 0, batch_id=3)
     try:
-        task.write(share(delivery["output"], 3, 1), {})
+        task.write(share(delivery.output_topic, 3, 1), {})
     finally:
         task.close()
     # 40 transactions of another checkpoint after it: 80 offsets (marker + commit record each).
@@ -100,14 +106,14 @@ def test_a_marker_of_another_checkpoint_is_not_this_ones_even_far_behind_the_end
             t.close()
     assert ours.last(0)["batch"] == 3
     assert ProgressReader(other).last(0)["batch"] == 39
-    assert ProgressReader({**delivery, "delivery": {**delivery["delivery"], "checkpoint_id": "new"}}).last(0) is None
+    assert ProgressReader(replace(delivery, checkpoint_id="new")).last(0) is None
 
 
 def test_a_new_attempt_fences_the_older_one_and_only_its_copy_is_visible(kafka_bootstrap, delivery):
     """A zombie: attempt 0 of (partition 0, batch 4) is still producing when attempt 1 starts (its
     executor was lost to the driver, not dead). Attempt 1's init aborts attempt 0's transaction;
     attempt 0's commit then fails; read_committed consumers see one copy."""
-    reader, topic = ProgressReader(delivery), delivery["output"]
+    reader, topic = ProgressReader(delivery), delivery.output_topic
     zombie = TaskTransaction(delivery, 0, batch_id=4)
     outcome = {}
 
@@ -143,8 +149,8 @@ def test_a_new_attempt_fences_the_older_one_and_only_its_copy_is_visible(kafka_b
 def test_the_start_up_abort_releases_what_a_killed_run_left_open(kafka_bootstrap, delivery):
     from confluent_kafka import Producer
 
-    topic = delivery["output"]
-    tid = transactional_id(delivery["delivery"]["prefix"], 1)
+    topic = delivery.output_topic
+    tid = transactional_id(delivery.prefix, 1)
     killed = Producer(producer_config(kafka_bootstrap, {}, transactional_id=tid, transaction_timeout_ms=60_000))
     killed.init_transactions(30)
     killed.begin_transaction()
@@ -168,7 +174,7 @@ def test_the_start_up_abort_releases_what_a_killed_run_left_open(kafka_bootstrap
 
 
 def test_a_timeout_above_the_brokers_maximum_names_the_setting(delivery):
-    config = {**delivery, "delivery": {**delivery["delivery"], "timeout_ms": 900_001}}  # broker max: 900,000
+    config = replace(delivery, timeout_ms=900_001)  # broker max: 900,000
     with pytest.raises(TransactionError, match="KAFKA_TRANSACTION_TIMEOUT_MS=900001 is above the broker"):
         abort_open_transactions(config, partitions=1)
 
@@ -176,15 +182,15 @@ def test_a_timeout_above_the_brokers_maximum_names_the_setting(delivery):
 def test_the_marker_is_a_compacted_record_keyed_by_checkpoint_and_partition(kafka_bootstrap, delivery):
     task = TaskTransaction(delivery, 1, batch_id=2)
     try:
-        task.write(share(delivery["output"], 2, 2), {("dead_letter", "decode"): 1, ("output", "+I"): 1}, "in")
+        task.write(share(delivery.output_topic, 2, 2), {("dead_letter", "decode"): 1, ("output", "+I"): 1}, "in")
     finally:
         task.close()
-    (marker,) = consume_all(kafka_bootstrap, delivery["delivery"]["progress_topic"])
+    (marker,) = consume_all(kafka_bootstrap, delivery.progress_topic)
     assert marker.partition == 1
-    assert marker.key == marker_key(delivery["delivery"]["checkpoint_id"], 1)
+    assert marker.key == marker_key(delivery.checkpoint_id, 1)
     assert json.loads(marker.value) == {"batch": 2, "partition": 1, "attempt": 0, "records": 2,
                                         "counts": [["dead_letter", "decode", 1], ["output", "+I", 1]],
-                                        "input": "in", "output": share(delivery["output"], 2, 2).digest()}
+                                        "input": "in", "output": share(delivery.output_topic, 2, 2).digest()}
 
 
 def test_a_task_without_output_leaves_no_initialization_behind_to_fence_the_next_one(kafka_bootstrap, delivery):
@@ -197,10 +203,10 @@ def test_a_task_without_output_leaves_no_initialization_behind_to_fence_the_next
         assert empty.init_seconds is not None
         task = TaskTransaction(delivery, 0, batch_id=batch + 1)
         try:
-            task.write(share(delivery["output"], batch + 1, 1), {("output", "+I"): 1})
+            task.write(share(delivery.output_topic, batch + 1, 1), {("output", "+I"): 1})
         finally:
             task.close()
-    assert len(values(kafka_bootstrap, delivery["output"])) == 6
+    assert len(values(kafka_bootstrap, delivery.output_topic)) == 6
 
 
 def test_changejoin_abort_transactions_releases_a_stopped_services_open_transaction(kafka_bootstrap, delivery, tmp_path):
@@ -213,7 +219,7 @@ def test_changejoin_abort_transactions_releases_a_stopped_services_open_transact
     from confluent_kafka import Producer
 
     root = Path(__file__).resolve().parents[2]
-    prefix, topic = delivery["delivery"]["prefix"], delivery["output"]
+    prefix, topic = delivery.prefix, delivery.output_topic
     killed = Producer(producer_config(kafka_bootstrap, {}, transactional_id=transactional_id(prefix, 1),
                                       transaction_timeout_ms=60_000))
     killed.init_transactions(30)
@@ -248,7 +254,7 @@ def test_the_marker_read_waits_for_another_producers_open_transaction_to_end(kaf
 
     from confluent_kafka import Producer
 
-    topic, progress = delivery["output"], delivery["delivery"]["progress_topic"]
+    topic, progress = delivery.output_topic, delivery.progress_topic
     ours = TaskTransaction(delivery, 0, batch_id=5)
     try:
         ours.write(share(topic, 5, 1), {})
@@ -294,7 +300,7 @@ def test_the_marker_read_waits_for_another_producers_open_transaction_to_end(kaf
 def test_the_marker_read_gives_up_with_one_line_when_the_topic_holds_too_much(kafka_bootstrap, delivery, monkeypatch):
     from service import transactions
 
-    other = {**delivery, "delivery": {**delivery["delivery"], "checkpoint_id": "another"}}
+    other = replace(delivery, checkpoint_id="another")
     for batch in range(30):  # 60 offsets of another checkpoint
         t = TaskTransaction(other, 0, batch_id=batch)
         try:
@@ -307,7 +313,7 @@ def test_the_marker_read_gives_up_with_one_line_when_the_topic_holds_too_much(ka
         reader.last(0)
     reader.close()
     message = str(gave_up.value)
-    assert message.startswith(f"PROGRESS_TOPIC={delivery['delivery']['progress_topic']} partition 0: no progress "
+    assert message.startswith(f"PROGRESS_TOPIC={delivery.progress_topic} partition 0: no progress "
                               f"marker of this checkpoint in the 40 offsets before offset 60")
     assert "give this deployment a PROGRESS_TOPIC of its own" in message and "\n" not in message
 
@@ -318,27 +324,27 @@ def test_a_new_checkpoint_never_reads_the_markers_before_its_origin(kafka_bootst
     reading the partition back to its start for a key it has never written."""
     from service.transactions import progress_origin
 
-    other = {**delivery, "delivery": {**delivery["delivery"], "checkpoint_id": "an older checkpoint"}}
+    other = replace(delivery, checkpoint_id="an older checkpoint")
     for batch in range(50):
         t = TaskTransaction(other, 0, batch_id=batch)
         try:
             t.write(Share(), {})
         finally:
             t.close()
-    origin = progress_origin(delivery, delivery["delivery"]["progress_topic"], 2)
+    origin = progress_origin(delivery, delivery.progress_topic, 2)
     assert origin == [100, 0]
-    fresh = {**delivery, "delivery": {**delivery["delivery"], "origin": origin}}
+    fresh = replace(delivery, origin=tuple(origin))
     reader = ProgressReader(fresh)
     assert reader.last(0) is None and reader.last(1) is None
     assert reader.scanned == 0
     task = TaskTransaction(fresh, 0, batch_id=0)
     try:
-        task.write(share(delivery["output"], 0, 1), {})
+        task.write(share(delivery.output_topic, 0, 1), {})
     finally:
         task.close()
     assert reader.last(0)["batch"] == 0 and reader.scanned == 1
     # A checkpoint of an earlier changejoin, whose origin is not known: read back to the log start.
-    unknown = ProgressReader({**delivery, "delivery": {**delivery["delivery"], "checkpoint_id": "never written"}})
+    unknown = ProgressReader(replace(delivery, checkpoint_id="never written"))
     assert unknown.last(0) is None and unknown.scanned == 51
     reader.close()
     unknown.close()
@@ -362,7 +368,7 @@ def test_a_tasks_transaction_begins_only_once_the_join_has_given_it_its_whole_sh
             return super().begin_transaction(*args)
 
     monkeypatch.setattr(confluent_kafka, "Producer", Watched)
-    topic, taken_while_open = delivery["output"], []
+    topic, taken_while_open = delivery.output_topic, []
 
     def join_output():
         for i in range(3):
@@ -381,7 +387,7 @@ def test_a_tasks_transaction_begins_only_once_the_join_has_given_it_its_whole_sh
                 yield topic, None, payload, [("changejoin.batch", str(batch_id).encode())], task
 
     report = []
-    _produce_transaction(delivery, 9, 0, 0, join_output(), rows, Encoder(), {}, report, {"input": "in", "replay": False})
+    _produce_transaction(delivery, None, 9, 0, 0, join_output(), rows, Encoder(), {}, report, {"input": "in", "replay": False})
     assert taken_while_open == [False, False, False] and begun == [True]
     assert ("transaction", "committed", 0) in report
     assert sorted(values(kafka_bootstrap, topic)) == [b"row 0", b"row 1", b"row 2"]

@@ -308,71 +308,16 @@ import fastavro  # noqa: E402
 
 from service.catalog import plan_for  # noqa: E402
 from service.config import load_settings  # noqa: E402
-from service.decode import InputDecoder  # noqa: E402
 from service.envelope import Target, unpack  # noqa: E402
-from service.processor import JoinProcessor, NormalizeProcessor, UpsertProcessor  # noqa: E402
 from service.source import KafkaRecord  # noqa: E402
-from service_harness import ORDERS, PRICES, avro  # noqa: E402
-from spark_fakes import KeyedHandle  # noqa: E402
-from state_server import WireHandle  # noqa: E402
-from test_config import VALID  # noqa: E402
-from test_plan import TIMED  # noqa: E402
-from test_window_late_rows import SHIPMENTS, TIMED_ORDERS  # noqa: E402
+from service_harness import ORDERS, PRICES, SHIPMENTS, TIMED_ORDERS, avro  # noqa: E402
+from service_env import TIMED, VALID  # noqa: E402
+from stage_query import Query  # noqa: E402
 
 
 
 LEFT_PK = {"JOIN_SQL": "SELECT o.order_id, o.product, o.quantity, p.price FROM orders o LEFT JOIN prices p "
                        "ON o.product = p.product"}
-
-
-class Query:
-    """The query's stages for one plan, in one layout, with Spark's state faked per stage."""
-
-    def __init__(self, env: dict, buckets: int, wire: bool = False):
-        """``wire``: the stages reach their state through PySpark's own handle and state client, on
-        a fake of Spark's state server (state_server.py), as they do in Spark; else through fake
-        state objects (spark_fakes.KeyedHandle)."""
-        settings = {name: value for name, value in {**VALID, **env}.items() if value is not None}
-        self._handle = WireHandle if wire else KeyedHandle
-        self._stages(plan_for(load_settings({**settings, "STATE_BUCKETS": str(buckets)})))
-
-    @classmethod
-    def of_plan(cls, plan) -> "Query":
-        """The stages of ``plan``, however its settings were made."""
-        query = cls.__new__(cls)
-        query._handle = KeyedHandle
-        query._stages(plan)
-        return query
-
-    def _stages(self, plan) -> None:
-        self.plan = plan
-        plan_json = self.plan.to_json()
-        self.decoders = [InputDecoder(self.plan, side, "rowkind", None) for side in (0, 1)]
-        self.normalize = {side: (NormalizeProcessor(plan_json, side), self._handle())
-                          for side in (0, 1) if self.plan.sides[side].normalized}
-        self.join = (JoinProcessor(plan_json), self._handle())
-        self.upsert = (UpsertProcessor(plan_json), self._handle()) if self.plan.upsert_materializer else None
-        for processor, handle in [*self.normalize.values(), self.join, *([self.upsert] if self.upsert else [])]:
-            processor.init(handle)
-
-    def batch(self, records: list, now: int = 5_000, watermark: int = -1) -> list:
-        """The rows written for one micro-batch of ``records`` ((side, KafkaRecord) pairs)."""
-        envelopes = []
-        for side in (0, 1):
-            mine = [record for s, record in records if s == side]
-            rows = list(self.decoders[side].map_all(mine))
-            if side in self.normalize:
-                processor, handle = self.normalize[side]
-                rows = handle.run(processor, rows, lambda r: r[0])
-            envelopes += rows
-        mode = self.plan.time_mode.value
-        until = {"EventTime": watermark, "ProcessingTime": now}.get(mode)
-        processor, handle = self.join
-        out = handle.run(processor, envelopes, lambda r: r[0], now, watermark, until)
-        if self.upsert:
-            processor, handle = self.upsert
-            out = handle.run(processor, out, lambda r: r.okey, now, watermark)
-        return out
 
 
 def written(rows) -> Counter:
@@ -675,7 +620,7 @@ def test_a_keyed_debezium_versioned_table_timed_by_source_ts_ms_ends_a_version_a
     version ends there, not at the deleted row's own time; the same in both layouts."""
     import json as _json
 
-    from test_plan import DATA
+    from service_env import DATA
 
     env = {"LEFT_SCHEMA_FILE": str(DATA / "orders_timed.avsc"), "RIGHT_SCHEMA_FILE": str(DATA / "rates.avsc"),
            "RIGHT_TABLE": "rates", "LEFT_PRIMARY_KEY": None, "RIGHT_PRIMARY_KEY": "currency",

@@ -8,27 +8,10 @@ import pytest
 
 from operators.testing import LocalRunner
 from service import checkpoint
-from service.catalog import plan_for
 from service.checkpoint import CheckpointMismatch, reconcile
-from service.config import load_settings
 from service.sparkstate import KeyCodec, SparkKeyState
-from test_config import SCHEMAS, VALID
-
-ORDERS = json.loads((SCHEMAS / "orders.avsc").read_text())
-LEFT = "SELECT o.order_id, o.product, p.price FROM orders o LEFT JOIN prices p ON o.product = p.product"
-
-
-def plan(tmp_path, orders=None, **env):
-    settings = {**VALID, "STATE_BUCKETS": "0", "JOIN_SQL": LEFT, **env}  # per key; buckets: test_buckets.py
-    if orders is not None:
-        path = tmp_path / f"orders-{abs(hash(json.dumps(orders)))}.avsc"
-        path.write_text(json.dumps(orders))
-        settings["LEFT_SCHEMA_FILE"] = str(path)
-    return plan_for(load_settings(settings))
-
-
-def with_fields(*fields, drop=()):
-    return {**ORDERS, "fields": [f for f in ORDERS["fields"] if f["name"] not in drop] + list(fields)}
+from checkpoint_plans import LEFT, NOTE, ORDERS, UPSERT, plan, with_fields
+from service_env import SCHEMAS, VALID
 
 
 @pytest.fixture
@@ -155,8 +138,6 @@ def test_the_operators_state_upgrade_keeps_a_multiset_side_retractable(tmp_path,
 
 # -- the upsert materializer's stored output rows ------------------------------------------------
 
-UPSERT = {"OUTPUT_MODE": "upsert", "OUTPUT_KEY": "order_id"}  # not determined by the join key: a materializer
-NOTE = {"name": "note", "type": ["null", "string"], "default": None}
 PLACED = {"name": "placed", "type": "string", "default": "unknown"}
 
 
@@ -232,7 +213,7 @@ def test_an_output_change_the_materializer_cannot_follow_is_refused(tmp_path, be
 
 
 def test_a_materializer_checkpoint_of_an_earlier_changejoin_is_accepted_unchanged(tmp_path, upsert_location):
-    store = checkpoint.CheckpointFile(upsert_location)
+    store = checkpoint.Checkpoint(upsert_location)
     stored = store.read()
     del stored["facts"]["materializer"]["sources"], stored["output_generations"]  # as written before sources
     store.write(stored)
@@ -244,7 +225,7 @@ def test_a_materializer_checkpoint_of_an_earlier_changejoin_is_accepted_unchange
 def test_the_service_refusing_a_checkpoint_logs_the_whole_reason_in_its_text_logs(tmp_path, location):
     """``changejoin run`` (the default LOG_FORMAT=text) on a checkpoint of another join stops before
     Spark starts, and its log says every change and what to do, not only its first line."""
-    from test_config import changejoin
+    from service_env import changejoin
 
     env = {**VALID, "STATE_BUCKETS": "0", "JOIN_SQL": LEFT.replace("LEFT JOIN", "JOIN"), "LEFT_PRIMARY_KEY": "",
            "CHECKPOINT_LOCATION": location, "METRICS_PORT": "0"}

@@ -4,42 +4,15 @@ that cannot be reached looks like. No broker runs here: the unreachable ones are
 a host that does not exist (tests/integration/test_contact.py has the real servers that refuse)."""
 import logging
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from service import cli
 from service.config import required_env_var_names
 
-ROOT = Path(__file__).resolve().parents[2]
-SCHEMAS = ROOT / "schemas"
-VALID = {
-    "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1",
-    "LEFT_TOPIC": "orders", "RIGHT_TOPIC": "prices", "OUTPUT_TOPIC": "out",
-    "LEFT_SCHEMA_FILE": str(SCHEMAS / "orders.avsc"), "RIGHT_SCHEMA_FILE": str(SCHEMAS / "prices.avsc"),
-    "LEFT_PRIMARY_KEY": "order_id", "RIGHT_PRIMARY_KEY": "product",
-    "JOIN_SQL": "SELECT o.order_id, p.price FROM orders o LEFT JOIN prices p ON o.product = p.product",
-}
+from service_env import ROOT, SCHEMAS, VALID, _checkpoints_elsewhere, changejoin  # noqa: F401 (an autouse fixture)
+
 COMMANDS = ("run", "check-config", "schema", "abort-transactions", "demo")
-
-
-def changejoin(*args, env, cwd=ROOT):
-    return subprocess.run([sys.executable, "-m", "service", *args], cwd=cwd, env={"PATH": "/usr/bin:/bin", **env},
-                          capture_output=True, text=True, timeout=180)
-
-
-@pytest.fixture(autouse=True)
-def _checkpoints_elsewhere(tmp_path, monkeypatch):
-    """No command here may leave a checkpoint in the checkout (a run that gets further would)."""
-    monkeypatch.setitem(VALID, "CHECKPOINT_LOCATION", str(tmp_path / "checkpoint"))
-
-
-def closed_port() -> int:
-    from devkit.broker_process import free_port
-
-    return free_port()  # bound and released: nothing listens there
 
 
 # -- help ----------------------------------------------------------------------------------------------
@@ -66,7 +39,7 @@ def test_the_top_level_help_lists_the_commands_and_where_each_says_more():
 
 # -- refusals ------------------------------------------------------------------------------------------
 def doc_anchors(name: str) -> set[str]:
-    from test_docs import slugs
+    from markdown_text import slugs
 
     return slugs((ROOT / "docs" / name).read_text())
 
@@ -137,7 +110,7 @@ def test_check_config_exits_2_on_a_checkpoint_the_service_would_refuse(tmp_path)
     location = str(tmp_path / "ck")
     other = load_settings({**VALID, "CHECKPOINT_LOCATION": location,
                            "JOIN_SQL": VALID["JOIN_SQL"].replace("LEFT JOIN", "JOIN")})
-    checkpoint.reconcile(plan_for(other), location, checkpoint.CheckpointFile(location))
+    checkpoint.reconcile(plan_for(other), location, checkpoint.Checkpoint(location))
     proc = changejoin("check-config", env={**VALID, "CHECKPOINT_LOCATION": location})
     assert proc.returncode == 2
     assert "INCOMPATIBLE" in proc.stdout
@@ -147,17 +120,6 @@ def test_check_config_exits_2_on_a_checkpoint_the_service_would_refuse(tmp_path)
 
 
 # -- a broker that cannot be reached ----------------------------------------------------------------------
-LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} (?P<level>[A-Z]+) (?P<logger>[\w.]+): (?P<message>.*)$")
-
-
-def log_lines(stderr: str) -> list[tuple[str, str, str]]:
-    """(level, logger, message) of each line, every line being one of the service's log lines."""
-    found = []
-    for line in stderr.splitlines():
-        match = LOG_LINE.match(line)
-        assert match, f"not a log line of the service: {line!r}"
-        found.append((match["level"], match["logger"], match["message"]))
-    return found
 
 
 # -- librdkafka's lines ------------------------------------------------------------------------------------

@@ -1,27 +1,9 @@
 """Configuration: environment variables only, validated at start, errors naming the variable."""
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
 from service.kafka_records import output_framing_bytes
 from service.config import ConfigError, env_var_names, load_settings, parse_duration_ms
-
-ROOT = Path(__file__).resolve().parents[2]
-SCHEMAS = ROOT / "schemas"
-VALID = {
-    "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1",
-    "LEFT_TOPIC": "orders", "RIGHT_TOPIC": "prices", "OUTPUT_TOPIC": "out",
-    "LEFT_SCHEMA_FILE": str(SCHEMAS / "orders.avsc"), "RIGHT_SCHEMA_FILE": str(SCHEMAS / "prices.avsc"),
-    "LEFT_PRIMARY_KEY": "order_id", "RIGHT_PRIMARY_KEY": "product",
-    "JOIN_SQL": "SELECT o.order_id, p.price FROM orders o LEFT JOIN prices p ON o.product = p.product",
-}
-
-
-def changejoin(*args, env):
-    return subprocess.run([sys.executable, "-m", "service", *args], cwd=ROOT, env={"PATH": "/usr/bin:/bin", **env},
-                          capture_output=True, text=True, timeout=120)
+from service_env import ROOT, VALID, changejoin
 
 
 def test_defaults_and_derived_values():
@@ -146,26 +128,7 @@ def test_check_config_prints_the_plan_and_schema_prints_the_output_schema():
 # secrets: one rule (config.is_secret_name + URL user info), applied wherever configuration shows
 
 from service import config as _config  # noqa: E402
-
-SECRET_NAMES = [
-    "KAFKA_CLIENT_SASL_PASSWORD", "sasl.password", "sasl.oauthbearer.config", "sasl.oauthbearer.client.secret",
-    "ssl.key.password", "ssl.keystore.password", "ssl.key.pem", "sasl.jaas.config",
-    "SCHEMA_REGISTRY_BASIC_AUTH_USER_INFO", "basic.auth.user.info",
-    "spark.hadoop.fs.s3a.secret.key", "spark.hadoop.fs.s3a.access.key", "spark.hadoop.fs.s3a.session.token",
-    "spark.hadoop.fs.s3a.bucket.b1.secret.key", "spark.hadoop.fs.s3a.encryption.key",
-    "spark.hadoop.fs.azure.account.key.acct.dfs.core.windows.net", "spark.hadoop.fs.azure.sas.c.acct.blob.core.windows.net",
-    "spark.hadoop.fs.azure.account.oauth2.client.secret", "spark.authenticate.secret",
-    "spark.kubernetes.authenticate.driver.oauthToken", "spark.ssl.keyStorePassword", "spark.ssl.keyPassword",
-    "spark.hadoop.google.cloud.auth.service.account.private.key", "spark.hadoop.fs.gs.auth.credentials",
-]
-PUBLIC_NAMES = [
-    "OUTPUT_KEY", "LEFT_PRIMARY_KEY", "RIGHT_PRIMARY_KEY", "LEFT_KEY_FORMAT", "key.serializer", "JOIN_SQL",
-    "sasl.username", "sasl.mechanism", "ssl.key.location", "ssl.keystore.location", "ssl.certificate.pem",
-    "ssl.ca.location", "spark.io.encryption.keySizeBits", "spark.network.crypto.keyLength",
-    "spark.authenticate.secret.driver.file", "spark.authenticate.secret.executor.file",
-    "spark.hadoop.fs.s3a.aws.credentials.provider", "spark.hadoop.fs.s3a.endpoint", "spark.ssl.keyStore",
-    "SCHEMA_REGISTRY_URL", "KAFKA_BOOTSTRAP_SERVERS", "spark.executor.instances",
-]
+from secret_names import PUBLIC_NAMES, SECRET_NAMES  # noqa: E402
 
 
 @pytest.mark.parametrize("name", SECRET_NAMES)

@@ -9,11 +9,9 @@ import pytest
 from schema_registry_fake import FakeSchemaRegistry
 from service.config import load_settings
 from service.contact import CONNECTION, CONTENT, CREDENTIALS, ServerError, wait_for_registry
-from test_cli import SCHEMAS, VALID, changejoin, closed_port
+from service_env import FROM_REGISTRY, SCHEMAS, changejoin, closed_port
 
 ORDERS = json.loads((SCHEMAS / "orders.avsc").read_text())
-# The left input's schema from the registry (a rowkind input without a schema file).
-FROM_REGISTRY = {**VALID, "LEFT_SCHEMA_FILE": ""}
 
 
 def settings(url: str, **more):

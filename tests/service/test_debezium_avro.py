@@ -10,7 +10,7 @@ import uuid
 from decimal import Decimal
 
 import pytest
-from debezium_avro import avro_schema, avro_value, recorded, wire
+from debezium_avro import avro_schema, avro_value, connect_envelope, recorded, wire
 # the fixtures are imported to be used by name
 from schema_registry_fake import fake_schema_registry, schema_registry_url  # noqa: F401
 
@@ -25,18 +25,6 @@ I, UB, UA, D = 0, 1, 2, 3
 UTC = dt.timezone.utc
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=UTC)
 DECIMAL = "org.apache.kafka.connect.data.Decimal"
-
-
-def connect_envelope(columns: list[dict], op_optional: bool = False) -> dict:
-    """A Debezium envelope's Connect schema (as the JSON converter embeds it) around row ``columns``."""
-    value = {"type": "struct", "name": "shop.public.t.Value", "fields": columns}
-    return {"type": "struct", "name": "shop.public.t.Envelope", "fields": [
-        {**value, "field": "before", "optional": True}, {**value, "field": "after", "optional": True},
-        {"type": "struct", "name": "io.debezium.connector.postgresql.Source", "field": "source", "optional": False,
-         "fields": [{"type": "string", "field": "connector", "optional": False},
-                    {"type": "int64", "field": "ts_ms", "optional": False}]},
-        {"type": "string", "field": "op", "optional": op_optional},
-        {"type": "int64", "field": "ts_ms", "optional": True}]}
 
 
 COLUMNS = [

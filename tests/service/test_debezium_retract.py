@@ -2,7 +2,7 @@
 joined directly) and read as upserts of its key (the default: through the normalize stage) joins
 to the same output table, batch after batch: the benchmark's debezium scenario (left-pk's changes
 as debezium-json messages with full before images, as REPLICA IDENTITY FULL writes them) run
-through each plan's stages without Spark (the ``Query`` harness of test_buckets.py)."""
+through each plan's stages without Spark (the ``Query`` harness of tests/support/stage_query.py)."""
 from __future__ import annotations
 
 import pickle
@@ -16,7 +16,7 @@ from bench.harness.peers import RETRACT_ENV
 from service.catalog import plan_for
 from service.envelope import Target, unpack
 from service.source import KafkaRecord
-from test_buckets import Query
+from stage_query import Query
 
 RETRACT = RETRACT_ENV  # the bench system changejoin-retract's
 

@@ -10,7 +10,7 @@ from service.decode import InputDecoder
 from service.envelope import Tag, join_key_group
 from service.source import KafkaRecord
 from service_harness import ORDERS, avro, order
-from test_config import VALID
+from service_env import VALID
 
 
 def decoder(**env):
@@ -81,7 +81,7 @@ def test_a_debezium_upsert_stream_filtered_before_a_lookup_keeps_each_keys_chang
     its deletes by primary key, so a delete missed the row it deletes)."""
     import json
 
-    from test_lookup_plan import LOOKUP, PRODUCTS
+    from lookup_plans import LOOKUP, PRODUCTS
 
     from service.envelope import JK, message_key_group
 

@@ -15,11 +15,12 @@ import pytest
 from service import checkpoint
 from service.metrics import JoinMetrics
 from service.pipeline import REPLAYED, BatchCounts, _Counts, lookup_totals
+from service.shipping import Delivery
 from service.transactions import (DIGEST_TAG, ProgressMismatch, Share, input_digest, spill_bytes_default,
                                   written_already)
 
 ROOT = Path(__file__).resolve().parents[2]
-CONFIG = {"output_topic": "out", "delivery": {"location": "/ck", "progress_topic": "p.progress"}}
+CONFIG = Delivery(prefix="p", progress_topic="p.progress", timeout_ms=60_000, location="/ck", output_topic="out")
 
 
 def offsets(ends: dict, timestamp: int = 1000, watermark: int = 0, conf: dict | None = None) -> str:
@@ -150,7 +151,7 @@ def test_a_replay_that_computed_other_records_stops_rather_than_skip():
 
 
 def test_the_checkpoint_remembers_every_transactional_id_its_producers_used(tmp_path):
-    store = checkpoint.CheckpointFile(str(tmp_path / "ck"))
+    store = checkpoint.Checkpoint(str(tmp_path / "ck"))
     assert checkpoint.used_transactional_ids(store) == []
     checkpoint.record_transactional_ids(store, "a", 2)
     checkpoint.record_transactional_ids(store, "a", 2)

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from markdown_text import FENCE, slugs
+
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 MAP = ROOT / "docs" / "development.md"  # the map of every module; the README has a short one
@@ -106,7 +108,6 @@ def test_map_entries_are_the_first_code_of_each_list_item_of_the_section():
 
 # -- links ------------------------------------------------------------------------------------
 
-FENCE = re.compile(r"^(```|~~~).*?^\1", re.M | re.S)
 INLINE_CODE = re.compile(r"`[^`\n]*`")
 LINK = re.compile(r"\]\(([^()\s]+)(?:\s+\"[^\"]*\")?\)")
 
@@ -114,19 +115,6 @@ LINK = re.compile(r"\]\(([^()\s]+)(?:\s+\"[^\"]*\")?\)")
 def prose(markdown: str) -> str:
     """The text outside fenced blocks and inline code."""
     return INLINE_CODE.sub("", FENCE.sub("", markdown))
-
-
-def slugs(markdown: str) -> set[str]:
-    """The anchors GitHub gives the headings: lower case, punctuation dropped, spaces to hyphens,
-    a repeated one numbered."""
-    seen: dict[str, int] = {}
-    out = set()
-    for heading in re.findall(r"^#{1,6} +(.+?) *#* *$", FENCE.sub("", markdown), flags=re.M):
-        slug = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
-        n = seen.get(slug, 0)
-        seen[slug] = n + 1
-        out.add(slug if n == 0 else f"{slug}-{n}")
-    return out
 
 
 def broken_links(document: Path) -> list[str]:

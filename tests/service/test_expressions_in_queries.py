@@ -323,7 +323,7 @@ def test_an_interval_join_with_expressions_in_every_place():
 
 
 def test_a_computed_stream_key_of_a_lookup_join():
-    from test_lookup_plan import plan as lookup_plan
+    from lookup_plans import plan as lookup_plan
 
     plan = lookup_plan(JOIN_SQL="SELECT o.order_id, UPPER(p.name) AS name FROM orders o JOIN products FOR SYSTEM_TIME "
                                 "AS OF PROCTIME() AS p ON LOWER(o.product) = p.product")

@@ -18,7 +18,7 @@ from service.keys import KeyDecoder
 from service.plan import PlanError, SidePlan
 from service.source import KafkaRecord
 from service_harness import PRICES, avro, price
-from test_config import VALID
+from service_env import VALID
 
 
 def side(types: dict, pk: tuple[str, ...], nullable=None) -> SidePlan:

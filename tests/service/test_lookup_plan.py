@@ -1,8 +1,6 @@
 """A lookup join's configuration and plan, without a database: the catalog is given."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from operators.lookup import Identity
@@ -13,26 +11,8 @@ from service.explain import explain
 from service.plan import PlanError, PlanKind
 from service.shipping import worker_config, worker_secrets
 
-SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
-LOOKUP = {
-    "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1", "LEFT_TOPIC": "orders", "OUTPUT_TOPIC": "out",
-    "LEFT_SCHEMA_FILE": str(SCHEMAS / "orders.avsc"), "LEFT_PRIMARY_KEY": "order_id",
-    "RIGHT_LOOKUP_URL": "postgresql://app:hunter2@db:5432/shop", "RIGHT_TABLE": "products",
-    "JOIN_SQL": "SELECT o.order_id, p.name FROM orders o LEFT JOIN products FOR SYSTEM_TIME AS OF PROCTIME() AS p "
-                "ON o.product = p.product",
-}
-PRODUCTS = TableInfo.from_dict({
-    "table": "products", "primary_key": ["product"], "unique_keys": [["product"]],
-    "columns": [
-        {"name": "product", "pg_type": "text", "cast": "text", "avro_type": "string", "nullable": False},
-        {"name": "name", "pg_type": "text", "cast": "text", "avro_type": "string", "nullable": True},
-        {"name": "shape", "pg_type": "point", "cast": "point", "avro_type": None, "nullable": True,
-         "unsupported": "geometric types are not read"},
-    ]})
-
-
-def plan(**env):
-    return plan_for(load_settings({k: v for k, v in {**LOOKUP, **env}.items() if v is not None}), table=PRODUCTS)
+from lookup_plans import LOOKUP, plan
+from service_env import SCHEMAS
 
 
 def problems(**env) -> str:
@@ -69,9 +49,12 @@ def test_the_password_is_never_shown_and_reaches_the_workers_apart():
     assert "hunter2" not in str(settings.redacted())
     p = plan()
     assert "hunter2" not in p.to_json() and "hunter2" not in str(worker_config(settings, p))
-    assert worker_secrets(settings, kafka=False)["lookup_password"] == "hunter2"
-    assert worker_secrets(load_settings({**LOOKUP, "RIGHT_LOOKUP_PASSWORD": "s3cret!"}), kafka=False)[
-        "lookup_password"] == "s3cret!"
+    assert worker_secrets(settings, kafka=False).lookup_password == "hunter2"
+    config = worker_config(settings, p, secrets=worker_secrets(settings, kafka=False))
+    assert "hunter2" not in repr(config) and "hunter2" not in config.to_json()  # mapper.config: no secret
+    assert "hunter2" in worker_secrets(settings, kafka=False).to_json()  # mapper.secret
+    assert worker_secrets(load_settings({**LOOKUP, "RIGHT_LOOKUP_PASSWORD": "s3cret!"}), kafka=False
+                          ).lookup_password == "s3cret!"
     assert "s3cret!" not in str(load_settings({**LOOKUP, "RIGHT_LOOKUP_PASSWORD": "s3cret!"}).redacted())
 
 

@@ -14,7 +14,7 @@ from service.catalog import plan_for
 from service.checkpoint import CheckpointInUse, CheckpointLock
 from service.config import load_settings
 from service.rescale import RescaleError, rescale
-from test_config import VALID
+from service_env import VALID
 
 
 class FakeSpark:

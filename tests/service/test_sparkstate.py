@@ -10,7 +10,7 @@ from service.checkpoint import reconcile
 from service.plan import JoinPlan
 from service.processor import JoinProcessor, NormalizeProcessor, UpsertProcessor
 from spark_fakes import FakeHandle, FakeValueState
-from test_checkpoint_compat import NOTE, UPSERT, plan, with_fields
+from checkpoint_plans import NOTE, UPSERT, plan, with_fields
 
 TEMPORAL = ("SELECT o.order_id, p.price FROM orders AS o LEFT JOIN prices FOR SYSTEM_TIME AS OF o.proc_time AS p "
             "ON o.product = p.product")

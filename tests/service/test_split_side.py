@@ -22,7 +22,7 @@ from operators.splitside import SplitSide
 from operators.stateformat import map_key
 from operators.testing import InMemoryState, LocalRunner, PickledMap
 
-from test_operators_property import CONDITIONS, build, bundles, changelog, layouts_, ops, settings_
+from operator_changelogs import CONDITIONS, build, bundles, changelog, layouts_, ops, settings_
 
 CASES = Path(__file__).resolve().parents[1] / "conformance" / "cases.json"
 REGULAR_KINDS = {"regular", "semi_anti", "mini_batch"}
@@ -202,7 +202,7 @@ def test_the_join_processor_keeps_a_hot_sides_rows_in_spark_map_state_and_a_fail
     from service.envelope import Target, unpack
     from service.processor import JoinProcessor
     from spark_fakes import FakeHandle, FakeTimerValues
-    from test_encode import envelopes, plan_for
+    from left_join_stages import envelopes, plan_for
     from service_harness import order, price
 
     join = JoinProcessor(plan_for().to_json())

@@ -119,6 +119,112 @@ def test_secrets_have_one_owner():
         assert not read, f"{path.relative_to(SERVICE.parent)} reads a URL's password (line {read[0]}): use service/secrets.py"
 
 
+def config_reads_by_key(root: Path) -> list[str]:
+    """Where a module of ``root`` reads a config by key: ``x[...]`` or ``x.get(...)`` where ``x`` is
+    named as a worker config or a part of one (``config``, ``self._sink_config``, ``delivery``,
+    ``secrets``, ``crash``)."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Subscript):
+                target = node.value
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get":
+                target = node.func.value
+            else:
+                continue
+            name = target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", "")
+            if name in {"delivery", "secrets", "crash"} or name.endswith("config"):
+                found.append(f"{path.relative_to(root)}:{node.lineno} {name}")
+    return found
+
+
+def test_the_workers_config_is_read_by_attribute():
+    """The workers' configuration is one frozen ``shipping.WorkerConfig`` (with its ``Secrets``,
+    ``Delivery`` and ``faults.CrashPoint``): a reader asks for an attribute, and a misspelt one fails
+    where it is read, where a dict's ``config.get("crash")`` read None. No module reads a config
+    by key (tests/service/test_shipping.py: every field is read)."""
+    assert config_reads_by_key(SERVICE) == []
+
+
+def test_the_config_by_key_check_bites(tmp_path):
+    (tmp_path / "probe.py").write_text('def f(config, self):\n    return config["plan"], self._sink_config.get("crash"), '
+                                       'self.delivery["prefix"], config.plan, settings["x"]\n')
+    assert config_reads_by_key(tmp_path) == ["probe.py:2 config", "probe.py:2 _sink_config", "probe.py:2 delivery"]
+
+
+#: What is under a checkpoint: Spark's logs, state and metadata, changejoin's file and lock, and the
+#: lookups a lookup join pins (``changejoin/lookups``).
+CHECKPOINT_ENTRIES = {"offsets", "commits", "state", "sources", "metadata", "changejoin", "lookups",
+                      "changejoin-state.json", "changejoin.lock"}
+#: The modules that may ask where a location is a local directory: config.py (which defines it and
+#: refuses a lookup join elsewhere), the session (Spark's file manager for a local checkpoint) and
+#: the checkpoint.
+LOCAL_DIRECTORY_USERS = {"config.py", "session.py", "checkpoint.py"}
+
+
+def paths_under_the_checkpoint(root: Path) -> list[str]:
+    """Where a module of ``root`` but ``checkpoint.py`` builds a path under a checkpoint: an entry of
+    :data:`CHECKPOINT_ENTRIES` as a part of a path (an argument of a ``join``/``Path``/``joinpath``
+    call, an operand of ``/`` or ``+``, a ``/``-separated part of a string or an f-string; docstrings
+    left out), or
+    ``local_directory`` called outside :data:`LOCAL_DIRECTORY_USERS`."""
+    found = []
+
+    def parts(text: str) -> set[str]:
+        return set(text.split("/")) if "/" in text else {text}
+
+    for path in sorted(root.rglob("*.py")):
+        if path.name == "checkpoint.py":
+            continue
+        tree = ast.parse(path.read_text())
+        docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                      if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                      and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+        for node in ast.walk(tree):
+            pieces: list = []
+            if isinstance(node, ast.Call):
+                name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+                if name in ("join", "Path", "PurePath", "joinpath"):
+                    pieces = node.args
+                if name == "local_directory" and path.name not in LOCAL_DIRECTORY_USERS:
+                    found.append(f"{path.relative_to(root)}:{node.lineno} local_directory")
+            elif isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Div, ast.Add)):
+                pieces = [node.left, node.right]
+            elif isinstance(node, ast.JoinedStr):
+                pieces = [v for v in node.values if isinstance(v, ast.Constant)]
+                pieces = [p for p in pieces if "/" in p.value]
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str) and "/" in node.value \
+                    and id(node) not in docstrings:
+                pieces = [node]
+            for piece in pieces:
+                if isinstance(piece, ast.Constant) and isinstance(piece.value, str) \
+                        and parts(piece.value) & CHECKPOINT_ENTRIES:
+                    found.append(f"{path.relative_to(root)}:{node.lineno} {piece.value!r}")
+    return sorted(set(found))
+
+
+def test_only_the_checkpoint_builds_paths_under_it():
+    """``checkpoint.Checkpoint`` owns ``CHECKPOINT_LOCATION`` and everything under it (Spark's logs,
+    ``changejoin-state.json``, the lock, the pinned lookups' directory): another module asks it, and
+    never re-derives a path (the location's local directory was once derived in four modules, the
+    pins' directory in two)."""
+    assert paths_under_the_checkpoint(SERVICE) == []
+
+
+def test_the_checkpoint_path_check_bites(tmp_path):
+    (tmp_path / "probe.py").write_text(
+        '"""Pins go to <CHECKPOINT_LOCATION>/changejoin/lookups."""\nfrom pathlib import Path\n'
+        'a = os.path.join(directory, "offsets", str(batch))\n'
+        'b = Path(location) / "changejoin-state.json"\n'
+        'c = f"{location}/commits/{batch}"\n'
+        'd = location.rstrip("/") + "/state"\n'
+        'e = os.path.join(local_directory(location), "changejoin/lookups")\n'
+        'fine = {"offsets": None}, f"lost files of its offsets/ and commits/ logs", progress["sources"]\n')
+    assert paths_under_the_checkpoint(tmp_path) == [
+        "probe.py:3 'offsets'", "probe.py:4 'changejoin-state.json'", "probe.py:5 '/commits/'", "probe.py:6 '/state'",
+        "probe.py:7 'changejoin/lookups'", "probe.py:7 local_directory"]
+
+
 def test_every_error_of_the_service_derives_from_the_one_base():
     """An error class of the service (a class whose bases lead to a built-in exception) derives
     from ``errors.ChangejoinError``, which ``cli.main`` catches in one place; only a private one
@@ -549,6 +655,34 @@ def test_every_test_module_has_a_name_of_its_own():
     for path in tests.rglob("test_*.py"):
         seen.setdefault(path.name, []).append(str(path.relative_to(tests)))
     assert {name: paths for name, paths in seen.items() if len(paths) > 1} == {}
+
+
+def imports_of_test_modules(root: Path) -> list[str]:
+    """Where a module under ``root`` imports a test module (``test_*``), or names one for Spark's
+    workers to import (a mapper ``"test_x:factory"``)."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        for name, _ in imports(path, "tests"):
+            if any(part.startswith("test_") for part in name.split(".")):
+                found.append(f"{path.relative_to(root)}: {name}")
+        found += [f"{path.relative_to(root)}: {s!r}" for s in _code_strings(path) if re.match(r"^test_\w+:\w+$", s)]
+    return found
+
+
+def test_no_test_module_imports_another():
+    """What tests share (settings, plans, harnesses, fixtures, mappers for Spark's workers) lives in
+    tests/support/, never in a test module another one imports: a test module's name says what it
+    proves, and moving or removing it breaks nothing else (there were 41 such imports)."""
+    assert imports_of_test_modules(SERVICE.parent / "tests") == []
+
+
+def test_the_test_module_import_check_bites(tmp_path):
+    (tmp_path / "test_probe.py").write_text('from test_config import VALID\nimport test_cli\n'
+                                            'def f():\n    from test_docs import slugs\n'
+                                            'MAPPER = "test_kafka_source:make_echo_mapper"\nfrom service_env import VALID\n')
+    assert sorted(imports_of_test_modules(tmp_path)) == sorted([
+        "test_probe.py: test_cli", "test_probe.py: test_config", "test_probe.py: test_config.VALID",
+        "test_probe.py: test_docs", "test_probe.py: test_docs.slugs", "test_probe.py: 'test_kafka_source:make_echo_mapper'"])
 
 
 def test_the_workers_site_hook_is_alone_and_needs_only_the_standard_library():

@@ -2,9 +2,7 @@
 
 No Spark session and no broker: records are decoded by the real decoder, joined by the real
 JoinProcessor on a fake state handle, and the letters rendered as the sink writes them."""
-import json
 import pickle
-from pathlib import Path
 
 from service import deadletters
 from service.catalog import plan_for
@@ -13,14 +11,9 @@ from service.decode import InputDecoder
 from service.envelope import EVENT_TIME, PAYLOAD, Target, unpack
 from service.processor import JoinProcessor
 from service.source import KafkaRecord
-from service_harness import avro
+from service_harness import SHIPMENTS, TIMED_ORDERS, avro
 from spark_fakes import FakeHandle, FakeTimerValues
-from test_config import VALID
-from test_plan import TIMED
-
-DATA = Path(__file__).resolve().parents[1] / "data"
-TIMED_ORDERS = json.loads((DATA / "orders_timed.avsc").read_text())
-SHIPMENTS = json.loads((DATA / "shipments.avsc").read_text())
+from service_env import TIMED, VALID
 
 
 def window_plan(function="TUMBLE(TABLE {t}, DESCRIPTOR({c}), INTERVAL '10' SECOND)", join="LEFT JOIN"):

@@ -3,11 +3,12 @@
 A checkout (an editable install) runs the pure-Python modules: the reference every test proves.
 ``CHANGEJOIN_TEST_BUILD=DIR`` runs the tests on a build instead (``build(DIR)``: the packages with
 their extensions, as a wheel holds them), first on the path. ``./dev test`` runs the suite in two
-pytest runs: first ``python tests/support/compiled.py``, which builds the extensions once and runs
-:data:`TESTS` (the operators' and expressions' tests, the record path's unit tests and two
-end-to-end joins) on them, then every test on the checkout's modules. Either way
-``check_imports`` makes sure the run imports what it claims to, never a stale extension left
-beside an edited ``.py``.
+pytest runs, each test once: first ``python tests/support/compiled.py``, which builds the
+extensions once and runs :data:`TESTS` (the operators' and expressions' tests, the record path's
+unit tests and two end-to-end joins) on them, then every other test on the checkout's modules
+(``pytest --after-compiled``: tests/conftest.py deselects what :func:`selects` says the first run
+ran). Either way ``check_imports`` makes sure the run imports what it claims to, never a stale
+extension left beside an edited ``.py``.
 """
 from __future__ import annotations
 
@@ -41,6 +42,12 @@ END_TO_END = ("test_left_join_with_retractions_materializes_to_the_joined_table"
 #: expressions', the record path's and the two joins.
 TESTS = ("tests/operators", "tests/expressions", *(f"tests/service/{t}" for t in SERVICE_TESTS),
          *(f"tests/integration/test_service_e2e.py::{t}" for t in END_TO_END))
+
+
+def selects(nodeid: str) -> bool:
+    """Whether :data:`TESTS` selects the test ``nodeid`` (pytest's id, from the repository's root):
+    a folder, a file or a test of it, each with its parameters."""
+    return any(nodeid == t or nodeid.startswith((t + "/", t + "::", t + "[")) for t in TESTS)
 
 
 def compiled_modules() -> list[str]:
@@ -85,10 +92,13 @@ def check_imports() -> str:
 
 def main(args: list[str]) -> int:
     """Build the extensions aside, run :data:`TESTS` on them (``args``: more pytest arguments),
-    then remove the build. Without a C compiler it says so and runs nothing."""
+    then remove the build. Without a C compiler it says so and runs :data:`TESTS` on the
+    checkout's modules instead: ``./dev test``'s second run leaves them out either way."""
     if not shutil.which(os.environ.get("CC", "cc")):
-        print("compiled build: no C compiler (cc), so the extensions are not built or tested here", file=sys.stderr)
-        return 0
+        print("compiled build: no C compiler (cc), so the extensions are not built or tested here; "
+              "its tests run on the checkout's modules", file=sys.stderr)
+        env = {k: v for k, v in os.environ.items() if k != BUILD_VARIABLE}
+        return subprocess.run([sys.executable, "-m", "pytest", *TESTS, *args], cwd=REPO_ROOT, env=env).returncode
     with tempfile.TemporaryDirectory(prefix="changejoin-build-") as temp:
         dest = Path(temp) / "build"
         print(f"compiled build: building setup.py's extensions into {dest}", file=sys.stderr)

@@ -124,3 +124,15 @@ def body(schema: object, value) -> bytes:
 def wire(schema_id: int, schema: object, value) -> bytes:
     """``value`` in Confluent's wire format: magic byte 0, the schema id (4 bytes), the Avro body."""
     return b"\0" + schema_id.to_bytes(4, "big") + body(schema, value)
+
+
+def connect_envelope(columns: list[dict], op_optional: bool = False) -> dict:
+    """A Debezium envelope's Connect schema (as the JSON converter embeds it) around row ``columns``."""
+    value = {"type": "struct", "name": "shop.public.t.Value", "fields": columns}
+    return {"type": "struct", "name": "shop.public.t.Envelope", "fields": [
+        {**value, "field": "before", "optional": True}, {**value, "field": "after", "optional": True},
+        {"type": "struct", "name": "io.debezium.connector.postgresql.Source", "field": "source", "optional": False,
+         "fields": [{"type": "string", "field": "connector", "optional": False},
+                    {"type": "int64", "field": "ts_ms", "optional": False}]},
+        {"type": "string", "field": "op", "optional": op_optional},
+        {"type": "int64", "field": "ts_ms", "optional": True}]}

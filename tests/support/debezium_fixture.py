@@ -1,7 +1,7 @@
 """A real Debezium capture of PostgreSQL into the session's Kafka broker, for the tests and
 benchmarks that read Debezium changelogs: no Docker, no fake envelopes.
 
-The ``debezium_capture`` fixture (module scope) is a :class:`DebeziumCapture`: a PostgreSQL server
+The ``debezium_capture`` fixture (session scope) is a :class:`DebeziumCapture`: a PostgreSQL server
 of its own with ``wal_level=logical`` (devkit/postgres.py; the session's ``postgres_url`` server is
 not logical) and a Kafka Connect worker (devkit/kafka_connect.py, Debezium's PostgreSQL connector
 on its classpath, jars fetched on first use) writing to ``kafka_bootstrap``. A test makes its
@@ -23,7 +23,7 @@ Each capture is its own connector with a unique ``topic.prefix``, replication sl
 one partition, so a topic's order is the commit order. The slot outlives a stop of the worker
 (``debezium.connect.stop()`` and ``start()`` resume the capture where it was, changes made
 meanwhile included). :meth:`CaptureConnector.stop` removes a connector with its slot and
-publication; the module's end removes the connectors and the whole server.
+publication; the session's end removes the connectors and the whole server.
 """
 from __future__ import annotations
 
@@ -285,11 +285,11 @@ class DebeziumCapture:
         return CaptureConnector(self, name, name, config)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def debezium_capture(kafka_bootstrap: str) -> Iterator[DebeziumCapture]:
     """A PostgreSQL with logical decoding and a Kafka Connect worker with Debezium's PostgreSQL
-    connector, capturing into the session's broker; shared by a module's tests (each makes its own
-    tables and connectors)."""
+    connector, capturing into the session's broker; shared by the session's tests (each makes its
+    own tables and connectors: unique names), so that its JVM starts once, not once per module."""
     capture = DebeziumCapture(kafka_bootstrap).start()
     try:
         yield capture

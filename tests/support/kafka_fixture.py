@@ -210,15 +210,25 @@ def end_offsets(bootstrap: str, topic: str, isolation: str = "read_committed") -
     """{partition: (low, high)} watermarks, asked of the broker; ``high`` is the last stable offset
     under ``read_committed`` (an open transaction holds it back), the high watermark under
     ``read_uncommitted``."""
-    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "tests-unused", "isolation.level": isolation})
     try:
         md = consumer.list_topics(topic, timeout=10).topics[topic]
-        return {
-            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
-            for p in sorted(md.partitions)
-        }
+        offsets = {}
+        deadline = time.monotonic() + 30
+        for p in sorted(md.partitions):
+            while p not in offsets:
+                try:
+                    offsets[p] = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+                except KafkaException as exc:
+                    # A partition created a moment ago may have no leader yet (seen on a loaded
+                    # machine right after create_topics): asked again until it has one.
+                    if exc.args[0].code() not in (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE) \
+                            or time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.1)
+        return offsets
     finally:
         consumer.close()
 

@@ -115,9 +115,9 @@ class QueryDriver:
         plan = checkpoint.reconcile(plan_for(settings, table=self.table and self.table.info),
                                     settings.checkpoint_location, buckets_set=settings.state_buckets is not None)
         self.settings, self.plan = settings, plan
-        config = {**worker_config(settings, plan), **worker_secrets(settings, kafka=False)}
+        config = worker_config(settings, plan, secrets=worker_secrets(settings, kafka=False))
         sides = (0,) if plan.kind is PlanKind.LOOKUP else (0, 1)
-        self.decoders = {side: InputDecoder.from_config({**config, "side": side}) for side in sides}
+        self.decoders = {side: InputDecoder.from_config(config.for_side(side)) for side in sides}
         self.encoder = OutputEncoder.from_config(config)
         self.lookup = None
         if plan.kind is PlanKind.LOOKUP:
