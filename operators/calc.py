@@ -15,7 +15,8 @@ from typing import Any, Callable
 from .state import Context, KeyState, Output
 
 
-#: How many computed rows an OutputCalc keeps for the retractions to come (per operator, per process).
+#: How many computed rows an OutputCalc keeps for the retractions to come (per operator, per process):
+#: two generations of half as many each.
 RECENT_ROWS = 1 << 15
 _INSERT, _UPDATE_BEFORE, _UPDATE_AFTER, _DELETE = 0, 1, 2, 3  # RowKind's byte values
 
@@ -24,7 +25,7 @@ class OutputCalc:
     """A join operator whose output changes go through ``calc``.
 
     A retraction (-U, -D) is computed as the row it retracts was, so the computed rows of the
-    newest inserted rows (+I, +U) are kept, at most :data:`RECENT_ROWS`, by joined row: a
+    newest inserted rows (+I, +U) are kept, about :data:`RECENT_ROWS`, by joined row: a
     retraction of one of them takes it instead of computing it again. Half of a join's changelog
     is retractions where rows update; the calculation is deterministic (``expressions`` refuses
     the functions that are not), so the output is the same either way."""
@@ -32,7 +33,8 @@ class OutputCalc:
     def __init__(self, inner, calc: Callable[[tuple], tuple | None]):
         self.inner = inner
         self.calc = calc
-        self._recent: dict = {}
+        self._recent: dict = {}  # the newest computed rows, by joined row
+        self._older: dict = {}  # the generation before: a dict is never evicted from one row at a time
 
     def __getattr__(self, name: str):  # MAPS, state names...: the wrapped operator's
         return getattr(self.inner, name)
@@ -51,7 +53,8 @@ class OutputCalc:
         return self.inner.map_rows(value, left, right)
 
     def _apply(self, out: Output, start: int) -> None:
-        calc, recent = self.calc, self._recent
+        calc, recent, older = self.calc, self._recent, self._older
+        generation = RECENT_ROWS // 2
         rows = out.rows
         kept = rows[:start]
         for kind, row in rows[start:]:
@@ -60,6 +63,8 @@ class OutputCalc:
             if retraction:
                 try:
                     result = recent.get(row, _UNKNOWN)
+                    if result is _UNKNOWN:
+                        result = older.get(row, _UNKNOWN)
                 except TypeError:  # an unhashable value (a collection type): computed, not kept
                     pass
             if result is _UNKNOWN:
@@ -68,14 +73,15 @@ class OutputCalc:
                 except Exception as err:  # noqa: BLE001 - the expression's failure, named in its message
                     out.failed.append((kind, row, str(err)))
                     continue
-                if not retraction:
+                if not retraction and generation:
                     try:
                         recent[row] = result
                     except TypeError:
                         pass
                     else:
-                        if len(recent) > RECENT_ROWS:
-                            del recent[next(iter(recent))]  # the oldest
+                        if len(recent) >= generation:  # a new generation; the oldest goes whole
+                            self._older = older = recent
+                            self._recent = recent = {}
             if result is not None:
                 kept.append((kind, result))
         out.rows = kept
