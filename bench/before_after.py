@@ -152,8 +152,13 @@ def read(logs: list[tuple[str, int, Path]]) -> tuple[list[dict], list[dict], dic
     through, latency, expected, command = [], [], {}, None
     for side, n, path in logs:
         text = path.read_text(errors="replace")
-        through += [dict(r, side=side, run=n) for r in throughput_runs(text)]
-        latency += [dict(r, side=side, run=n) for r in latency_runs(text)]
+        mine = [dict(r, side=side, run=n) for r in throughput_runs(text)]
+        lat = [dict(r, side=side, run=n) for r in latency_runs(text)]
+        if not mine and not lat:  # it failed before any run: a row that says so, not silence
+            mine = [{"scenario": "-", "system": "-", "round": 1, "side": side, "run": n,
+                     "failed": f"no run in {path.name}: see it"}]
+        through += mine
+        latency += lat
         expected.update(expected_outputs(text))
         command = command or compare_command(text)
     return through, latency, expected, command
@@ -359,7 +364,8 @@ def main(argv: list[str] | None = None) -> None:
     if any(c for c in output_check(through, expected) if "OUTPUT DIFFERS" in c):
         print("OUTPUT DIFFERS between runs: see above", file=sys.stderr)
     if args.record and any("failed" not in r for r in through + latency):
-        title = args.title or f"before/after: this ({this}) against {args.before or 'before'}"
+        title = args.title or (f"before/after: this against {args.before or 'before'}, from logs" if args.from_logs
+                               else f"before/after: this ({this}) against {args.before}")
         record_round("before-after", title, text, lambda png: plot(through, latency, png),
                      "input rows/s per run by side; latency p50/p99 by rate")
     if not args.from_logs:

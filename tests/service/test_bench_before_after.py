@@ -202,3 +202,12 @@ def test_a_whole_invocation_runs_reports_and_records(tmp_path, monkeypatch, caps
     assert len(subprocess.run(["git", "-C", str(repo), "worktree", "list"], capture_output=True, text=True,
                               check=True).stdout.splitlines()) == 1
     shutil.rmtree(logs)
+
+
+def test_a_log_without_any_run_is_a_failed_row_not_silence(tmp_path, capsys):
+    shutil.copy(LOGS / "bulk-this-1.log", tmp_path / "x-this-1.log")
+    (tmp_path / "x-before-1.log").write_text("Traceback (most recent call last):\nImportError: no bench.compare\n")
+    before_after.main(["--from-logs", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert "| - | - | before | 1 | FAILED: no run in x-before-1.log: see it |" in out
+    assert "| left-pk | changejoin | this | 1 | 17,530 |" in out
