@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -185,6 +186,8 @@ def test_a_whole_invocation_runs_reports_and_records(tmp_path, monkeypatch, caps
     commit(repo, "1,000", 4.0)
     commit(repo, "2,000", 2.0)
     monkeypatch.setattr(before_after, "ROOT", repo)
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))  # the kept logs, the worktree
     monkeypatch.setattr(report, "RESULTS_DIR", tmp_path)
     monkeypatch.setattr(report, "RESULTS", tmp_path / "RESULTS.md")
     before_after.main(["--before", "HEAD~1", "--runs", "1", "--record", "--title", "fake", "--", "--rows", "10"])
@@ -192,6 +195,7 @@ def test_a_whole_invocation_runs_reports_and_records(tmp_path, monkeypatch, caps
     assert "| left-pk | changejoin | this | 1 | 2,000 |" in out and "| left-pk | changejoin | before | 1 | 1,000 |" in out
     assert "this / before, medians: in rows/s 2.00, Python CPU s 0.50" in out
     logs = Path(out.splitlines()[0].removeprefix("logs: "))
+    assert logs.parent == tmp_path / "tmp"
     assert sorted(p.name for p in logs.iterdir()) == ["run-before-1.log", "run-this-1.log"]
     recorded = (tmp_path / "RESULTS.md").read_text()
     assert " UTC fake\n" in recorded
@@ -201,7 +205,7 @@ def test_a_whole_invocation_runs_reports_and_records(tmp_path, monkeypatch, caps
     assert f"]({png.name})" in recorded
     assert len(subprocess.run(["git", "-C", str(repo), "worktree", "list"], capture_output=True, text=True,
                               check=True).stdout.splitlines()) == 1
-    shutil.rmtree(logs)
+    assert [p.name for p in (tmp_path / "tmp").iterdir()] == [logs.name]  # the worktree's directory is gone
 
 
 def test_a_log_without_any_run_is_a_failed_row_not_silence(tmp_path, capsys):
