@@ -336,6 +336,8 @@ def main(argv: list[str] | None = None) -> None:
     else:
         if not args.before:
             parser.error("--before REV (or --from-logs DIR)")
+        if args.runs < 1:
+            parser.error("--runs: at least 1 per side")
         if not compare_args:
             parser.error("give bench.compare's arguments after --, e.g. -- --rows 200000 --rounds 1 "
                          "--scenarios left-pk --systems changejoin")
