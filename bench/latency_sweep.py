@@ -11,26 +11,17 @@ of its last 10 s measured within 1.5x of its first's) are appended to bench/resu
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 
-from bench.harness.report import record_round
-
-# | scenario | system | rate rows/s | achieved rows/s | outputs measured | p50 ms | p90 ms | p99 ms | max ms | p50 first / last 10 s ms | ...
-ROW = re.compile(r"^\| (\S+) \| (\S+) \| ([\d,]+) \| ([\d,]+) \| ([\d,]+) \| ([\d,]+) \| ([\d,]+) \| ([\d,]+) \| "
-                 r"([\d,]+) \| ([\d,]+) / ([\d,]+) \| ([\d.]+) / ([\d.]+) \|")
+from bench.harness.logs import latency_runs
+from bench.harness.report import fmt, record_round
 
 
 def runs_of(path: str) -> list[dict]:
-    runs = []
-    for line in open(path):
-        m = ROW.match(line)
-        if m:
-            n = [int(g.replace(",", "")) for g in m.groups()[2:11]]
-            runs.append({"scenario": m[1], "rate": n[0], "achieved": n[1], "outputs": n[2], "p50": n[3],
-                         "p90": n[4], "p99": n[5], "max": n[6], "first": n[7], "last": n[8],
-                         "batch_p50": float(m[12]), "kept_up": n[8] <= 1.5 * n[7]})
-    return runs
+    """changejoin's latency rows in the log at ``path`` (the variants are changejoin's; a failed run
+    has no figures to plot)."""
+    with open(path) as handle:
+        return [r for r in latency_runs(handle.read()) if "failed" not in r and r["system"].startswith("changejoin")]
 
 
 def table(series: dict[str, list[dict]]) -> str:
@@ -39,7 +30,7 @@ def table(series: dict[str, list[dict]]) -> str:
     for name, runs in series.items():
         for r in runs:
             lines.append(f"| {name} | {r['rate']:,} | {r['p50']:,} | {r['p99']:,} | {r['max']:,} | "
-                         f"{r['first']:,} / {r['last']:,} | {'yes' if r['kept_up'] else 'no'} | {r['batch_p50']:.1f} |")
+                         f"{r['first']:,} / {r['last']:,} | {'yes' if r['kept_up'] else 'no'} | {fmt(r['batch_p50'], 1)} |")
     return "\n".join(lines)
 
 

@@ -11,6 +11,8 @@
 - :mod:`.peers`: the systems changejoin is compared with: Flink 2.3 (its own virtualenv and
   jars, bench/flink_job.py) and Spark's native join (bench/spark_native_job.py);
 - :mod:`.latency`: produce-to-output latency runs at a paced input rate;
+- :mod:`.logs`: what ``bench.compare`` printed, read back (its throughput lines, its latency
+  table's rows), for the benches made of several invocations;
 - :mod:`.report`: percentiles, the tables and plots, and where results are recorded
   (bench/results/).
 """
