@@ -35,7 +35,7 @@ import sys
 import tempfile
 import uuid
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence
 
 from .broker_process import BrokerProcess, free_port, serve
 
@@ -87,7 +87,8 @@ class KafkaBroker(BrokerProcess):
 
     ``advertised`` (``host:port``) is the address the broker gives clients in its metadata, when
     they must reach it some other way (through a proxy); by default its own listener.
-    ``properties`` add to or override the generated ``server.properties``."""
+    ``properties`` add to or override the generated ``server.properties``; ``jvm_options`` go to
+    its JVMs (the tests' brokers map a class-data-sharing archive: tests/support/jvm_archives.py)."""
 
     Error = KafkaBrokerError
     label = "Kafka broker"
@@ -104,8 +105,10 @@ class KafkaBroker(BrokerProcess):
         startup_timeout: float = 180.0,
         tls: bool = False,
         sasl_users: Optional[Dict[str, str]] = None,
+        jvm_options: Sequence[str] = (),
     ):
         super().__init__(port, host, startup_timeout)
+        self.jvm_options = list(jvm_options)
         #: The extra listeners' ports by name (``SSL``, ``SASL_PLAINTEXT``), picked at the first start.
         self.listener_ports: Dict[str, Optional[int]] = {}
         if tls:
@@ -233,8 +236,8 @@ class KafkaBroker(BrokerProcess):
             self._classpath = jars.classpath(BROKER_JARS)
         assert self.data_dir is not None
         return [
-            java_executable(), f"-Xmx{self.heap}", "-Xms64m", "-XX:+UseSerialGC", "-Djava.awt.headless=true",
-            f"-Dlog4j2.configurationFile={self.data_dir / 'log4j2.properties'}",
+            java_executable(), f"-Xmx{self.heap}", "-Xms64m", "-XX:+UseSerialGC", *self.jvm_options,
+            "-Djava.awt.headless=true", f"-Dlog4j2.configurationFile={self.data_dir / 'log4j2.properties'}",
             "-cp", self._classpath, main_class, *args,
         ]
 

@@ -125,6 +125,7 @@ def spark() -> Iterator["pyspark.sql.SparkSession"]:  # noqa: F821
     from pyspark.sql import SparkSession
 
     from service.session import WORKER_SITE
+    from jvm_archives import spark_archive_option
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -142,7 +143,9 @@ def spark() -> Iterator["pyspark.sql.SparkSession"]:  # noqa: F821
         )
         # As the service's workers (service/session.py): the installed PySpark, not Spark's zip of it.
         .config("spark.executorEnv.PYTHONPATH", os.pathsep.join((os.environ["PYTHONPATH"], str(WORKER_SITE))))
-        .config("spark.driver.extraJavaOptions", "-Dlog4j2.rootLogger.level=warn")
+        # Spark's classes mapped from the tests' services' archive when ./dev test has made it
+        # (tests/support/jvm_archives.py): the session's JVM starts sooner too.
+        .config("spark.driver.extraJavaOptions", f"-Dlog4j2.rootLogger.level=warn {spark_archive_option()}".strip())
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")

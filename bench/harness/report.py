@@ -17,8 +17,13 @@ RESULTS = RESULTS_DIR / "RESULTS.md"
 
 def results_png(kind: str, when: datetime) -> Path:
     """Where a recorded round's plot goes: ``bench/results/<kind>-<date>.png``, beside RESULTS.md
-    (which links it by name)."""
-    return RESULTS_DIR / f"{kind}-{when:%Y-%m-%d-%H%M}.png"
+    (which links it by name), with ``-2``, ``-3``, ... if a round of that kind took the minute."""
+    stem = f"{kind}-{when:%Y-%m-%d-%H%M}"
+    path, n = RESULTS_DIR / f"{stem}.png", 1
+    while path.exists():
+        n += 1
+        path = RESULTS_DIR / f"{stem}-{n}.png"
+    return path
 
 
 def append_results(text: str) -> None:

@@ -42,7 +42,7 @@ from kafka_fixture import consume_all, create_topic
 from service.config import load_settings
 from devkit.broker_process import free_port
 from service.session import QUIET_JVM_LINES
-from service_harness import SCHEMAS, JoinHarness, drop_replays, read_changelog, retract_table
+from service_harness import SCHEMAS, SERVICE_JVM_OPTIONS, JoinHarness, drop_replays, read_changelog, retract_table
 from spark_cluster import SparkCluster, socket_ports
 from service_process import PARTITIONS, Changelogs, ServiceProcess, caught_up, drive, send, service_env
 
@@ -133,6 +133,8 @@ def test_left_join_on_a_standalone_cluster_survives_a_killed_executor(
         SPARK_CONF_spark_driver_bindAddress="127.0.0.1",
         SPARK_CONF_spark_ui_enabled="true", SPARK_CONF_spark_ui_port=str(ui_port),
         SPARK_CONF_spark_executor_memory="1g", SPARK_CONF_spark_executor_cores="1",
+        # The executors' JVMs start as the driver's (service_harness.SERVICE_JVM_OPTIONS).
+        SPARK_CONF_spark_executor_defaultJavaOptions=SERVICE_JVM_OPTIONS,
     ))
     create_topic(kafka_bootstrap, h.output, PARTITIONS)
     svc = ClusterService("cluster", h.env, tmp_path, cluster, ui_port)

@@ -13,6 +13,7 @@ import psycopg
 import pytest
 
 from devkit.kafka_broker import KafkaBroker
+from jvm_archives import broker_jvm_options
 from kafka_fixture import create_topic
 from schema_registry_fake import FakeSchemaRegistry
 from service_env import SCHEMAS, VALID, changejoin, closed_port, log_lines
@@ -24,7 +25,7 @@ PASSWORD = "alice-secret"
 def secured_broker():
     """A broker with an SSL listener (a self-signed certificate) and a SASL_PLAINTEXT one (PLAIN,
     user alice)."""
-    broker = KafkaBroker(tls=True, sasl_users={"alice": PASSWORD})
+    broker = KafkaBroker(tls=True, sasl_users={"alice": PASSWORD}, jvm_options=broker_jvm_options())
     broker.start()
     try:
         yield broker

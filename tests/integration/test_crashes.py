@@ -47,6 +47,7 @@ import pytest
 
 from devkit.broker_process import free_port
 from devkit.kafka_broker import KafkaBroker
+from jvm_archives import broker_jvm_options
 from kafka_fixture import consume_all, create_topic
 from service import faults
 from service.config import load_settings
@@ -175,7 +176,8 @@ def proxied_broker(tmp_path):
                     "KAFKA_BOOTSTRAP_SERVERS points the tests at an external broker")
     broker_port = free_port()
     proxy = TcpProxy(("127.0.0.1", broker_port)).start()
-    broker = KafkaBroker(port=broker_port, advertised=proxy.address, data_dir=str(tmp_path / "kafka"))
+    broker = KafkaBroker(port=broker_port, advertised=proxy.address, data_dir=str(tmp_path / "kafka"),
+                         jvm_options=broker_jvm_options())
     try:
         broker.start()
         yield proxy

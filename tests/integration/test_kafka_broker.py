@@ -7,6 +7,7 @@ import pytest
 from kafka_fixture import consume_all, create_topic, end_offsets
 from devkit import jars
 from devkit.kafka_broker import KafkaBroker, new_cluster_id
+from jvm_archives import broker_jvm_options
 
 
 def produce_batched(bootstrap: str, topic: str, values, partition: int) -> list:
@@ -56,7 +57,7 @@ def latest_offsets(bootstrap: str, topic: str, partitions: int) -> dict:
 
 @pytest.mark.integration
 def test_multi_record_batches_have_right_offsets_and_a_restart_keeps_them():
-    broker = KafkaBroker()  # it makes its own data directory, and removes it on close()
+    broker = KafkaBroker(jvm_options=broker_jvm_options())  # it makes its own data directory, and removes it on close()
     try:
         bootstrap = broker.start()
         assert bootstrap == broker.bootstrap and bootstrap.startswith("127.0.0.1:")

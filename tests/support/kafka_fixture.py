@@ -21,6 +21,7 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequ
 import pytest
 
 from devkit.kafka_broker import KafkaBroker
+from jvm_archives import broker_jvm_options
 from service.source import KafkaRecord
 
 
@@ -87,7 +88,7 @@ def kafka_bootstrap() -> Iterator[str]:
         finally:
             stop()
         return
-    broker = KafkaBroker()
+    broker = KafkaBroker(jvm_options=broker_jvm_options(short_lived=False))
     try:
         yield broker.start()
     finally:
@@ -98,7 +99,7 @@ def kafka_bootstrap() -> Iterator[str]:
 def restartable_broker(tmp_path) -> Iterator[KafkaBroker]:
     """A private KRaft broker for one test, which the test may stop() and start() again: same
     port, same data directory, so topics, records and producer state survive a restart."""
-    broker = KafkaBroker(data_dir=str(tmp_path / "kafka"))
+    broker = KafkaBroker(data_dir=str(tmp_path / "kafka"), jvm_options=broker_jvm_options())
     broker.start()
     try:
         yield broker

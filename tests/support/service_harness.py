@@ -19,6 +19,7 @@ from typing import Dict, Iterable, List
 
 import fastavro
 
+from jvm_archives import service_jvm_options
 from kafka_fixture import consume_all, produce
 from service.app import Service
 from service.config import load_settings
@@ -75,12 +76,15 @@ TEMPORAL = dict(
 
 
 #: What a ``python -m service run`` that a test starts gets besides its own settings: its Spark JVM
-#: compiles with C1 only (``CHANGEJOIN_TEST_SERVICE_JVM_OPTIONS``, empty for the JVM's default). A
-#: test's service lives for seconds to a minute, in which C2 compiling Spark's hot methods costs
-#: more CPU than it saves, and the suite is CPU-bound on two cores. The tests' own Spark session,
-#: which lives for the whole run, keeps the default.
-_SERVICE_JVM_OPTIONS = os.environ.get("CHANGEJOIN_TEST_SERVICE_JVM_OPTIONS", "-XX:TieredStopAtLevel=1")
-SERVICE_PROCESS_ENV = {"SPARK_CONF_spark_driver_defaultJavaOptions": _SERVICE_JVM_OPTIONS} if _SERVICE_JVM_OPTIONS else {}
+#: compiles with C1 only, and maps the class-data-sharing archive of jvm_archives.py when
+#: ``./dev test`` has made it (``CHANGEJOIN_TEST_SERVICE_JVM_OPTIONS`` replaces both, empty for the
+#: JVM's defaults). A test's service lives for seconds to a minute, in which C2 compiling Spark's
+#: hot methods costs more CPU than it saves, and loading Spark's classes from their jars is most
+#: of its start; the suite is CPU-bound on two cores. The tests' own Spark session, which lives
+#: for the whole run, keeps the defaults.
+SERVICE_JVM_OPTIONS = os.environ.get("CHANGEJOIN_TEST_SERVICE_JVM_OPTIONS",
+                                      service_jvm_options())
+SERVICE_PROCESS_ENV = {"SPARK_CONF_spark_driver_defaultJavaOptions": SERVICE_JVM_OPTIONS} if SERVICE_JVM_OPTIONS else {}
 
 
 def start_service_process(env: Dict[str, str], log) -> subprocess.Popen:

@@ -23,6 +23,7 @@ from typing import Dict, List, Optional
 import pytest
 
 from devkit.broker_process import free_port
+from jvm_archives import service_jvm_options
 
 EXECUTOR_CLASS = "org.apache.spark.executor.CoarseGrainedExecutorBackend"
 # A cold JVM start on a loaded 2-core machine can take a while; a bound, not an expectation.
@@ -137,6 +138,8 @@ class SparkCluster:
             "SPARK_HOME": str(spark_home()),
             "SPARK_LOCAL_IP": "127.0.0.1",
             "SPARK_DAEMON_MEMORY": "256m",  # the daemons only schedule; executors get their own heap
+            # Spark's classes mapped from the tests' archive, as the tests' services do (jvm_archives.py)
+            "SPARK_DAEMON_JAVA_OPTS": service_jvm_options(),
             "SPARK_LOG_DIR": str(workdir),
         })
         self.daemons: List[Daemon] = []
