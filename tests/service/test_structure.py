@@ -300,7 +300,7 @@ def test_the_import_parser_sees_relative_absolute_and_function_level_imports(tmp
         "from .decode import x\nfrom . import encode\nimport service.sink\n"
         "def f():\n    from service.processor import y\n"
     )
-    monkeypatch.setattr(__import__(__name__), "SERVICE", tmp_path)
+    monkeypatch.setattr(sys.modules[__name__], "SERVICE", tmp_path)
     assert service_imports("probe") == {"decode", "encode", "sink", "processor"}
 
 
@@ -445,8 +445,8 @@ def test_the_format_name_check_sees_comparisons_and_messages(tmp_path, monkeypat
     probe.mkdir()
     (probe / "probe.py").write_text('"""The rowkind format."""\nif fmt == "debezium-json":\n    pass\n'
                                     'rowkind_header = "rowkind_header"\n')
-    monkeypatch.setattr(__import__(__name__), "SERVICE", probe)
-    monkeypatch.setattr(__import__(__name__), "FORMATS", probe / "formats")
+    monkeypatch.setattr(sys.modules[__name__], "SERVICE", probe)
+    monkeypatch.setattr(sys.modules[__name__], "FORMATS", probe / "formats")
     try:
         test_no_module_outside_the_formats_names_a_format()
     except AssertionError as err:
