@@ -40,19 +40,19 @@ if os.environ.get("PYTHONPATH"):
 os.environ["PYTHONPATH"] = os.pathsep.join(_pythonpath)
 
 # Kafka: kafka_bootstrap (session), restartable_broker, new_topic; see tests/support/kafka_fixture.py.
-from kafka_fixture import kafka_bootstrap, new_topic, restartable_broker  # noqa: E402,F401
+from tests.support.kafka_fixture import kafka_bootstrap, new_topic, restartable_broker  # noqa: E402,F401
 # PostgreSQL: postgres_url (session), postgres_server (restartable), pg_schema; see tests/support/postgres_fixture.py.
-from postgres_fixture import pg_schema, postgres_server, postgres_url  # noqa: E402,F401
-from debezium_fixture import debezium_capture  # noqa: E402,F401  (Debezium capturing PostgreSQL into Kafka, session scope)
+from tests.support.postgres_fixture import pg_schema, postgres_server, postgres_url  # noqa: E402,F401
+from tests.support.debezium_fixture import debezium_capture  # noqa: E402,F401  (Debezium capturing PostgreSQL into Kafka, session scope)
 # Prometheus scraping the service: prometheus_server; see tests/support/prometheus_fixture.py.
-from prometheus_fixture import prometheus_server  # noqa: E402,F401
+from tests.support.prometheus_fixture import prometheus_server  # noqa: E402,F401
 # A Spark standalone cluster on this machine (module scope): spark_cluster; see tests/support/spark_cluster.py.
-from spark_cluster import spark_cluster  # noqa: E402,F401
+from tests.support.spark_cluster import spark_cluster  # noqa: E402,F401
 
 
 def pytest_report_header(config) -> str:
     """Which modules this run proves: fails the run if they are not what it claims."""
-    from compiled import check_imports
+    from tests.support.compiled import check_imports
 
     return "changejoin: " + check_imports()
 
@@ -111,7 +111,7 @@ def pytest_collection_modifyitems(config, items) -> None:
         if folder in FOLDERS:
             item.add_marker(getattr(pytest.mark, folder))
     if config.getoption("after_compiled"):
-        from compiled import selects
+        from tests.support.compiled import selects
 
         ran = [item for item in items if selects(item.nodeid)]
         if ran:
@@ -125,7 +125,7 @@ def spark() -> Iterator["pyspark.sql.SparkSession"]:  # noqa: F821
     from pyspark.sql import SparkSession
 
     from service.session import WORKER_SITE
-    from jvm_archives import spark_archive_option
+    from tests.support.jvm_archives import spark_archive_option
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)

@@ -98,9 +98,10 @@ def make(timeout_s: float = 240.0) -> List[Path]:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     sys.path.insert(0, str(REPO_ROOT))
     from devkit.kafka_broker import KafkaBroker
-    from kafka_fixture import create_topic
-    from service_harness import JoinHarness
-    from service_process import PARTITIONS, Changelogs, ServiceProcess, committed, drive, send, service_env
+    from tests.support.kafka_fixture import create_topic
+    from tests.support.service_harness import JoinHarness
+    from tests.support.service_process import (PARTITIONS, Changelogs, ServiceProcess, committed, drive, send,
+                                               service_env)
 
     targets = service_archive(), broker_archive()
     ARCHIVE_DIR.mkdir(parents=True, exist_ok=True)
