@@ -3,7 +3,7 @@
 A checkout (an editable install) runs the pure-Python modules: the reference every test proves.
 ``CHANGEJOIN_TEST_BUILD=DIR`` runs the tests on a build instead (``build(DIR)``: the packages with
 their extensions, as a wheel holds them), first on the path. ``./dev test`` runs the suite in two
-pytest runs, each test once: first ``python tests/support/compiled.py``, which builds the
+pytest runs, each test once: first ``python -m tests.support.compiled``, which builds the
 extensions once and runs :data:`TESTS` (the operators' and expressions' tests, the record path's
 unit tests and two end-to-end joins) on them, then every other test on the checkout's modules
 (``pytest --after-compiled``: tests/conftest.py deselects what :func:`selects` says the first run
