@@ -21,40 +21,47 @@ FOLDERS = {
     "integration": "a real Kafka broker and a real Spark query (or cluster)",
     "deploy": "the Dockerfile and the Helm chart",
 }
-SUPPORT = TESTS_DIR / "support"  # what the tests share: brokers, fakes, the service harness
 
-# The repository (for `service`, `operators`), the test helpers (what the tests share, Spark's
-# Python workers' test mappers among them) and the test folders must be importable here and by
-# Spark's Python workers, which inherit PYTHONPATH. A test module imports no other test module
-# (tests/service/test_structure.py): what tests share lives in tests/support/.
-# CHANGEJOIN_TEST_BUILD: a build of the packages with their compiled extensions, imported first
-# (tests/support/compiled.py).
+# The repository's root must be importable here and by Spark's Python workers, which inherit
+# PYTHONPATH: it holds the packages (``service``, ``operators``, ...) and the tests, one package:
+# a test module is ``tests.<folder>.test_x`` and imports what the tests share, mappers for Spark's
+# workers among it, as ``tests.support.<module>`` (tests/service/test_structure.py).
+# CHANGEJOIN_TEST_BUILD: a build of the packages with their compiled extensions, first on both
+# paths (tests/support/compiled.py; pytest's import mode, pyproject.toml, keeps it first).
 _build = [os.environ["CHANGEJOIN_TEST_BUILD"]] if os.environ.get("CHANGEJOIN_TEST_BUILD") else []
-_paths = [*_build, str(REPO_ROOT), str(SUPPORT), *(str(TESTS_DIR / folder) for folder in FOLDERS)]
+_paths = [*_build, str(REPO_ROOT)]
 for _p in reversed(_paths):
-    if _p not in sys.path:
-        sys.path.insert(0, _p)
-_pythonpath = list(_paths)
-if os.environ.get("PYTHONPATH"):
-    _pythonpath.append(os.environ["PYTHONPATH"])
-os.environ["PYTHONPATH"] = os.pathsep.join(_pythonpath)
+    while _p in sys.path:
+        sys.path.remove(_p)
+    sys.path.insert(0, _p)
+_inherited = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p not in _paths]
+os.environ["PYTHONPATH"] = os.pathsep.join([*_paths, *_inherited])
 
 # Kafka: kafka_bootstrap (session), restartable_broker, new_topic; see tests/support/kafka_fixture.py.
-from kafka_fixture import kafka_bootstrap, new_topic, restartable_broker  # noqa: E402,F401
+from tests.support.kafka_fixture import kafka_bootstrap, new_topic, restartable_broker  # noqa: E402,F401
 # PostgreSQL: postgres_url (session), postgres_server (restartable), pg_schema; see tests/support/postgres_fixture.py.
-from postgres_fixture import pg_schema, postgres_server, postgres_url  # noqa: E402,F401
-from debezium_fixture import debezium_capture  # noqa: E402,F401  (Debezium capturing PostgreSQL into Kafka, session scope)
+from tests.support.postgres_fixture import pg_schema, postgres_server, postgres_url  # noqa: E402,F401
+# Debezium capturing PostgreSQL into Kafka (session scope): debezium_capture; see tests/support/debezium_fixture.py.
+from tests.support.debezium_fixture import debezium_capture  # noqa: E402,F401
 # Prometheus scraping the service: prometheus_server; see tests/support/prometheus_fixture.py.
-from prometheus_fixture import prometheus_server  # noqa: E402,F401
+from tests.support.prometheus_fixture import prometheus_server  # noqa: E402,F401
 # A Spark standalone cluster on this machine (module scope): spark_cluster; see tests/support/spark_cluster.py.
-from spark_cluster import spark_cluster  # noqa: E402,F401
+from tests.support.spark_cluster import spark_cluster  # noqa: E402,F401
 
 
 def pytest_report_header(config) -> str:
     """Which modules this run proves: fails the run if they are not what it claims."""
-    from compiled import check_imports
+    from tests.support.compiled import check_imports
 
     return "changejoin: " + check_imports()
+
+
+def pytest_collection_finish(session) -> None:
+    """Importing the test modules changed nothing the header said: the build (if any) is still
+    first on the path and every compiled module still the one it named."""
+    from tests.support.compiled import check_imports
+
+    check_imports()
 
 
 #: The tiers without a broker or a Spark query, and the time a test's call may take there: one that
@@ -111,7 +118,7 @@ def pytest_collection_modifyitems(config, items) -> None:
         if folder in FOLDERS:
             item.add_marker(getattr(pytest.mark, folder))
     if config.getoption("after_compiled"):
-        from compiled import selects
+        from tests.support.compiled import selects
 
         ran = [item for item in items if selects(item.nodeid)]
         if ran:
@@ -125,7 +132,7 @@ def spark() -> Iterator["pyspark.sql.SparkSession"]:  # noqa: F821
     from pyspark.sql import SparkSession
 
     from service.session import WORKER_SITE
-    from jvm_archives import spark_archive_option
+    from tests.support.jvm_archives import spark_archive_option
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)

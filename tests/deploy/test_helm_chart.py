@@ -19,13 +19,9 @@ import pytest
 import yaml
 
 from devkit.monitoring import dashboard
+from tests.support.helm_tool import REPO_ROOT, helm_or_skip, run_helm
 
-try:
-    from tests import helm_tool
-except ImportError:  # tests/ is not a package: pytest put tests/ itself on sys.path
-    import helm_tool
-
-CHART = helm_tool.REPO_ROOT / "helm" / "changejoin"
+CHART = REPO_ROOT / "helm" / "changejoin"
 VALUES_DIR = Path(__file__).resolve().parent / "values"
 RELEASE = "orders"
 NAMESPACE = "streaming"
@@ -49,7 +45,7 @@ PROMETHEUS_RULE_CRD = Path(__file__).resolve().parent / "crds" / "monitoring.cor
 
 @pytest.fixture(scope="session")
 def helm() -> Path:
-    return helm_tool.helm_or_skip()
+    return helm_or_skip()
 
 
 def values_file(name: str) -> str:
@@ -64,7 +60,7 @@ def template(helm: Path, *values: str, sets: tuple[str, ...] = (), check: bool =
         args += ["-f", v]
     for s in sets:
         args += ["--set", s]
-    proc = helm_tool.run_helm(*args, check=check)
+    proc = run_helm(*args, check=check)
     docs = [d for d in yaml.safe_load_all(proc.stdout) if d] if proc.returncode == 0 else []
     return proc, docs
 
@@ -109,7 +105,7 @@ def rendered(helm) -> dict[str, list[dict]]:
 
 @pytest.mark.parametrize("name", VALUES_FILES)
 def test_lint_strict(helm, name):
-    proc = helm_tool.run_helm("lint", "--strict", str(CHART), "-f", values_file(name),
+    proc = run_helm("lint", "--strict", str(CHART), "-f", values_file(name),
                               "--namespace", NAMESPACE, "--kube-version", KUBE_VERSION)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
@@ -138,7 +134,7 @@ def test_manifests_validate_strictly(rendered, name):
 def test_notes_render(helm, name):
     """NOTES.txt is not part of `helm template`; a client-side dry-run install renders it
     without contacting a cluster."""
-    proc = helm_tool.run_helm("install", RELEASE, str(CHART), "--namespace", NAMESPACE,
+    proc = run_helm("install", RELEASE, str(CHART), "--namespace", NAMESPACE,
                               "-f", values_file(name), "--dry-run=client", check=True)
     notes = proc.stdout[proc.stdout.index("NOTES:"):]
     assert f"kubectl -n {NAMESPACE} logs -f deployment/{FULLNAME}" in notes
@@ -833,7 +829,7 @@ def test_schema_rejects_bad_values(helm, tmp_path, bad, fragment):
     assert proc.returncode != 0, f"accepted:\n{bad}"
     assert "schema" in proc.stderr.lower(), proc.stderr
     assert fragment in proc.stderr, proc.stderr
-    lint = helm_tool.run_helm("lint", "--strict", str(CHART), "-f", values_file("default"),
+    lint = run_helm("lint", "--strict", str(CHART), "-f", values_file("default"),
                               "-f", str(bad_file))
     assert lint.returncode != 0
 
@@ -1166,7 +1162,7 @@ def test_spark_ui_off_unless_enabled(helm, rendered):
 def test_the_chart_refuses_the_secrets_the_service_hides(helm, tmp_path):
     """The chart's check of extraEnv, kafka.properties and spark.conf names agrees with the
     service's rule (service.config.is_secret_name) on every name of tests/service/test_config.py."""
-    from secret_names import PUBLIC_NAMES, SECRET_NAMES
+    from tests.support.secret_names import PUBLIC_NAMES, SECRET_NAMES
 
     from service import config
 
@@ -1343,7 +1339,7 @@ def test_rescale_template_checks(helm, sets, message):
             "-f", values_file("default")]
     for s in sets:
         args += ["--set-string" if s.startswith("extraEnv.") else "--set", s]  # extraEnv holds strings
-    proc = helm_tool.run_helm(*args)
+    proc = run_helm(*args)
     if message is None:
         assert proc.returncode == 0, proc.stderr
         docs = [d for d in yaml.safe_load_all(proc.stdout) if d]
@@ -1390,10 +1386,10 @@ def test_rescale_waits_until_the_driver_pod_is_gone(helm, pods, refused):
     """At install and upgrade the chart looks the release's pods up: replicas 0 stops the driver, but
     its pod finishes its micro-batch first, and an object-store checkpoint has no lock that would stop
     a rescale beside it. Rendered against a fake API server that lists the pods given."""
-    from kube_api_fake import FakeKubeApi
+    from tests.support.kube_api_fake import FakeKubeApi
 
     with FakeKubeApi(pods) as api:
-        proc = helm_tool.run_helm(
+        proc = run_helm(
             "template", RELEASE, str(CHART), "--namespace", NAMESPACE, "-f", values_file("cluster"),
             "--set", "replicas=0", "--set", "rescale.partitions=8",
             "--dry-run=server", "--disable-openapi-validation", kubeconfig=str(api.kubeconfig))
@@ -1424,7 +1420,7 @@ def test_rescale_network_policy(helm):
 
 
 def test_rescale_notes(helm):
-    proc = helm_tool.run_helm("install", RELEASE, str(CHART), "--namespace", NAMESPACE, "-f", values_file("default"),
+    proc = run_helm("install", RELEASE, str(CHART), "--namespace", NAMESPACE, "-f", values_file("default"),
                               "--set", "replicas=0", "--set", "rescale.partitions=8", "--dry-run=client", check=True)
     notes = proc.stdout[proc.stdout.index("NOTES:"):]
     assert f"kubectl -n {NAMESPACE} logs job/{RESCALE_JOB}" in notes
@@ -1457,7 +1453,7 @@ def test_rescale_job_starts_spark_in_its_pod(helm, tmp_path):
               "spark.stop()\n")
     process_env = {k: v for k, v in os.environ.items() if not k.startswith(("SPARK_", "PYSPARK_"))}
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
-                          env={**process_env, "RESCALE_ENV": json.dumps(env)}, cwd=str(helm_tool.REPO_ROOT))
+                          env={**process_env, "RESCALE_ENV": json.dumps(env)}, cwd=str(REPO_ROOT))
     assert proc.returncode == 0, proc.stderr[-3000:]
     master, total = proc.stdout.split()[-2:]
     assert master.startswith("local[*") and total == "4950", proc.stdout

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-import helm_tool
+from tests.support.helm_tool import helm_or_skip, run_helm
 from devkit.monitoring import DASHBOARD, dashboard, grafana_to_promql, panels
-from monitoring_chart import (CHART, DEFAULT_VALUES, NAMESPACE, RELEASE, alerts, prometheus_rule,
+from tests.support.monitoring_chart import (CHART, DEFAULT_VALUES, NAMESPACE, RELEASE, alerts, prometheus_rule,
                               write_rule_file)
 
 HERE = Path(__file__).resolve().parent
@@ -174,10 +174,10 @@ def test_grafana_variables_are_replaced_and_an_unknown_one_is_an_error():
 def test_the_packaged_chart_carries_the_dashboard_and_the_rules(tmp_path):
     """``helm package`` keeps monitoring/ (read by the templates with .Files.Get): the archive
     alone renders both."""
-    helm_tool.helm_or_skip()
-    helm_tool.run_helm("package", str(CHART), "-d", str(tmp_path), check=True)
+    helm_or_skip()
+    run_helm("package", str(CHART), "-d", str(tmp_path), check=True)
     (archive,) = tmp_path.glob("changejoin-*.tgz")
-    proc = helm_tool.run_helm("template", RELEASE, str(archive), "--namespace", NAMESPACE, "-f", str(DEFAULT_VALUES),
+    proc = run_helm("template", RELEASE, str(archive), "--namespace", NAMESPACE, "-f", str(DEFAULT_VALUES),
                               "--set", "prometheusRule.enabled=true", "--set", "grafanaDashboard.enabled=true",
                               check=True)
     docs = {(d["kind"], d["metadata"]["name"]): d for d in yaml.safe_load_all(proc.stdout) if d}

@@ -4,7 +4,7 @@ Moved from tests/service/test_cli.py and test_contact_registry.py: each takes it
 time, over the unit tiers' 2 s budget (tests/conftest.py)."""
 import pytest
 
-from service_env import (  # noqa: F401 (an autouse fixture)
+from tests.support.service_env import (  # noqa: F401 (an autouse fixture)
     FROM_REGISTRY,
     VALID,
     _checkpoints_elsewhere,

@@ -38,13 +38,14 @@ from collections import Counter
 
 import pytest
 
-from kafka_fixture import consume_all, create_topic
+from tests.support.kafka_fixture import consume_all, create_topic
 from service.config import load_settings
 from devkit.broker_process import free_port
 from service.session import QUIET_JVM_LINES
-from service_harness import SCHEMAS, SERVICE_JVM_OPTIONS, JoinHarness, drop_replays, read_changelog, retract_table
-from spark_cluster import SparkCluster, socket_ports
-from service_process import PARTITIONS, Changelogs, ServiceProcess, caught_up, drive, send, service_env
+from tests.support.service_harness import (SCHEMAS, SERVICE_JVM_OPTIONS, JoinHarness, drop_replays, read_changelog,
+                                           retract_table)
+from tests.support.spark_cluster import SparkCluster, socket_ports
+from tests.support.service_process import PARTITIONS, Changelogs, ServiceProcess, caught_up, drive, send, service_env
 
 pytestmark = pytest.mark.integration
 

@@ -13,10 +13,10 @@ import psycopg
 import pytest
 
 from devkit.kafka_broker import KafkaBroker
-from jvm_archives import broker_jvm_options
-from kafka_fixture import create_topic
-from schema_registry_fake import FakeSchemaRegistry
-from service_env import SCHEMAS, VALID, changejoin, closed_port, log_lines
+from tests.support.jvm_archives import broker_jvm_options
+from tests.support.kafka_fixture import create_topic
+from tests.support.schema_registry_fake import FakeSchemaRegistry
+from tests.support.service_env import SCHEMAS, VALID, changejoin, closed_port, log_lines
 
 PASSWORD = "alice-secret"
 
@@ -262,7 +262,7 @@ def test_an_outage_once_running_is_ridden_out_not_ready_and_said_once_a_minute(r
     import time
 
     from devkit.broker_process import free_port
-    from service_harness import start_service_process
+    from tests.support.service_harness import start_service_process
 
     bootstrap = restartable_broker.bootstrap
     create_topic(bootstrap, "orders", 2)

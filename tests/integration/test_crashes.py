@@ -47,12 +47,13 @@ import pytest
 
 from devkit.broker_process import free_port
 from devkit.kafka_broker import KafkaBroker
-from jvm_archives import broker_jvm_options
-from kafka_fixture import consume_all, create_topic
+from tests.support.jvm_archives import broker_jvm_options
+from tests.support.kafka_fixture import consume_all, create_topic
 from service import faults
 from service.config import load_settings
-from service_harness import JoinHarness, dead_letters, drop_replays, read_changelog, retract_table, upsert_table
-from service_process import (
+from tests.support.service_harness import (JoinHarness, dead_letters, drop_replays, read_changelog, retract_table,
+                                           upsert_table)
+from tests.support.service_process import (
     CATCH_UP_TIMEOUT_S,
     PARTITIONS,
     START_TIMEOUT_S,
@@ -67,7 +68,7 @@ from service_process import (
     wait_until,
     writing_uncommitted_batch,
 )
-from tcp_proxy import TcpProxy
+from tests.support.tcp_proxy import TcpProxy
 
 pytestmark = pytest.mark.integration
 

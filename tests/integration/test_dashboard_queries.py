@@ -13,8 +13,8 @@ import pytest
 from devkit.broker_process import free_port
 from devkit.monitoring import grafana_to_promql, panels
 from devkit.prometheus import PrometheusServerError, Target
-from monitoring_chart import FULLNAME, NAMESPACE, alerts, prometheus_rule, write_rule_file
-from service_harness import TEMPORAL, JoinHarness, rate, timed_order
+from tests.support.monitoring_chart import FULLNAME, NAMESPACE, alerts, prometheus_rule, write_rule_file
+from tests.support.service_harness import TEMPORAL, JoinHarness, rate, timed_order
 
 pytestmark = pytest.mark.integration
 

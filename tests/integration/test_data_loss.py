@@ -23,8 +23,8 @@ import pytest
 
 from service.checkpoint import CheckpointLock
 
-from kafka_fixture import create_topic, end_offsets
-from service_harness import JoinHarness, order, price, start_service_process
+from tests.support.kafka_fixture import create_topic, end_offsets
+from tests.support.service_harness import JoinHarness, order, price, start_service_process
 
 pytestmark = pytest.mark.integration
 

@@ -20,7 +20,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, Dict, List
 
-from debezium_fixture import ChangeRecord, DebeziumCapture, read_changes, unique_name
+from tests.support.debezium_fixture import ChangeRecord, DebeziumCapture, read_changes, unique_name
 
 SAMPLES = Path(__file__).resolve().parent.parent / "data" / "debezium"
 RECORD_ENV = "CHANGEJOIN_RECORD_DEBEZIUM"

@@ -6,10 +6,10 @@ import datetime as dt
 import json
 from collections import Counter
 
-from kafka_fixture import produce
+from tests.support.kafka_fixture import produce
 # the fixtures are imported to be used by name
-from schema_registry_fake import fake_schema_registry, schema_registry_url  # noqa: F401
-from service_harness import JoinHarness, price
+from tests.support.schema_registry_fake import fake_schema_registry, schema_registry_url  # noqa: F401
+from tests.support.service_harness import JoinHarness, price
 
 ENVELOPE_SCHEMA = {"type": "struct", "fields": [
     {"field": "before", "type": "struct", "optional": True, "fields": []},
@@ -103,14 +103,14 @@ class AvroTopic:
     """A Debezium topic's envelope schema, registered as ``<topic>-value``; ``msg`` frames an envelope."""
 
     def __init__(self, registry, topic: str, columns: list[dict], table: str = "shop.public.orders"):
-        from debezium_avro import avro_schema
+        from tests.support.debezium_avro import avro_schema
 
         self.connect = connect_envelope(columns, table)
         self.avro = avro_schema(self.connect)
         self.schema_id = registry.register(f"{topic}-value", self.avro)
 
     def msg(self, op, before=None, after=None, ts_ms=1) -> bytes:
-        from debezium_avro import avro_value, wire
+        from tests.support.debezium_avro import avro_value, wire
 
         payload = {"before": before, "after": after, "op": op, "ts_ms": 1,
                    "source": {"connector": "postgresql", "ts_ms": ts_ms}}
@@ -119,8 +119,8 @@ class AvroTopic:
 
 def registered_prices(registry, h) -> callable:
     """The right input (rowkind, wire format): its schema registered; -> a function framing a price."""
-    from debezium_avro import wire
-    from service_harness import PRICES
+    from tests.support.debezium_avro import wire
+    from tests.support.service_harness import PRICES
 
     prices_id = registry.register(f"{h.prices}-value", PRICES)
     return lambda product, value: wire(prices_id, PRICES, price(product, value))

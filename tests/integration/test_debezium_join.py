@@ -40,11 +40,12 @@ from typing import Dict, List, Optional, Tuple
 
 import pytest
 
-from debezium_fixture import ChangeRecord, DebeziumCapture, read_changes, unique_name
-from kafka_fixture import create_topic
+from tests.support.debezium_fixture import ChangeRecord, DebeziumCapture, read_changes, unique_name
+from tests.support.kafka_fixture import create_topic
 from service.config import load_settings
-from service_harness import JoinHarness, dead_letters, drop_replays, read_changelog, retract_table, upsert_table
-from service_process import (
+from tests.support.service_harness import (JoinHarness, dead_letters, drop_replays, read_changelog, retract_table,
+                                           upsert_table)
+from tests.support.service_process import (
     CATCH_UP_TIMEOUT_S,
     PARTITIONS,
     START_TIMEOUT_S,

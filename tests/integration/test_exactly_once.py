@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from kafka_fixture import consume_all, end_offsets
-from service_harness import JoinHarness, drop_replays, order, price, retract_table
+from tests.support.kafka_fixture import consume_all, end_offsets
+from tests.support.service_harness import JoinHarness, drop_replays, order, price, retract_table
 
 pytestmark = pytest.mark.integration
 
@@ -83,7 +83,7 @@ def test_a_micro_batch_run_again_after_its_tasks_committed_writes_nothing_twice(
 
 
 def _letters(h: JoinHarness):
-    from service_harness import dead_letters
+    from tests.support.service_harness import dead_letters
 
     return dead_letters(h.bootstrap, h.service.settings.dead_letter_topic)
 

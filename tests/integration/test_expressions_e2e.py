@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from kafka_fixture import produce
-from service_harness import ORDERS, PRICES, JoinHarness, avro, order, price
+from tests.support.kafka_fixture import produce
+from tests.support.service_harness import ORDERS, PRICES, JoinHarness, avro, order, price
 
 pytestmark = pytest.mark.integration
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from service_harness import JoinHarness
-from service_process import (
+from tests.support.service_harness import JoinHarness
+from tests.support.service_process import (
     PARTITIONS,
     START_TIMEOUT_S,
     Changelogs,

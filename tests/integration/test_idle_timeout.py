@@ -11,8 +11,8 @@ from service import catalog
 from service.config import load_settings
 from service.decode import InputDecoder
 from service.envelope import HEARTBEAT_GROUP, Tag
-from spark_fakes import FakeTimerValues
-from service_harness import TEMPORAL, JoinHarness, rate, timed_order
+from tests.support.spark_fakes import FakeTimerValues
+from tests.support.service_harness import TEMPORAL, JoinHarness, rate, timed_order
 
 def now_ms() -> int:
     return int(time.time() * 1000)

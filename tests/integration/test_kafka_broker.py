@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from kafka_fixture import consume_all, create_topic, end_offsets
+from tests.support.kafka_fixture import consume_all, create_topic, end_offsets
 from devkit import jars
 from devkit.kafka_broker import KafkaBroker, new_cluster_id
-from jvm_archives import broker_jvm_options
+from tests.support.jvm_archives import broker_jvm_options
 
 
 def produce_batched(bootstrap: str, topic: str, values, partition: int) -> list:

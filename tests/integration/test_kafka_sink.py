@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from kafka_fixture import consume_all, end_offsets
+from tests.support.kafka_fixture import consume_all, end_offsets
 from devkit.broker_process import free_port
 from service.sink import (
     DEFAULT_DELIVERY_TIMEOUT_MS,

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kafka_fixture import consume_all, create_topic, produce
+from tests.support.kafka_fixture import consume_all, create_topic, produce
 from service.source import (
     RAW_SCHEMA,
     HeartbeatInputPartition,
@@ -294,9 +294,9 @@ def test_no_heartbeats_without_the_option_or_under_available_now():
 
 def test_a_heartbeat_partition_reads_the_mappers_heartbeat_rows():
     config = {"mapper.config": json.dumps({"tag": "t"})}
-    beating = planning_reader(FakeOffsets({}, {}), mapper="echo_mappers:make_beating_mapper", **config)
+    beating = planning_reader(FakeOffsets({}, {}), mapper="tests.support.echo_mappers:make_beating_mapper", **config)
     assert list(beating.read(HeartbeatInputPartition("t", 1234))) == [(None, None, -1, -1, 1234, "", "theartbeat")]
-    echo = planning_reader(FakeOffsets({}, {}), mapper="echo_mappers:make_echo_mapper", **config)
+    echo = planning_reader(FakeOffsets({}, {}), mapper="tests.support.echo_mappers:make_echo_mapper", **config)
     assert list(echo.read(HeartbeatInputPartition("t", 1234))) == []
 
 
@@ -310,9 +310,9 @@ def test_idle_timeout_needs_a_mapper_that_answers_heartbeats():
         return source.streamReader(StructType([StructField(n, StringType()) for n in names]))
 
     config = {"mapper.config": json.dumps({"tag": "t"})}
-    assert stream_reader(mapper="echo_mappers:make_beating_mapper", **config).opts.idle_timeout_ms == 1000
+    assert stream_reader(mapper="tests.support.echo_mappers:make_beating_mapper", **config).opts.idle_timeout_ms == 1000
     with pytest.raises(KafkaSourceError, match="heartbeat"):
-        stream_reader(mapper="echo_mappers:make_echo_mapper", **config)
+        stream_reader(mapper="tests.support.echo_mappers:make_echo_mapper", **config)
     with pytest.raises(KafkaSourceError, match="heartbeat"):
         stream_reader()
     for bad in ("0", "-5", "1s"):
@@ -599,7 +599,7 @@ def test_mapper_hook_turns_records_into_rows(kspark, kafka_bootstrap, new_topic,
         kspark,
         kafka_bootstrap,
         topic,
-        mapper="echo_mappers:make_echo_mapper",
+        mapper="tests.support.echo_mappers:make_echo_mapper",
         **{"mapper.config": json.dumps({"tag": "t"})},
     )
     assert [f.name for f in df.schema.fields] == [
@@ -700,11 +700,12 @@ def test_a_schema_other_than_the_raw_one_needs_a_mapper(kspark, kafka_bootstrap,
 def test_mapper_secret_is_merged_into_the_mappers_config():
     from service.source import KafkaSourceError, load_mapper
 
-    mapper = load_mapper("echo_mappers:make_echo_mapper", json.dumps({"tag": "public"}), json.dumps({"tag": "s"}))
+    mapper = load_mapper("tests.support.echo_mappers:make_echo_mapper", json.dumps({"tag": "public"}),
+                         json.dumps({"tag": "s"}))
     assert mapper.tag == "s"
-    assert load_mapper("echo_mappers:make_echo_mapper", json.dumps({"tag": "public"})).tag == "public"
+    assert load_mapper("tests.support.echo_mappers:make_echo_mapper", json.dumps({"tag": "public"})).tag == "public"
     with pytest.raises(KafkaSourceError, match="mapper.secret"):
-        load_mapper("echo_mappers:make_echo_mapper", json.dumps({"tag": "t"}), "[1]")
+        load_mapper("tests.support.echo_mappers:make_echo_mapper", json.dumps({"tag": "t"}), "[1]")
 
 
 @pytest.mark.integration

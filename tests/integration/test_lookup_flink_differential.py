@@ -27,8 +27,8 @@ import pytest
 from bench.harness import ROOT
 from bench.harness.peers import FLINK_VENV, flink_jars, flink_python
 from devkit.jars import JarsError
-from kafka_fixture import consume_all
-from service_harness import JoinHarness, order
+from tests.support.kafka_fixture import consume_all
+from tests.support.service_harness import JoinHarness, order
 
 PRODUCTS = 300
 ORDERS = 3000

@@ -14,8 +14,8 @@ from decimal import Decimal
 import psycopg
 import pytest
 
-from kafka_fixture import produce
-from service_harness import ORDERS, JoinHarness, avro, dead_letters, drop_replays, order, retract_table
+from tests.support.kafka_fixture import produce
+from tests.support.service_harness import ORDERS, JoinHarness, avro, dead_letters, drop_replays, order, retract_table
 
 LEFT_JOIN = ("SELECT o.order_id, o.product, o.quantity, p.name, p.price FROM orders AS o "
              "LEFT JOIN products FOR SYSTEM_TIME AS OF PROCTIME() AS p ON o.product = p.product")
@@ -138,7 +138,7 @@ def test_killed_after_its_lookups_a_replayed_micro_batch_joins_the_rows_they_fou
     the rows pinned by the killed run, so it writes the very records written first, and a later
     retraction retracts them."""
     from service import faults
-    from service_process import ServiceProcess, group_alive, wait_until
+    from tests.support.service_process import ServiceProcess, group_alive, wait_until
 
     products(postgres_url, pg_schema, [("p1", "apple", Decimal("1.50"), "gold")])
     h = harness(kafka_bootstrap, spark, tmp_path, new_topic, postgres_url, pg_schema)
@@ -169,7 +169,7 @@ def test_killed_after_its_lookups_a_replayed_micro_batch_joins_the_rows_they_fou
 def h_changes(h: JoinHarness):
     """The output so far, decoded in the plan's output schema (the service runs as a process)."""
     from service.catalog import plan_for
-    from service_harness import read_changelog
+    from tests.support.service_harness import read_changelog
 
     from service.config import load_settings
 
@@ -183,7 +183,7 @@ def test_the_database_stopped_for_20_seconds_is_ridden_out(kafka_bootstrap, spar
     the attempts the stopped server did not answer), not a fixed 20 s: that the retries wait long
     enough to ride out 30 s (at least 36.4 s in all) is proven on the client's own clock
     (tests/integration/test_lookup_database.py)."""
-    from tcp_proxy import TcpProxy
+    from tests.support.tcp_proxy import TcpProxy
 
     url = postgres_server.url
     execute(url, "CREATE SCHEMA shop")
@@ -240,7 +240,7 @@ def test_check_config_reads_the_catalog_and_hides_the_password(postgres_url, pg_
     import subprocess
     import sys
 
-    from service_harness import SCHEMAS
+    from tests.support.service_harness import SCHEMAS
 
     products(postgres_url, pg_schema, [])
     execute(postgres_url, f"ALTER TABLE {pg_schema}.products ADD COLUMN tags text[]",

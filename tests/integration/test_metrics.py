@@ -409,7 +409,7 @@ def free_port() -> int:
 def test_service_exposes_metrics_and_readiness_while_joining(kafka_bootstrap, spark, tmp_path, new_topic, caplog):
     from service.app import Service
     from service.config import load_settings
-    from service_harness import JoinHarness, order, price
+    from tests.support.service_harness import JoinHarness, order, price
 
     h = JoinHarness(kafka_bootstrap, spark, tmp_path, new_topic, JOIN_SQL=(
         "SELECT o.order_id, o.product, p.price FROM orders AS o LEFT JOIN prices AS p ON o.product = p.product"))

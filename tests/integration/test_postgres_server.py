@@ -13,7 +13,7 @@ import pytest
 
 from devkit import postgres
 from devkit.postgres import PostgresServer, PostgresServerError
-from postgres_fixture import fresh_schema
+from tests.support.postgres_fixture import fresh_schema
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -15,14 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from kafka_fixture import create_topic
+from tests.support.kafka_fixture import create_topic
 from service import checkpoint
 from service.catalog import plan_for
 from service.checkpoint import CheckpointInUse, CheckpointMismatch
 from service.config import load_settings
 from service.rescale import RescaleError, rescale
-from service_harness import REPO_ROOT, SERVICE_PROCESS_ENV, JoinHarness, drop_replays, retract_table
-from service_process import (
+from tests.support.service_harness import REPO_ROOT, SERVICE_PROCESS_ENV, JoinHarness, drop_replays, retract_table
+from tests.support.service_process import (
     CATCH_UP_TIMEOUT_S,
     PARTITIONS,
     Changelogs,

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from kafka_fixture import create_topic
+from tests.support.kafka_fixture import create_topic
 from service.session import ROCKSDB_CHANGELOG_CONF
-from service_harness import DATA, JoinHarness, drop_replays, order, price
+from tests.support.service_harness import DATA, JoinHarness, drop_replays, order, price
 
 pytestmark = pytest.mark.integration
 

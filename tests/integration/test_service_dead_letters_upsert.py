@@ -6,7 +6,7 @@ from collections import Counter
 
 import pytest
 
-from service_harness import ORDERS, PRICES, JoinHarness, avro, order
+from tests.support.service_harness import ORDERS, PRICES, JoinHarness, avro, order
 
 pytestmark = pytest.mark.integration
 
@@ -19,7 +19,7 @@ def wire(schema_id: int, schema: dict, row: dict) -> bytes:
 
 def test_registry_credentials_reach_the_workers(kafka_bootstrap, spark, tmp_path, new_topic):
     """They travel in the source's mapper.secret option, apart from mapper.config (pipeline.py)."""
-    from schema_registry_fake import FakeSchemaRegistry
+    from tests.support.schema_registry_fake import FakeSchemaRegistry
 
     with FakeSchemaRegistry(basic_auth_user_info="svc:s3cret-pw") as registry:
         h = JoinHarness(kafka_bootstrap, spark, tmp_path, new_topic, JOIN_SQL=LEFT_JOIN,
@@ -27,7 +27,7 @@ def test_registry_credentials_reach_the_workers(kafka_bootstrap, spark, tmp_path
                         LEFT_SCHEMA_FILE="", RIGHT_SCHEMA_FILE="")
         orders_id = registry.register(f"{h.orders}-value", ORDERS)
         registry.register(f"{h.prices}-value", PRICES)
-        from kafka_fixture import produce
+        from tests.support.kafka_fixture import produce
 
         produce(kafka_bootstrap, h.orders, [(None, wire(orders_id, ORDERS, order(1, "book", 2)), [("rowkind", b"+I")])])
         h.run()

@@ -6,7 +6,8 @@ from collections import Counter
 
 import pytest
 
-from service_harness import ORDER_CHANGES, ORDERS_LEFT_JOIN_PRICES, PRICE_CHANGES, JoinHarness, order, price
+from tests.support.service_harness import (ORDER_CHANGES, ORDERS_LEFT_JOIN_PRICES, PRICE_CHANGES, JoinHarness, order,
+                                           price)
 
 pytestmark = pytest.mark.integration
 

@@ -6,8 +6,8 @@ from collections import Counter
 
 import pytest
 
-from service_harness import DATA, FAR_FUTURE, SHIPMENTS, TIMED_ORDERS, JoinHarness, at, shipment
-from service_harness import window_order as timed_order
+from tests.support.service_harness import DATA, FAR_FUTURE, SHIPMENTS, TIMED_ORDERS, JoinHarness, at, shipment
+from tests.support.service_harness import window_order as timed_order
 
 pytestmark = pytest.mark.integration
 
@@ -83,8 +83,8 @@ TUMBLE_SQL = (
 
 
 def test_tumble_full_window_join_and_late_rows_in_the_dead_letter_topic(shipping, kafka_bootstrap):
-    from kafka_fixture import produce
-    from service_harness import avro
+    from tests.support.kafka_fixture import produce
+    from tests.support.service_harness import avro
 
     h = shipping(TUMBLE_SQL)
     h.send_orders([timed_order(1, 1_000), timed_order(2, 2_000), timed_order(3, 12_000), timed_order(99, FAR_FUTURE)])

@@ -6,7 +6,7 @@ from collections import Counter
 
 import pytest
 
-from service_harness import TEMPORAL, JoinHarness, event_time_inputs, rate, timed_order
+from tests.support.service_harness import TEMPORAL, JoinHarness, event_time_inputs, rate, timed_order
 
 pytestmark = pytest.mark.integration
 

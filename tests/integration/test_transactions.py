@@ -10,8 +10,8 @@ import uuid
 
 import pytest
 
-from kafka_fixture import consume_all, create_topic, end_offsets
-from service_process import wait_until
+from tests.support.kafka_fixture import consume_all, create_topic, end_offsets
+from tests.support.service_process import wait_until
 from dataclasses import replace
 
 from service.shipping import Delivery

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from operators import JoinType, RowKind
 from operators.testing import LocalRunner
-from operator_changelogs import CONDITIONS, K, build, bundles, changelog, layouts_, ops, settings_
+from tests.support.operator_changelogs import CONDITIONS, K, build, bundles, changelog, layouts_, ops, settings_
 
 
 def expected_join(join_type, left, right, null_safe, cond):

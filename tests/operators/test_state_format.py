@@ -5,7 +5,7 @@ leaves, as the service pickles it. The current operators must write exactly thos
 read them back and carry on as if they had never stopped. A change of layout fails here until
 STATE_FORMAT_VERSION is raised and a migration is written.
 
-    python tests/operators/test_state_format.py --write    # (re)write the golden files of the current version
+    python -m tests.operators.test_state_format --write    # (re)write the golden files of the current version
 """
 from __future__ import annotations
 
@@ -15,9 +15,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from operators import (  # noqa: E402
+from operators import (
     EVENT,
     PROC,
     STATE_FORMAT_VERSION,
@@ -38,8 +36,8 @@ from operators import (  # noqa: E402
     make_temporal_join,
     make_window_join,
 )
-from operators.stateformat import map_key  # noqa: E402
-from operators.testing import InMemoryState, LocalRunner  # noqa: E402
+from operators.stateformat import map_key
+from operators.testing import InMemoryState, LocalRunner
 
 GOLDEN = Path(__file__).resolve().parents[1] / "data" / "state" / f"v{STATE_FORMAT_VERSION}"
 I, UB, UA, D = (int(k) for k in RowKind)
@@ -187,7 +185,7 @@ def _dump(name) -> bytes:
 def test_the_operators_write_the_golden_state_of_this_format_version(name):
     assert _dump(name) == (GOLDEN / f"{name}.pickle").read_bytes(), (
         f"the state layout of {name} changed: raise STATE_FORMAT_VERSION, write a migration from "
-        f"v{STATE_FORMAT_VERSION}, and regenerate the golden files (python tests/operators/test_state_format.py --write)"
+        f"v{STATE_FORMAT_VERSION}, and regenerate the golden files (python -m tests.operators.test_state_format --write)"
     )
 
 

@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 # the fixtures are imported to be used by name (pytest's usual way to share them without a conftest)
-from schema_registry_fake import FakeSchemaRegistry, fake_schema_registry, schema_registry_url  # noqa: F401
+from tests.support.schema_registry_fake import (FakeSchemaRegistry, fake_schema_registry,  # noqa: F401
+                                               schema_registry_url)
 
 from service.avro import (
     Column,

@@ -5,7 +5,7 @@ import pytest
 
 from service import sparkstate
 from service.sparkstate import BucketState, KeyCodec, ObjectCalls
-from spark_fakes import FakeHandle, FakeMapState, FakeValueState
+from tests.support.spark_fakes import FakeHandle, FakeMapState, FakeValueState
 
 
 class RoundTrips(ObjectCalls):
@@ -310,9 +310,9 @@ from service.catalog import plan_for  # noqa: E402
 from service.config import load_settings  # noqa: E402
 from service.envelope import Target, unpack  # noqa: E402
 from service.source import KafkaRecord  # noqa: E402
-from service_harness import ORDERS, PRICES, SHIPMENTS, TIMED_ORDERS, avro  # noqa: E402
-from service_env import TIMED, VALID  # noqa: E402
-from stage_query import Query  # noqa: E402
+from tests.support.service_harness import ORDERS, PRICES, SHIPMENTS, TIMED_ORDERS, avro  # noqa: E402
+from tests.support.service_env import TIMED, VALID  # noqa: E402
+from tests.support.stage_query import Query  # noqa: E402
 
 
 
@@ -620,7 +620,7 @@ def test_a_keyed_debezium_versioned_table_timed_by_source_ts_ms_ends_a_version_a
     version ends there, not at the deleted row's own time; the same in both layouts."""
     import json as _json
 
-    from service_env import DATA
+    from tests.support.service_env import DATA
 
     env = {"LEFT_SCHEMA_FILE": str(DATA / "orders_timed.avsc"), "RIGHT_SCHEMA_FILE": str(DATA / "rates.avsc"),
            "RIGHT_TABLE": "rates", "LEFT_PRIMARY_KEY": None, "RIGHT_PRIMARY_KEY": "currency",

@@ -10,8 +10,8 @@ from operators.testing import LocalRunner
 from service import checkpoint
 from service.checkpoint import CheckpointMismatch, reconcile
 from service.sparkstate import KeyCodec, SparkKeyState
-from checkpoint_plans import LEFT, NOTE, ORDERS, UPSERT, plan, with_fields
-from service_env import SCHEMAS, VALID
+from tests.support.checkpoint_plans import LEFT, NOTE, ORDERS, UPSERT, plan, with_fields
+from tests.support.service_env import SCHEMAS, VALID
 
 
 @pytest.fixture
@@ -162,7 +162,7 @@ def test_an_output_that_gains_an_added_input_column_upgrades_the_materializers_r
     assert "compatible" in checkpoint.describe(new, upsert_location)
     # the processor reads a row stored in generation 0 as today's output row
     from service.processor import UpsertProcessor
-    from spark_fakes import FakeHandle
+    from tests.support.spark_fakes import FakeHandle
 
     handle = FakeHandle()
     handle.states["rows"] = _stored_rows([(7, "ink", 2, 2.5)])
@@ -172,7 +172,7 @@ def test_an_output_that_gains_an_added_input_column_upgrades_the_materializers_r
 
 
 def _stored_rows(rows):
-    from spark_fakes import FakeValueState
+    from tests.support.spark_fakes import FakeValueState
 
     state = FakeValueState()
     state.value = (pickle.dumps(tuple(rows), protocol=5),)  # written in generation 0: no prefix
@@ -225,7 +225,7 @@ def test_a_materializer_checkpoint_of_an_earlier_changejoin_is_accepted_unchange
 def test_the_service_refusing_a_checkpoint_logs_the_whole_reason_in_its_text_logs(tmp_path, location):
     """``changejoin run`` (the default LOG_FORMAT=text) on a checkpoint of another join stops before
     Spark starts, and its log says every change and what to do, not only its first line."""
-    from service_env import changejoin
+    from tests.support.service_env import changejoin
 
     env = {**VALID, "STATE_BUCKETS": "0", "JOIN_SQL": LEFT.replace("LEFT JOIN", "JOIN"), "LEFT_PRIMARY_KEY": "",
            "CHECKPOINT_LOCATION": location, "METRICS_PORT": "0"}

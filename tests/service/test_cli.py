@@ -10,7 +10,8 @@ import pytest
 from service import cli
 from service.config import required_env_var_names
 
-from service_env import ROOT, SCHEMAS, VALID, _checkpoints_elsewhere, changejoin  # noqa: F401 (an autouse fixture)
+from tests.support.service_env import (ROOT, SCHEMAS, VALID, _checkpoints_elsewhere,  # noqa: F401 (an autouse fixture)
+                                        changejoin)
 
 COMMANDS = ("run", "check-config", "schema", "abort-transactions", "demo")
 
@@ -39,7 +40,7 @@ def test_the_top_level_help_lists_the_commands_and_where_each_says_more():
 
 # -- refusals ------------------------------------------------------------------------------------------
 def doc_anchors(name: str) -> set[str]:
-    from markdown_text import slugs
+    from tests.support.markdown_text import slugs
 
     return slugs((ROOT / "docs" / name).read_text())
 

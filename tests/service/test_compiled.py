@@ -8,8 +8,8 @@ import ast
 import os
 from pathlib import Path
 
-from compiled import BUILD_VARIABLE, REPO_ROOT
-from compiled import compiled_modules as compiled_modules_of_setup
+from tests.support.compiled import BUILD_VARIABLE, REPO_ROOT
+from tests.support.compiled import compiled_modules as compiled_modules_of_setup
 
 #: DataFrame methods whose function argument Spark pickles and runs in its Python workers.
 SHIPPING = {"mapInArrow", "mapInPandas", "foreachBatch", "foreachPartition", "applyInPandas",

@@ -3,7 +3,7 @@ import pytest
 
 from service.kafka_records import output_framing_bytes
 from service.config import ConfigError, env_var_names, load_settings, parse_duration_ms
-from service_env import ROOT, VALID, changejoin
+from tests.support.service_env import ROOT, VALID, changejoin
 
 
 def test_defaults_and_derived_values():
@@ -128,7 +128,7 @@ def test_check_config_prints_the_plan_and_schema_prints_the_output_schema():
 # secrets: one rule (config.is_secret_name + URL user info), applied wherever configuration shows
 
 from service import config as _config  # noqa: E402
-from secret_names import PUBLIC_NAMES, SECRET_NAMES  # noqa: E402
+from tests.support.secret_names import PUBLIC_NAMES, SECRET_NAMES  # noqa: E402
 
 
 @pytest.mark.parametrize("name", SECRET_NAMES)

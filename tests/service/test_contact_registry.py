@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from schema_registry_fake import FakeSchemaRegistry
+from tests.support.schema_registry_fake import FakeSchemaRegistry
 from service.config import load_settings
 from service.contact import CONNECTION, CONTENT, CREDENTIALS, ServerError, wait_for_registry
-from service_env import FROM_REGISTRY, SCHEMAS, changejoin, closed_port
+from tests.support.service_env import FROM_REGISTRY, SCHEMAS, changejoin, closed_port
 
 ORDERS = json.loads((SCHEMAS / "orders.avsc").read_text())
 

@@ -10,9 +10,9 @@ import uuid
 from decimal import Decimal
 
 import pytest
-from debezium_avro import avro_schema, avro_value, connect_envelope, recorded, wire
+from tests.support.debezium_avro import avro_schema, avro_value, connect_envelope, recorded, wire
 # the fixtures are imported to be used by name
-from schema_registry_fake import fake_schema_registry, schema_registry_url  # noqa: F401
+from tests.support.schema_registry_fake import fake_schema_registry, schema_registry_url  # noqa: F401
 
 from service.avro import SchemaRegistry, record_columns
 from service.deadletters import DeadLetterError

@@ -16,7 +16,7 @@ from bench.harness.peers import RETRACT_ENV
 from service.catalog import plan_for
 from service.envelope import Target, unpack
 from service.source import KafkaRecord
-from stage_query import Query
+from tests.support.stage_query import Query
 
 RETRACT = RETRACT_ENV  # the bench system changejoin-retract's
 

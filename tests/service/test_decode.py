@@ -9,8 +9,8 @@ from service.config import load_settings
 from service.decode import InputDecoder
 from service.envelope import Tag, join_key_group
 from service.source import KafkaRecord
-from service_harness import ORDERS, avro, order
-from service_env import VALID
+from tests.support.service_harness import ORDERS, avro, order
+from tests.support.service_env import VALID
 
 
 def decoder(**env):
@@ -60,7 +60,7 @@ def test_upsert_records_are_grouped_by_message_key_and_tombstones_are_deletes():
 @pytest.mark.parametrize("millis", [10**15, -(10**15), 253402300800000])
 def test_an_event_time_no_calendar_can_hold_is_a_dead_letter_not_a_crash(millis):
     """rates.rate_time is a plain long (epoch millis): any value decodes, not every one is a time."""
-    from service_harness import RATES, TEMPORAL
+    from tests.support.service_harness import RATES, TEMPORAL
 
     plan = plan_for(load_settings({**VALID, "LEFT_TOPIC": "orders", "RIGHT_TOPIC": "rates", **TEMPORAL}))
     rates = InputDecoder(plan, 1, "rowkind", None)
@@ -81,7 +81,7 @@ def test_a_debezium_upsert_stream_filtered_before_a_lookup_keeps_each_keys_chang
     its deletes by primary key, so a delete missed the row it deletes)."""
     import json
 
-    from lookup_plans import LOOKUP, PRODUCTS
+    from tests.support.lookup_plans import LOOKUP, PRODUCTS
 
     from service.envelope import JK, message_key_group
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from markdown_text import FENCE, slugs
+from tests.support.markdown_text import FENCE, slugs
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"

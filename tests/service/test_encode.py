@@ -12,9 +12,9 @@ from service.envelope import pack as pack_changes
 from service.envelope import unpack as unpack_changes
 from service.processor import JoinProcessor
 from service.source import KafkaRecord
-from spark_fakes import FakeHandle, FakeTimerValues
-from service_harness import order, price
-from left_join_stages import encoder_for, envelopes, plan_for
+from tests.support.spark_fakes import FakeHandle, FakeTimerValues
+from tests.support.service_harness import order, price
+from tests.support.left_join_stages import encoder_for, envelopes, plan_for
 
 
 # One join key ("book"), in four calls: orders (one undecodable), a price that matches them, a

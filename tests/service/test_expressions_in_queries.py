@@ -20,7 +20,7 @@ from service.envelope import Tag, join_key_group
 from service.explain import explain
 from service.plan import JoinPlan, PlanError
 from service.source import KafkaRecord
-from service_harness import avro
+from tests.support.service_harness import avro
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 LINES = json.loads((DATA / "lines.avsc").read_text())
@@ -323,7 +323,7 @@ def test_an_interval_join_with_expressions_in_every_place():
 
 
 def test_a_computed_stream_key_of_a_lookup_join():
-    from lookup_plans import plan as lookup_plan
+    from tests.support.lookup_plans import plan as lookup_plan
 
     plan = lookup_plan(JOIN_SQL="SELECT o.order_id, UPPER(p.name) AS name FROM orders o JOIN products FOR SYSTEM_TIME "
                                 "AS OF PROCTIME() AS p ON LOWER(o.product) = p.product")

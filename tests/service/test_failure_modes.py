@@ -11,7 +11,7 @@ from service.catalog import plan_for
 from service.config import load_settings
 from service.logs import JsonFormatter
 from service.session import DAEMON_BROKEN_PIPE, TASK_ATTEMPTS, _relay_jvm_stderr, expect_stop, with_task_retries
-from service_env import VALID
+from tests.support.service_env import VALID
 
 
 @pytest.mark.parametrize("master, expected", [

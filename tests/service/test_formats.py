@@ -10,7 +10,7 @@ from service import formats
 from service.avro import load_schema_file
 from service.config import ConfigError, load_settings
 from service.formats import InputSide, ReaderSchemaError, SchemaSource, format_of
-from service_env import VALID
+from tests.support.service_env import VALID
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
 ORDERS_ENVELOPE = {"type": "struct", "fields": [

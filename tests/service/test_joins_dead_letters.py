@@ -5,9 +5,9 @@ credentials reaching Spark's workers."""
 import struct
 from collections import Counter
 
-from query_driver import QueryDriver
-from schema_registry_fake import fake_schema_registry, schema_registry_url  # noqa: F401
-from service_harness import ORDERS, PRICES, avro, order, price
+from tests.support.query_driver import QueryDriver
+from tests.support.schema_registry_fake import fake_schema_registry, schema_registry_url  # noqa: F401
+from tests.support.service_harness import ORDERS, PRICES, avro, order, price
 
 LEFT_JOIN = "SELECT o.order_id, o.product, o.quantity, p.price FROM orders AS o LEFT JOIN prices AS p ON o.product = p.product"
 

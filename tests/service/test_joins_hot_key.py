@@ -6,8 +6,8 @@ tests' (tests/integration/test_service_checkpoint_compat.py)."""
 from collections import Counter
 
 from operators.regular import _KeyedJoin
-from query_driver import QueryDriver
-from service_harness import order, price
+from tests.support.query_driver import QueryDriver
+from tests.support.service_harness import order, price
 
 LEFT_JOIN = "SELECT o.order_id, o.product, o.quantity, p.price FROM orders o LEFT JOIN prices p ON o.product = p.product"
 

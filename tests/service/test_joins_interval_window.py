@@ -4,9 +4,9 @@ for two windows. Moved from tests/integration/test_service_interval_window.py, w
 event-time interval join and one window join on a real broker and Spark query."""
 from collections import Counter
 
-from query_driver import QueryDriver
-from service_harness import DATA, FAR_FUTURE, SHIPMENTS, TIMED_ORDERS, at, shipment
-from service_harness import window_order as timed_order
+from tests.support.query_driver import QueryDriver
+from tests.support.service_harness import DATA, FAR_FUTURE, SHIPMENTS, TIMED_ORDERS, at, shipment
+from tests.support.service_harness import window_order as timed_order
 
 
 def shipping(sql, **env) -> QueryDriver:

@@ -10,8 +10,8 @@ from decimal import Decimal
 
 import pytest
 
-from query_driver import FakeTable, QueryDriver
-from service_harness import ORDERS, avro, order
+from tests.support.query_driver import FakeTable, QueryDriver
+from tests.support.service_harness import ORDERS, avro, order
 
 LEFT_JOIN = ("SELECT o.order_id, o.product, o.quantity, p.name, p.price FROM orders AS o "
              "LEFT JOIN products FOR SYSTEM_TIME AS OF PROCTIME() AS p ON o.product = p.product")

@@ -6,8 +6,8 @@ from collections import Counter
 
 import pytest
 
-from query_driver import QueryDriver
-from service_harness import ORDER_CHANGES, ORDERS_LEFT_JOIN_PRICES, PRICE_CHANGES, order, price
+from tests.support.query_driver import QueryDriver
+from tests.support.service_harness import ORDER_CHANGES, ORDERS_LEFT_JOIN_PRICES, PRICE_CHANGES, order, price
 
 
 def test_left_join_upsert_output_is_keyed_by_the_output_key():

@@ -9,9 +9,9 @@ from collections import Counter
 
 import pytest
 
-from query_driver import QueryDriver
+from tests.support.query_driver import QueryDriver
 from service.checkpoint import CheckpointMismatch
-from service_harness import ORDERS, drop_replays, order, price, retract_table, upsert_table
+from tests.support.service_harness import ORDERS, drop_replays, order, price, retract_table, upsert_table
 
 SQL = "SELECT o.*, p.price FROM orders AS o LEFT JOIN prices AS p ON o.product = p.product"
 

@@ -7,8 +7,8 @@ from collections import Counter
 
 import pytest
 
-from query_driver import QueryDriver
-from service_harness import RATES, TEMPORAL, avro, event_time_inputs, order, price, rate, timed_order
+from tests.support.query_driver import QueryDriver
+from tests.support.service_harness import RATES, TEMPORAL, avro, event_time_inputs, order, price, rate, timed_order
 
 EVENT_TIME_SQL = (
     "SELECT o.order_id, o.currency, o.amount, r.rate FROM orders AS o {join} JOIN rates "

@@ -7,7 +7,7 @@ import uuid
 import pytest
 
 from operators import RowKind
-from schema_registry_fake import fake_schema_registry, schema_registry_url  # noqa: F401
+from tests.support.schema_registry_fake import fake_schema_registry, schema_registry_url  # noqa: F401
 from service.avro import DecodeError, SchemaRegistry
 from service.catalog import plan_for
 from service.config import load_settings
@@ -17,8 +17,8 @@ from service.explain import explain
 from service.keys import KeyDecoder
 from service.plan import PlanError, SidePlan
 from service.source import KafkaRecord
-from service_harness import PRICES, avro, price
-from service_env import VALID
+from tests.support.service_harness import PRICES, avro, price
+from tests.support.service_env import VALID
 
 
 def side(types: dict, pk: tuple[str, ...], nullable=None) -> SidePlan:

@@ -15,8 +15,8 @@ from service.latency import (AGE_MS, AGES, FINE_BUCKETS, LATENCY_BUCKETS, BatchA
                              fine_bounds, fine_bucket, fine_histogram)
 from service.pipeline import REPLAYED, BatchCounts
 from service.source import KafkaRecord
-from service_harness import ORDERS, avro, order
-from left_join_stages import encoder_for, plan_for
+from tests.support.service_harness import ORDERS, avro, order
+from tests.support.left_join_stages import encoder_for, plan_for
 
 AGES_TO_CHECK = [*range(0, 70_000), *(2 ** k + d for k in range(16, 63) for d in (-1, 0, 1)), 2 ** 63 - 1]
 

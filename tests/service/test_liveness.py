@@ -4,7 +4,7 @@ import urllib.request
 
 from service.config import load_settings
 from service.metrics import JoinMetrics, MetricsServer
-from service_env import VALID
+from tests.support.service_env import VALID
 
 
 class Clock:

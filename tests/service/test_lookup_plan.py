@@ -11,8 +11,8 @@ from service.explain import explain
 from service.plan import PlanError, PlanKind
 from service.shipping import worker_config, worker_secrets
 
-from lookup_plans import LOOKUP, plan
-from service_env import SCHEMAS
+from tests.support.lookup_plans import LOOKUP, plan
+from tests.support.service_env import SCHEMAS
 
 
 def problems(**env) -> str:

@@ -9,7 +9,7 @@ from service.config import load_settings
 from service.explain import explain
 from service.plan import JoinPlan, PlanError
 from service.planner import build_plan
-from service_env import VALID
+from tests.support.service_env import VALID
 
 
 def plan_for(**env):
@@ -104,7 +104,7 @@ def test_conditions_sql_can_evaluate_are_accepted():
 
 
 def test_an_event_time_column_must_hold_times():
-    from service_harness import TEMPORAL
+    from tests.support.service_harness import TEMPORAL
 
     env = {**TEMPORAL, "LEFT_TOPIC": "orders", "RIGHT_TOPIC": "rates"}
     plan_for(**env)  # rate_time is an epoch-millis long
@@ -138,7 +138,7 @@ def test_numbers_of_different_types_meet_under_one_join_key(tmp_path):
 
 
 # -- interval and window joins ------------------------------------------------------------------
-from service_env import DATA, TIMED  # noqa: E402
+from tests.support.service_env import DATA, TIMED  # noqa: E402
 INTERVAL_SQL = ("SELECT o.order_id, s.ship_id, s.carrier FROM orders o LEFT JOIN shipments s ON o.order_id = s.order_id "
                 "AND s.ship_time BETWEEN o.order_time - INTERVAL '10' MINUTE AND o.order_time + INTERVAL '1' HOUR")
 PROCTIME_SQL = ("SELECT o.order_id, s.ship_id FROM orders o JOIN shipments s ON o.order_id = s.order_id "
@@ -228,8 +228,8 @@ def test_an_event_time_temporal_join_refuses_another_left_time_column():
 
 
 def test_check_config_explains_a_window_join_its_window_and_its_state():
-    from service_env import VALID as BASE
-    from service_env import changejoin
+    from tests.support.service_env import VALID as BASE
+    from tests.support.service_env import changejoin
 
     proc = changejoin("check-config", env={**BASE, **TIMED, "JOIN_SQL": WINDOW_SQL})
     assert proc.returncode == 0, proc.stderr
@@ -269,7 +269,7 @@ class Registry:
 
 def registered_orders(columns=ORDERS_CDC) -> Registry:
     """orders-value: a Debezium envelope as Confluent's AvroConverter registers it."""
-    from debezium_avro import avro_schema, connect_envelope
+    from tests.support.debezium_avro import avro_schema, connect_envelope
 
     return Registry(**{"orders-value": avro_schema(connect_envelope(columns))})
 
@@ -443,7 +443,7 @@ def test_a_keyed_debezium_topic_in_retract_mode_joins_directly_as_a_rowkind_retr
 
 
 def _registered_envelopes() -> Registry:
-    from debezium_avro import avro_schema, connect_envelope
+    from tests.support.debezium_avro import avro_schema, connect_envelope
 
     registry = Registry()
     for topic, fields in (("orders", [("order_id", "int64", False), ("product", "string", False),
@@ -456,8 +456,8 @@ def _registered_envelopes() -> Registry:
 
 
 def test_check_config_shows_how_an_insert_only_debezium_topic_is_read():
-    from service_env import VALID as BASE
-    from service_env import changejoin
+    from tests.support.service_env import VALID as BASE
+    from tests.support.service_env import changejoin
 
     proc = changejoin("check-config", env={**BASE, **CDC_APPEND, "JOIN_SQL": CDC_INTERVAL_SQL})
     assert proc.returncode == 0, proc.stderr

@@ -5,7 +5,7 @@ exactly those bytes, and the workers must read them back into the same plan. A c
 until the golden files are rewritten on purpose (a checkpoint-facts change also needs a look at
 service/checkpoint.py's compatibility rules).
 
-    python tests/service/test_plan_golden.py --write    # (re)write the golden files
+    python -m tests.service.test_plan_golden --write    # (re)write the golden files
 """
 from __future__ import annotations
 
@@ -15,15 +15,13 @@ from pathlib import Path
 
 import pytest
 
+from service import checkpoint
+from service.catalog import plan_for
+from service.config import load_settings
+from service.database import TableInfo
+from service.plan import JoinPlan
+
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
-
-from service import checkpoint  # noqa: E402
-from service.catalog import plan_for  # noqa: E402
-from service.config import load_settings  # noqa: E402
-from service.database import TableInfo  # noqa: E402
-from service.plan import JoinPlan  # noqa: E402
-
 GOLDEN = ROOT / "tests" / "data" / "plans"
 BASE = {"KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1", "LEFT_TOPIC": "orders", "OUTPUT_TOPIC": "out"}
 PRICES = {**BASE, "RIGHT_TOPIC": "prices", "LEFT_SCHEMA_FILE": "schemas/orders.avsc",

@@ -14,7 +14,7 @@ from service.catalog import plan_for
 from service.checkpoint import CheckpointInUse, CheckpointLock
 from service.config import load_settings
 from service.rescale import RescaleError, rescale
-from service_env import VALID
+from tests.support.service_env import VALID
 
 
 class FakeSpark:

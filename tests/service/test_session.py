@@ -8,7 +8,7 @@ import pytest
 from service import app, session
 from service.config import load_settings
 from service.session import launch_properties, query_start_properties, spark_properties
-from service_env import VALID
+from tests.support.service_env import VALID
 
 ROOT = Path(__file__).resolve().parents[2]
 IDLE = "spark.sql.streaming.noDataProgressEventInterval"
@@ -206,7 +206,7 @@ def test_the_spark_settings_paragraph_names_every_property_the_service_sets():
 
 
 def test_check_config_prints_the_spark_properties_with_secrets_hidden():
-    from service_env import changejoin
+    from tests.support.service_env import changejoin
 
     proc = changejoin("check-config", env={**VALID, "SPARK_CONF_spark_hadoop_fs_s3a_secret_key": "s3-secret-7"})
     assert proc.returncode == 0, proc.stderr

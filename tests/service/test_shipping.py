@@ -19,7 +19,7 @@ from service import shipping
 from service.faults import CrashPoint
 from service.shipping import Delivery, Secrets, WorkerConfig, built, worker_config, worker_secrets
 from service.transactions import delivery_config
-from service_env import VALID
+from tests.support.service_env import VALID
 
 SERVICE = Path(__file__).resolve().parents[2] / "service"
 #: The parts of a worker config: every field of each is read somewhere (:func:`unread_fields`).

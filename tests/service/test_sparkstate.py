@@ -9,8 +9,8 @@ from service import sparkstate
 from service.checkpoint import reconcile
 from service.plan import JoinPlan
 from service.processor import JoinProcessor, NormalizeProcessor, UpsertProcessor
-from spark_fakes import FakeHandle, FakeValueState
-from checkpoint_plans import NOTE, UPSERT, plan, with_fields
+from tests.support.spark_fakes import FakeHandle, FakeValueState
+from tests.support.checkpoint_plans import NOTE, UPSERT, plan, with_fields
 
 TEMPORAL = ("SELECT o.order_id, p.price FROM orders AS o LEFT JOIN prices FOR SYSTEM_TIME AS OF o.proc_time AS p "
             "ON o.product = p.product")

@@ -22,7 +22,7 @@ from operators.splitside import SplitSide
 from operators.stateformat import map_key
 from operators.testing import InMemoryState, LocalRunner, PickledMap
 
-from operator_changelogs import CONDITIONS, build, bundles, changelog, layouts_, ops, settings_
+from tests.support.operator_changelogs import CONDITIONS, build, bundles, changelog, layouts_, ops, settings_
 
 CASES = Path(__file__).resolve().parents[1] / "conformance" / "cases.json"
 REGULAR_KINDS = {"regular", "semi_anti", "mini_batch"}
@@ -201,9 +201,9 @@ def test_split_side_flush_writes_only_changes():
 def test_the_join_processor_keeps_a_hot_sides_rows_in_spark_map_state_and_a_failed_call_writes_nothing():
     from service.envelope import Target, unpack
     from service.processor import JoinProcessor
-    from spark_fakes import FakeHandle, FakeTimerValues
-    from left_join_stages import envelopes, plan_for
-    from service_harness import order, price
+    from tests.support.spark_fakes import FakeHandle, FakeTimerValues
+    from tests.support.left_join_stages import envelopes, plan_for
+    from tests.support.service_harness import order, price
 
     join = JoinProcessor(plan_for().to_json())
     handle = FakeHandle()

@@ -11,7 +11,7 @@ from pyspark.sql.types import BinaryType, StructField, StructType
 from service import sparkstate
 from service.sparkstate import BucketState, KeyCodec, WireCalls
 from service.statewire import StateError, StateWire
-from state_server import StateServer, client
+from tests.support.state_server import StateServer, client
 
 VALUE = StructType([StructField("v", BinaryType(), True)])
 KEY = StructType([StructField("k", BinaryType(), True)])

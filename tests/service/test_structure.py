@@ -2,7 +2,8 @@
 What the workers run never loads the driver's planner or SQL front end. A package of ``service/``
 (``sql/``, ``database/``, ``avro/``) is one room: the rest of the service enters it by its ``__init__``, and
 inside, its modules stand on floors, each importing only those below it. And the service stands
-apart from the tooling: no service module imports devkit at module level."""
+apart from the tooling: no service module imports devkit at module level. The tests are one package
+(``tests``) that imports what they share as ``tests.support.<module>`` and no test module."""
 import ast
 import re
 import sys
@@ -300,7 +301,7 @@ def test_the_import_parser_sees_relative_absolute_and_function_level_imports(tmp
         "from .decode import x\nfrom . import encode\nimport service.sink\n"
         "def f():\n    from service.processor import y\n"
     )
-    monkeypatch.setattr(__import__(__name__), "SERVICE", tmp_path)
+    monkeypatch.setattr(sys.modules[__name__], "SERVICE", tmp_path)
     assert service_imports("probe") == {"decode", "encode", "sink", "processor"}
 
 
@@ -445,8 +446,8 @@ def test_the_format_name_check_sees_comparisons_and_messages(tmp_path, monkeypat
     probe.mkdir()
     (probe / "probe.py").write_text('"""The rowkind format."""\nif fmt == "debezium-json":\n    pass\n'
                                     'rowkind_header = "rowkind_header"\n')
-    monkeypatch.setattr(__import__(__name__), "SERVICE", probe)
-    monkeypatch.setattr(__import__(__name__), "FORMATS", probe / "formats")
+    monkeypatch.setattr(sys.modules[__name__], "SERVICE", probe)
+    monkeypatch.setattr(sys.modules[__name__], "FORMATS", probe / "formats")
     try:
         test_no_module_outside_the_formats_names_a_format()
     except AssertionError as err:
@@ -647,25 +648,85 @@ def test_the_dashboard_and_the_alerts_have_one_source():
         assert named <= allowed, f"{path.relative_to(root)} names {sorted(named)}: use devkit.monitoring"
 
 
+TESTS = SERVICE.parent / "tests"
+#: The modules under tests/ that may edit ``sys.path``: the conftest puts the build and the
+#: repository's root first, and the workers' site hook's test imports the hook it tests (then
+#: takes its folder off again).
+TESTS_PATH_EDITS = {"conftest.py", "service/test_workersite.py"}
+
+
+def test_the_tests_are_a_package_without_path_edits():
+    """tests/ is a package: every folder of it that holds modules has an ``__init__.py`` (a test
+    module is ``tests.<folder>.test_x``, what tests share ``tests.support.<module>``), and no
+    module reaches another through a ``sys.path`` edit. tests/data/ holds data, and a script that
+    writes some with another checkout's service."""
+    folders = {path.parent for path in TESTS.rglob("*.py")} - {TESTS / "data", *(TESTS / "data").rglob("*")}
+    assert {"support", "operators", "service", "integration", "deploy", "expressions"} <= {f.name for f in folders}
+    assert sorted(str(f.relative_to(TESTS.parent)) for f in folders if not (f / "__init__.py").exists()) == []
+    for path in sorted(TESTS.rglob("*.py")):
+        edits = sys_path_edits(path)
+        where = str(path.relative_to(TESTS))
+        assert not edits or where in TESTS_PATH_EDITS, f"tests/{where} edits sys.path (line {edits[0]})"
+    assert all(sys_path_edits(TESTS / where) for where in TESTS_PATH_EDITS), "update TESTS_PATH_EDITS"
+
+
+def _is_sys_path(node: ast.AST) -> bool:
+    return isinstance(node, ast.Attribute) and node.attr == "path" and isinstance(node.value, ast.Name) \
+        and node.value.id == "sys"
+
+
+def sys_path_edits(path: Path) -> list[int]:
+    """The lines where a module changes ``sys.path``: calls its methods (``insert``, ``append``,
+    ``remove``, ...), assigns it or an item of it, or deletes one (reading it is no edit)."""
+    lines = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and _is_sys_path(node.func.value):
+            lines.append(node.lineno)
+        targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else \
+            [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else []
+        lines += [t.lineno for t in targets
+                  if _is_sys_path(t) or (isinstance(t, ast.Subscript) and _is_sys_path(t.value))]
+    return sorted(lines)
+
+
+def test_the_path_edit_check_bites(tmp_path):
+    probe = tmp_path / "probe.py"
+    probe.write_text("import sys\nsys.path.insert(0, 'x')\nsys.path[:0] = ['y']\nsys.path += ['z']\n"
+                     "del sys.path[0]\nsys.path = []\nfirst = sys.path[0]\nfound = 'x' in sys.path\n")
+    assert sys_path_edits(probe) == [2, 3, 4, 5, 6]
+
+
 def test_every_test_module_has_a_name_of_its_own():
-    """pytest imports the test folders' modules by their file names (no packages under tests/), so
-    two folders' ``test_x.py`` stop the whole run at collection."""
-    tests = SERVICE.parent / "tests"
+    """A test module's file name says what it proves and names it alone, as the documents, the
+    issues and the commit messages cite it (``test_state_format.py``): no two folders hold the
+    same ``test_x.py``, although as ``tests.<folder>.test_x`` pytest could import both."""
     seen: dict[str, list[str]] = {}
-    for path in tests.rglob("test_*.py"):
-        seen.setdefault(path.name, []).append(str(path.relative_to(tests)))
+    for path in TESTS.rglob("test_*.py"):
+        seen.setdefault(path.name, []).append(str(path.relative_to(TESTS)))
     assert {name: paths for name, paths in seen.items() if len(paths) > 1} == {}
 
 
+def _package_of(path: Path, root: Path) -> str:
+    """The package of a module under ``root``, which stands for tests/."""
+    return ".".join(("tests",) + path.parent.relative_to(root).parts)
+
+
+#: A string that names a test module for an import elsewhere: a mapper Spark's workers import
+#: (``"tests.integration.test_x:factory"``, or bare ``"test_x:factory"``), a module to import or
+#: patch (``"tests.service.test_x"``, ``"tests.service.test_x.NAME"``).
+TEST_MODULE_NAME = re.compile(r"(?:\w+\.)*test_\w+:[\w.]+|tests(?:\.\w+)*\.test_\w+(?:\.\w+)*")
+
+
 def imports_of_test_modules(root: Path) -> list[str]:
-    """Where a module under ``root`` imports a test module (``test_*``), or names one for Spark's
-    workers to import (a mapper ``"test_x:factory"``)."""
+    """Where a module under ``root`` (tests/) imports a test module (``tests.<folder>.test_x``, or
+    bare ``test_x``), or names one as a string for an import elsewhere (a mapper for Spark's workers,
+    a module to import or patch)."""
     found = []
     for path in sorted(root.rglob("*.py")):
-        for name, _ in imports(path, "tests"):
+        for name, _ in imports(path, _package_of(path, root)):
             if any(part.startswith("test_") for part in name.split(".")):
                 found.append(f"{path.relative_to(root)}: {name}")
-        found += [f"{path.relative_to(root)}: {s!r}" for s in _code_strings(path) if re.match(r"^test_\w+:\w+$", s)]
+        found += [f"{path.relative_to(root)}: {s!r}" for s in _code_strings(path) if TEST_MODULE_NAME.fullmatch(s)]
     return found
 
 
@@ -673,16 +734,94 @@ def test_no_test_module_imports_another():
     """What tests share (settings, plans, harnesses, fixtures, mappers for Spark's workers) lives in
     tests/support/, never in a test module another one imports: a test module's name says what it
     proves, and moving or removing it breaks nothing else (there were 41 such imports)."""
-    assert imports_of_test_modules(SERVICE.parent / "tests") == []
+    assert imports_of_test_modules(TESTS) == []
 
 
 def test_the_test_module_import_check_bites(tmp_path):
-    (tmp_path / "test_probe.py").write_text('from test_config import VALID\nimport test_cli\n'
-                                            'def f():\n    from test_docs import slugs\n'
-                                            'MAPPER = "test_kafka_source:make_echo_mapper"\nfrom service_env import VALID\n')
+    (tmp_path / "service").mkdir()
+    (tmp_path / "service" / "test_probe.py").write_text(
+        'from test_config import VALID\nimport test_cli\n'
+        'def f():\n    from test_docs import slugs\n'
+        'MAPPER = "test_kafka_source:make_echo_mapper"\nfrom tests.support.service_env import VALID\n'
+        'from tests.service.test_plan import CASES\nimport tests.deploy.test_helm_chart\nfrom . import test_keys\n'
+        'MAPPERS = ["tests.integration.test_kafka_source:make_echo_mapper",\n'
+        '           "tests.support.echo_mappers:make_echo_mapper"]\n'
+        'TARGET, PREFIX = "tests.service.test_cli.load_settings", "test_the_session_server_gives_"\n')
     assert sorted(imports_of_test_modules(tmp_path)) == sorted([
-        "test_probe.py: test_cli", "test_probe.py: test_config", "test_probe.py: test_config.VALID",
-        "test_probe.py: test_docs", "test_probe.py: test_docs.slugs", "test_probe.py: 'test_kafka_source:make_echo_mapper'"])
+        "service/test_probe.py: test_cli", "service/test_probe.py: test_config",
+        "service/test_probe.py: test_config.VALID", "service/test_probe.py: test_docs",
+        "service/test_probe.py: test_docs.slugs", "service/test_probe.py: 'test_kafka_source:make_echo_mapper'",
+        "service/test_probe.py: tests.service.test_plan", "service/test_probe.py: tests.service.test_plan.CASES",
+        "service/test_probe.py: tests.deploy.test_helm_chart", "service/test_probe.py: tests.service.test_keys",
+        "service/test_probe.py: 'tests.integration.test_kafka_source:make_echo_mapper'",
+        "service/test_probe.py: 'tests.service.test_cli.load_settings'"])
+
+
+def support_modules() -> set[str]:
+    """The modules of tests/support/ by their names."""
+    return {path.stem for path in (TESTS / "support").glob("*.py")} - {"__init__"}
+
+
+#: A string that may name a module for an import elsewhere: ``"module.NAME"``, ``"module:factory"``.
+MODULE_NAME = re.compile(r"(\w+)(?:\.\w+)*(?::[\w.]+)?")
+
+
+def bare_support_imports(root: Path) -> list[str]:
+    """Where a module under ``root`` (tests/) reaches what the tests share other than as
+    ``tests.support.<module>`` (``from tests.support.<module> import ...``, ``import
+    tests.support.<module>``): a support module by its bare name (``from service_env import VALID``,
+    which only a ``sys.path`` entry for tests/support/ would find), a relative import, any other
+    name under ``tests`` (``from tests import helm_tool``, ``from tests.support import helm_tool``),
+    or a string naming a support module by its bare name for an import elsewhere (a mapper
+    ``"echo_mappers:factory"`` for Spark's workers, a patch target ``"kafka_fixture.produce"``)."""
+    support = support_modules()
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        where = path.relative_to(root)
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                found.append(f"{where}: {'.' * node.level}{node.module or ''} (relative)")
+                continue
+            names = [node.module] if isinstance(node, ast.ImportFrom) else \
+                [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
+            for name in names:
+                parts = name.split(".")
+                named = parts[:2] == ["tests", "support"] and len(parts) > 2 and parts[2] in support
+                if parts[0] in support or (parts[0] == "tests" and not named):
+                    found.append(f"{where}: {name}")
+        found += [f"{where}: {s!r}" for s in _code_strings(path) if (match := MODULE_NAME.fullmatch(s))
+                  and match.group(1) in support and s != match.group(1) and not s.endswith(".py")]
+    return found
+
+
+def test_the_tests_import_shared_code_only_as_tests_support():
+    """What the tests share is imported by one name, ``tests.support.<module>``, by the test
+    modules, the conftest and the support modules alike, as Spark's workers import it (their path
+    has the repository's root, not tests/support/): a bare ``import kafka_fixture`` works only
+    where something put tests/support/ on the path, and makes a second copy of a module imported
+    under both names."""
+    assert support_modules() >= {"service_env", "kafka_fixture", "echo_mappers", "compiled", "helm_tool"}
+    assert bare_support_imports(TESTS) == []
+
+
+def test_the_support_import_check_bites(tmp_path):
+    (tmp_path / "service").mkdir()
+    (tmp_path / "service" / "test_probe.py").write_text(
+        'from service_env import VALID\nimport helm_tool\nimport kafka_fixture as kf\n'
+        'def f():\n    from query_driver import QueryDriver\n'
+        'from ..support.service_harness import JoinHarness\nfrom . import test_keys\n'
+        'from tests import helm_tool\nfrom tests.support import compiled\nimport tests.support\n'
+        'from tests.support.no_such_module import x\n'
+        'MAPPER, TARGET = "echo_mappers:make_echo_mapper", "kafka_fixture.produce"\n'
+        # what the rule asks for, and what only looks alike
+        'from tests.support.service_env import VALID\nimport tests.support.helm_tool\n'
+        'from service.config import load_settings\nimport compiledb\n'
+        'OK = ["tests.support.echo_mappers:make_echo_mapper", "compiled", "compiled.py",\n'
+        '      "tests/support/compiled.py"]\n')
+    assert sorted(bare_support_imports(tmp_path)) == sorted(f"service/test_probe.py: {name}" for name in [
+        "service_env", "helm_tool", "kafka_fixture", "query_driver", "..support.service_harness (relative)",
+        ". (relative)", "tests", "tests.support", "tests.support", "tests.support.no_such_module",
+        "'echo_mappers:make_echo_mapper'", "'kafka_fixture.produce'"])
 
 
 def test_the_workers_site_hook_is_alone_and_needs_only_the_standard_library():

@@ -11,9 +11,9 @@ from service.decode import InputDecoder
 from service.envelope import EVENT_TIME, PAYLOAD, Target, unpack
 from service.processor import JoinProcessor
 from service.source import KafkaRecord
-from service_harness import SHIPMENTS, TIMED_ORDERS, avro
-from spark_fakes import FakeHandle, FakeTimerValues
-from service_env import TIMED, VALID
+from tests.support.service_harness import SHIPMENTS, TIMED_ORDERS, avro
+from tests.support.spark_fakes import FakeHandle, FakeTimerValues
+from tests.support.service_env import TIMED, VALID
 
 
 def window_plan(function="TUMBLE(TABLE {t}, DESCRIPTOR({c}), INTERVAL '10' SECOND)", join="LEFT JOIN"):

@@ -9,7 +9,7 @@ import pyspark
 
 from service.session import WORKER_SITE, spark_properties
 from service.config import load_settings
-from service_env import VALID
+from tests.support.service_env import VALID
 
 sys.path.insert(0, str(WORKER_SITE))
 try:

@@ -6,7 +6,7 @@ import json
 
 from service.catalog import plan_for
 from service.config import load_settings
-from service_env import SCHEMAS, VALID
+from tests.support.service_env import SCHEMAS, VALID
 
 ORDERS = json.loads((SCHEMAS / "orders.avsc").read_text())
 LEFT = "SELECT o.order_id, o.product, p.price FROM orders o LEFT JOIN prices p ON o.product = p.product"

@@ -3,7 +3,7 @@
 A checkout (an editable install) runs the pure-Python modules: the reference every test proves.
 ``CHANGEJOIN_TEST_BUILD=DIR`` runs the tests on a build instead (``build(DIR)``: the packages with
 their extensions, as a wheel holds them), first on the path. ``./dev test`` runs the suite in two
-pytest runs, each test once: first ``python tests/support/compiled.py``, which builds the
+pytest runs, each test once: first ``python -m tests.support.compiled``, which builds the
 extensions once and runs :data:`TESTS` (the operators' and expressions' tests, the record path's
 unit tests and two end-to-end joins) on them, then every other test on the checkout's modules
 (``pytest --after-compiled``: tests/conftest.py deselects what :func:`selects` says the first run
@@ -73,8 +73,13 @@ def build(dest: Path, temp: Path) -> None:
 
 def check_imports() -> str:
     """Every compiled module imports from where this run says: its ``.py`` in the checkout, or
-    the extension in ``CHANGEJOIN_TEST_BUILD``. What it found, for the test header."""
+    the extension in ``CHANGEJOIN_TEST_BUILD``, which is first on the path. What it found, for the
+    test header."""
     build_dir = os.environ.get(BUILD_VARIABLE)
+    # Not first, the build would lose to the checkout for what the run has not imported yet.
+    assert not build_dir or Path(sys.path[0]).resolve() == Path(build_dir).resolve(), (
+        f"{BUILD_VARIABLE}={build_dir} is not first on sys.path but {sys.path[0]} (tests/conftest.py puts it "
+        "first; pytest's --import-mode=append, pyproject.toml, leaves it there)")
     wrong = []
     for name in compiled_modules():
         origin = Path(importlib.util.find_spec(name).origin).resolve()  # found, not run: no PySpark to import

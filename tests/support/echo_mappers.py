@@ -1,6 +1,7 @@
 """Mappers for the Kafka source's mapper hook (``service/source.py``), named by
-tests/integration/test_kafka_source.py as ``echo_mappers:make_echo_mapper``: Spark's Python workers
-import this module by that name (the conftest puts tests/support on their PYTHONPATH)."""
+tests/integration/test_kafka_source.py as ``tests.support.echo_mappers:make_echo_mapper``: Spark's
+Python workers import this module by that name (the conftest puts the repository's root on their
+PYTHONPATH)."""
 from __future__ import annotations
 
 from typing import Any, Dict

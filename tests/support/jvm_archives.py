@@ -12,7 +12,7 @@ cores (bench/results/RESULTS.md, "the tests' JVMs: class-data-sharing archives")
 start to its first committed micro-batch 12.0 -> 8.5 s and 19.3 -> 14.8 CPU-s; a broker's start
 and stop 6.5-8.6 -> 3.6-4.0 CPU-s with C1 only.
 
-``./dev test`` makes them (``python tests/support/jvm_archives.py``: one run of a service on a
+``./dev test`` makes them (``python -m tests.support.jvm_archives``: one run of a service on a
 broker of its own, both dumping at their exit) beside the compiled build's run, before the run
 that starts services. They are kept under ``.cache/cds/``, named by a digest of what they depend
 on, so a new JDK, PySpark or broker jar makes new ones and a stale one is never used. A run that
@@ -95,12 +95,11 @@ def make(timeout_s: float = 240.0) -> List[Path]:
     """Run a service once (a broker of its own, a LEFT join of a few records in two micro-batches,
     exactly-once delivery, some bad records) and stop both, their JVMs writing the classes they
     loaded: returns the archives."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    sys.path.insert(0, str(REPO_ROOT))
     from devkit.kafka_broker import KafkaBroker
-    from kafka_fixture import create_topic
-    from service_harness import JoinHarness
-    from service_process import PARTITIONS, Changelogs, ServiceProcess, committed, drive, send, service_env
+    from tests.support.kafka_fixture import create_topic
+    from tests.support.service_harness import JoinHarness
+    from tests.support.service_process import (PARTITIONS, Changelogs, ServiceProcess, committed, drive, send,
+                                               service_env)
 
     targets = service_archive(), broker_archive()
     ARCHIVE_DIR.mkdir(parents=True, exist_ok=True)

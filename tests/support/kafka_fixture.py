@@ -21,7 +21,7 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequ
 import pytest
 
 from devkit.kafka_broker import KafkaBroker
-from jvm_archives import broker_jvm_options
+from tests.support.jvm_archives import broker_jvm_options
 from service.source import KafkaRecord
 
 

@@ -7,8 +7,8 @@ from service.config import load_settings
 from service.decode import InputDecoder
 from service.encode import OutputEncoder
 from service.source import KafkaRecord
-from service_env import VALID
-from service_harness import ORDERS, PRICES, avro
+from tests.support.service_env import VALID
+from tests.support.service_harness import ORDERS, PRICES, avro
 
 LEFT_JOIN = "SELECT o.order_id, o.product, o.quantity, p.price FROM orders o LEFT JOIN prices p ON o.product = p.product"
 

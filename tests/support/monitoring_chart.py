@@ -8,11 +8,11 @@ from pathlib import Path
 
 import yaml
 
-import helm_tool
+from tests.support.helm_tool import REPO_ROOT, helm_or_skip, run_helm
 
 RELEASE, NAMESPACE = "orders", "streaming"
 FULLNAME = f"{RELEASE}-changejoin"
-CHART = helm_tool.REPO_ROOT / "helm" / "changejoin"
+CHART = REPO_ROOT / "helm" / "changejoin"
 # Values the chart needs to render at all (tests/deploy/values/default.yaml).
 DEFAULT_VALUES = Path(__file__).resolve().parents[1] / "deploy" / "values" / "default.yaml"
 
@@ -20,12 +20,12 @@ DEFAULT_VALUES = Path(__file__).resolve().parents[1] / "deploy" / "values" / "de
 def prometheus_rule(*sets: str) -> dict:
     """The rendered PrometheusRule (``prometheusRule.enabled=true`` plus ``sets``: ``--set`` each, or
     ``--set-json`` for one starting with ``json:``, as numbers need)."""
-    helm_tool.helm_or_skip()
+    helm_or_skip()
     args = ["template", RELEASE, str(CHART), "--namespace", NAMESPACE, "-f", str(DEFAULT_VALUES),
             "--set", "prometheusRule.enabled=true", "--show-only", "templates/prometheusrule.yaml"]
     for s in sets:
         args += ["--set-json", s[len("json:"):]] if s.startswith("json:") else ["--set", s]
-    proc = helm_tool.run_helm(*args, check=True)
+    proc = run_helm(*args, check=True)
     (rule,) = [d for d in yaml.safe_load_all(proc.stdout) if d]
     return rule
 

@@ -22,7 +22,7 @@ from typing import Callable, Iterator, Optional, Tuple
 import pytest
 
 from devkit.postgres import PostgresServer, PostgresServerError, find_bin_dir
-from kafka_fixture import _docker_answers
+from tests.support.kafka_fixture import _docker_answers
 
 ENV_URL = "LOOKUP_TEST_DATABASE_URL"
 

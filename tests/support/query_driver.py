@@ -57,8 +57,8 @@ from service.plan import PlanKind
 from service.processor import JoinProcessor, NormalizeProcessor, UpsertProcessor
 from service.shipping import built, worker_config, worker_secrets
 from service.source import KafkaRecord
-from service_harness import SCHEMAS, avro, decode_changelog, drop_replays, retract_table, upsert_table
-from spark_fakes import KeyedHandle
+from tests.support.service_harness import SCHEMAS, avro, decode_changelog, drop_replays, retract_table, upsert_table
+from tests.support.spark_fakes import KeyedHandle
 
 #: One record the query wrote (an output or a dead-letter record), as a consumer reads it back.
 Written = namedtuple("Written", "topic partition offset key value headers")

@@ -19,8 +19,8 @@ from typing import Dict, Iterable, List
 
 import fastavro
 
-from jvm_archives import service_jvm_options
-from kafka_fixture import consume_all, produce
+from tests.support.jvm_archives import service_jvm_options
+from tests.support.kafka_fixture import consume_all, produce
 from service.app import Service
 from service.config import load_settings
 

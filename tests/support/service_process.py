@@ -24,7 +24,7 @@ import pytest
 
 from service.catalog import plan_for
 from service.config import load_settings
-from service_harness import ORDERS, JoinHarness, avro, order, price, start_service_process
+from tests.support.service_harness import ORDERS, JoinHarness, avro, order, price, start_service_process
 
 PARTITIONS = 2
 JOIN_SQL = (

@@ -23,7 +23,7 @@ from typing import Dict, List, Optional
 import pytest
 
 from devkit.broker_process import free_port
-from jvm_archives import service_jvm_options
+from tests.support.jvm_archives import service_jvm_options
 
 EXECUTOR_CLASS = "org.apache.spark.executor.CoarseGrainedExecutorBackend"
 # A cold JVM start on a loaded 2-core machine can take a while; a bound, not an expectation.

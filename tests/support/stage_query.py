@@ -8,9 +8,9 @@ from service.catalog import plan_for
 from service.config import load_settings
 from service.decode import InputDecoder
 from service.processor import JoinProcessor, NormalizeProcessor, UpsertProcessor
-from service_env import VALID
-from spark_fakes import KeyedHandle
-from state_server import WireHandle
+from tests.support.service_env import VALID
+from tests.support.spark_fakes import KeyedHandle
+from tests.support.state_server import WireHandle
 
 
 class Query:
