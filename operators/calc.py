@@ -60,7 +60,10 @@ class OutputCalc:
         for kind, row in rows[start:]:
             retraction = kind == _UPDATE_BEFORE or kind == _DELETE
             result = _UNKNOWN
-            if retraction:
+            # A zero equals a negative zero (and 0 and False), so a row holding one may be equal to
+            # another that computes to something else (CAST(-0.0 AS STRING)): computed, not kept.
+            keep = generation and 0.0 not in row
+            if retraction and keep:
                 try:
                     result = recent.get(row, _UNKNOWN)
                     if result is _UNKNOWN:
@@ -73,7 +76,7 @@ class OutputCalc:
                 except Exception as err:  # noqa: BLE001 - the expression's failure, named in its message
                     out.failed.append((kind, row, str(err)))
                     continue
-                if not retraction and generation:
+                if not retraction and keep:
                     try:
                         recent[row] = result
                     except TypeError:

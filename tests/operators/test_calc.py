@@ -88,3 +88,26 @@ def test_rows_that_cannot_be_kept_are_computed_each_time():
     runner = LocalRunner(OutputCalc(join(), lambda row: (row[0], list(row))))  # a list: unhashable output is fine
     runner.process([(0, I, (1, [4])), (0, D, (1, [4]))])  # an unhashable input row
     assert [(int(k), r) for k, r in runner.output.rows] == [(I, (1, [1, [4], None])), (D, (1, [1, [4], None]))]
+
+
+def test_a_row_equal_to_another_but_for_the_sign_of_a_zero_is_computed_for_itself(monkeypatch):
+    """-0.0 == 0.0, yet CAST(-0.0 AS STRING) is '-0.0': the retraction of (1, -0.0) while (1, 0.0)
+    is also in the join's output must take its own computed row, as it does with nothing kept."""
+    import operators.calc as calc_module
+
+    def join_multiset():
+        spec = JoinSpec(JoinType.LEFT, InputSpec(COLUMNS, (0,), None), InputSpec(COLUMNS, (0,), (0,)),
+                        projection=((0, 0), (0, 1), (1, 1)))
+        return make_join(spec)
+
+    changes = [(0, I, (1, -0.0)), (0, I, (1, 0.0)), (0, D, (1, -0.0)), (0, D, (1, 0.0)),
+               (0, I, (2, 0)), (0, I, (2, 0.0)), (0, D, (2, 0))]
+    outputs = {}
+    for kept in (0, calc_module.RECENT_ROWS):
+        monkeypatch.setattr(calc_module, "RECENT_ROWS", kept)
+        runner = LocalRunner(OutputCalc(join_multiset(), lambda row: (row[0], repr(row[1]))))
+        for record in changes:
+            runner.process([record])
+        outputs[kept] = [(int(k), r) for k, r in runner.output.rows]
+    assert outputs[calc_module.RECENT_ROWS] == outputs[0]
+    assert (D, (1, "-0.0")) in outputs[0] and (D, (2, "0")) in outputs[0]
