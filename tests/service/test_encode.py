@@ -246,3 +246,49 @@ def test_changes_without_a_message_key_go_to_their_grouping_keys_partition_which
             partitions.setdefault(group, set()).add(record[4])
     assert all(len(p) == 1 for p in partitions.values()), partitions
     assert len({p for ps in partitions.values() for p in ps}) > 1, "every grouping key in one partition"
+
+
+def test_a_retraction_takes_the_bytes_its_insert_was_written_with_and_the_records_are_the_same(monkeypatch):
+    """The retract loop keeps the values of inserted rows (encode.KEPT_VALUES): a -U/-D of one of
+    them writes those bytes instead of encoding again. Records, headers and counts are the same as
+    with nothing kept, also for rows equal but for the sign of a zero, and fewer rows are encoded."""
+    import random
+
+    import service.encode as encode_module
+
+    rng = random.Random(11)
+    alive, changes = [], []
+    for i in range(4000):
+        if alive and rng.random() < 0.45:  # mostly one of the newest rows, as updates retract them
+            row = alive.pop(rng.randrange(max(0, len(alive) - 40), len(alive)) if rng.random() < 0.8
+                            else rng.randrange(len(alive)))
+            changes.append((int(rng.choice((RowKind.UPDATE_BEFORE, RowKind.DELETE))), row))
+        else:
+            price = rng.choice((None, 0.0, -0.0, 1.5, rng.random() * 10))
+            row = (rng.randrange(50), f"p{rng.randrange(20)}", rng.randrange(5), price)
+            alive.append(row)
+            changes.append((int(rng.choice((RowKind.INSERT, RowKind.UPDATE_AFTER))), row))
+    rows = [(int(Target.PACKED), 0, pack_changes(changes[i:i + 7]), b"") for i in range(0, len(changes), 7)]
+
+    outputs, default = {}, encode_module.KEPT_VALUES
+    for kept in (0, default, 4):
+        monkeypatch.setattr(encode_module, "KEPT_VALUES", kept)
+        encoder = encoder_for(plan_for())
+        writer, calls = encoder.values.writer, [0]
+
+        def counting():
+            write = writer()
+
+            def counted(row):
+                calls[0] += 1
+                return write(row)
+            return counted
+        encoder.values.writer = counting
+        counts = {}
+        records = list(encoder.records(rows, 3, 1, counts))
+        outputs[kept] = (records, counts, calls[0])
+    none, many, few = outputs[0], outputs[default], outputs[4]
+    assert many[:2] == none[:2] == few[:2]
+    retractions = sum(1 for kind, _ in changes if kind in (int(RowKind.UPDATE_BEFORE), int(RowKind.DELETE)))
+    assert none[2] == len(changes) and retractions > 1000
+    assert many[2] < few[2] < none[2] and many[2] <= len(changes) - retractions // 3  # a zero price is never kept
