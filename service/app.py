@@ -342,6 +342,14 @@ class Service:
             self.metrics_server.stop()
             self.metrics_server = None
 
+    def _hold_input(self) -> None:
+        """From now on the sources plan no new input (their ``stopFile`` exists)."""
+        try:
+            with open(self._stop_file, "w"):
+                pass
+        except OSError:  # the graceful stop then takes longer, no more
+            log.warning("could not create %s: micro-batches go on until the query stops", self._stop_file)
+
     def stop(self, graceful_timeout_s: float = 0.0) -> None:
         """Stop the query. With a timeout, first let the micro-batch in flight commit (waiting up to
         the timeout) and no other begin, so that a planned stop leaves nothing to replay: from now on
@@ -353,8 +361,7 @@ class Service:
             if self.query is not None and self.query.isActive:
                 committed = self._committed
                 if graceful_timeout_s > 0:
-                    with open(self._stop_file, "w"):
-                        pass
+                    self._hold_input()
                 deadline = time.monotonic() + graceful_timeout_s
                 while (time.monotonic() < deadline and self.query.status.get("isTriggerActive")
                        and self._committed <= committed):
@@ -376,6 +383,9 @@ class Service:
 
         def request_stop(signum, frame):
             log.info("signal %d received: stopping after the current micro-batch", signum)
+            # At once, not when the loop below next looks (up to a second later, when micro-batches
+            # of a few hundred milliseconds would keep starting): the sources plan no new input.
+            self._hold_input()
             stopping.set()
 
         signal.signal(signal.SIGTERM, request_stop)
