@@ -15,7 +15,6 @@ the same headers, which lets consumers drop replays.
 """
 from __future__ import annotations
 
-from operator import itemgetter
 from typing import Iterable, Iterator
 
 from operators import RowKind
@@ -35,32 +34,6 @@ _KIND_SHORT = tuple(RowKind(k).short for k in range(4))  # by RowKind value
 _UPDATE_BEFORE, _DELETE = int(RowKind.UPDATE_BEFORE), int(RowKind.DELETE)
 _DEAD_LETTER, _PACKED, _TALLY = int(Target.DEAD_LETTER), int(Target.PACKED), int(Target.TALLY)
 _SIDES = ("left", "right")
-#: How many written values of inserted rows (+I, +U) an encoder keeps, in two generations of half
-#: as many (the older dropped whole: a dict evicted one row at a time walks its deleted slots), so
-#: that a retraction (-U, -D) of one of them takes the same bytes instead of encoding the row again.
-#: Half of a join's changelog is retractions where rows update, most of them of rows written a
-#: little earlier; a row's value is a function of the row (the schema, and its registry id, are
-#: fixed for the encoder's life), and rows equal but for the sign of a zero are never kept. 0
-#: keeps none.
-KEPT_VALUES = 1 << 15
-
-
-def _float_values(schema: dict):
-    """``row -> tuple`` of the values of the schema's float and double columns, or None if none."""
-    def is_float(avro_type) -> bool:
-        if isinstance(avro_type, list):
-            return any(is_float(branch) for branch in avro_type)
-        if isinstance(avro_type, dict):
-            return avro_type.get("type") in ("float", "double") and "logicalType" not in avro_type
-        return avro_type in ("float", "double")
-
-    columns = [i for i, field in enumerate(schema["fields"]) if is_float(field["type"])]
-    if not columns:
-        return None
-    if len(columns) == 1:
-        (i,) = columns
-        return lambda row: (row[i],)
-    return itemgetter(*columns)
 
 
 class OutputEncoder:
@@ -79,9 +52,6 @@ class OutputEncoder:
         # producer's limit with any headers the encoder writes, so only the value's size is checked.
         self._framing_fits = max_record_bytes + output_framing_bytes(rowkind_header) <= message_max_bytes
         self.values = ValueEncoder(plan.output_schema, registry, f"{output_topic}-value" if registry else None)
-        self._recent: dict = {}  # the newest written values of inserted rows (KEPT_VALUES), by row
-        self._older: dict = {}  # the generation before
-        self._floats = _float_values(plan.output_schema)
         self.key_columns = plan.output_key
         self.keys = None
         if plan.output_key:
@@ -148,31 +118,10 @@ class OutputEncoder:
             if plain:
                 if write is None:  # at the first change: a registry is asked for the schema id only then
                     write = self.values.writer()
-                    recent, older, generation, floats = self._recent, self._older, KEPT_VALUES // 2, self._floats
                 for kind, row in changes:
                     seq = (SEQ_HEADER, seq_format % index)
                     index += 1
-                    value = None
-                    # 0.0 == -0.0: a row with a zero in a float column is encoded, not kept, as it
-                    # may equal a row whose bytes differ.
-                    keep = generation and (floats is None or 0.0 not in floats(row))
-                    retraction = kind == _UPDATE_BEFORE or kind == _DELETE
-                    if retraction and keep:  # the bytes its insert was written with
-                        try:
-                            value = recent.get(row) or older.get(row)
-                        except TypeError:  # an unhashable value (a collection type): encoded again
-                            pass
-                    if value is None:
-                        value = write(row)
-                        if keep and not retraction:
-                            try:
-                                recent[row] = value
-                            except TypeError:
-                                pass
-                            else:
-                                if len(recent) >= generation:  # a new generation; the oldest goes whole
-                                    self._older = older = recent
-                                    self._recent = recent = {}
+                    value = write(row)
                     if len(value) <= limit:
                         by_kind[kind] += 1
                         yield (topic, None, value, [kind_headers[kind], batch, seq], partition)
