@@ -617,8 +617,11 @@ class ConsumerPool:
     Spark runs a micro-batch's reading tasks in its Python workers and reuses a worker for task
     after task (``spark.python.worker.reuse``, the default), so a consumer kept by the worker's
     process spares the next task a new one: the client, its connections, the metadata and the close
-    (7-9 ms median, 16-19 ms p90 per range against 1-4 ms with a kept consumer; measured on 2 cores,
-    a local broker, librdkafka 2.16; bench/results/RESULTS.md found ~8 ms of a reading task's 80-90).
+    (bench/results/RESULTS.md found ~8 ms of a reading task's 80-90). Measured on 2 cores with a
+    local broker and librdkafka 2.16: outside Spark 7-9 ms median, 16-19 ms p90 per range with a new
+    consumer against 1-4 ms with a kept one; inside Spark (local[2], two partitions, ~65 records a
+    range, two runs each) a task's read took 7.8-15.3 ms median, 15-50 ms p90 with a new consumer,
+    2.4-2.6 ms median, 6-8 ms p90 with kept ones (one per worker throughout, against one per read).
 
     A read takes an idle consumer of its configuration (:func:`_consumer_key`) or creates one,
     assigns it its partition at the range's start, and gives it back once it has read the whole
