@@ -125,6 +125,14 @@ DEFAULT_OFFSETS_TIMEOUT_S = 300.0
 _RETRY_WARNING_INTERVAL_S = 60.0  # while the brokers do not answer, one warning a minute
 _ARROW_BATCH_ROWS = 10_000
 _CONSUME_BATCH = 1_000
+#: How long one ``consume`` call waits for its batch to fill. librdkafka returns a batch when it
+#: holds as many messages as asked for or when this has passed, and a range whose last offsets are
+#: transaction markers (every range of a live transactional input that ends at the log's end)
+#: never fills its batch: markers take offsets but are no messages. A long wait here is paid by
+#: every such reading task of every micro-batch (it was 1 s); a short one only makes a reader that
+#: outpaces its fetches ask again. Progress, not this, decides when a read gives up
+#: (``readTimeoutSeconds``).
+_CONSUME_WAIT_S = 0.02
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
 #: The offset component holding the time of the latest idle heartbeat (epoch milliseconds).
 HEARTBEAT = "heartbeat"
@@ -837,7 +845,7 @@ def _iter_records(
         last_progress = time.monotonic()
         last_error: Optional[str] = None
         while next_offset < part.end:
-            msgs = consumer.consume(min(_CONSUME_BATCH, part.end - next_offset), 1.0)
+            msgs = consumer.consume(min(_CONSUME_BATCH, part.end - next_offset), _CONSUME_WAIT_S)
             progressed = False
             for msg in msgs:
                 err = msg.error()
