@@ -45,9 +45,10 @@ Partitions that appear later are read from their beginning: the micro-batch that
 logs where it starts and reads none of it, so that every range read is in Spark's offset log and a
 replay reads what the first run read. Each
 micro-batch has one Spark input partition per Kafka partition that has records in the batch's
-range; a task assigns itself the partition, seeks to the range start and reads up to the range
+range; a task assigns a consumer the partition at the range start and reads up to the range
 end (exclusive). It never subscribes, never commits offsets and does not depend on
-consumer-group state.
+consumer-group state. The consumers outlive their tasks: each Python worker process keeps the ones
+its tasks read whole ranges with, idle and unassigned, for its next tasks (:class:`ConsumerPool`).
 
 Rows: by default the raw schema :data:`RAW_SCHEMA`. With ``mapper = "package.module:factory"``
 and ``mapper.config = <JSON>``, ``factory(json.loads(config))`` must return an object with a
@@ -77,11 +78,13 @@ under ``Trigger.AvailableNow`` (its run ends when the records available at its s
 
 from __future__ import annotations
 
+import atexit
 import datetime as _dt
 import importlib
 import json
 import logging
 import os
+import threading
 import time
 import uuid
 from collections import namedtuple
@@ -122,6 +125,14 @@ DEFAULT_OFFSETS_TIMEOUT_S = 300.0
 _RETRY_WARNING_INTERVAL_S = 60.0  # while the brokers do not answer, one warning a minute
 _ARROW_BATCH_ROWS = 10_000
 _CONSUME_BATCH = 1_000
+#: How long one ``consume`` call waits for its batch to fill. librdkafka returns a batch when it
+#: holds as many messages as asked for or when this has passed, and a range whose last offsets are
+#: transaction markers (every range of a live transactional input that ends at the log's end)
+#: never fills its batch: markers take offsets but are no messages. A long wait here is paid by
+#: every such reading task of every micro-batch (it was 1 s); a short one only makes a reader that
+#: outpaces its fetches ask again. Progress, not this, decides when a read gives up
+#: (``readTimeoutSeconds``).
+_CONSUME_WAIT_S = 0.02
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
 #: The offset component holding the time of the latest idle heartbeat (epoch milliseconds).
 HEARTBEAT = "heartbeat"
@@ -247,6 +258,11 @@ class SourceOptions:
             # prefetch queue is full; a reader that drains the queue as fast as it can loses
             # most of a second per pause (measured: 1M rec/s -> 170k rec/s on 200k records).
             "fetch.queue.backoff.ms": 20,
+            # A kept consumer (ConsumerPool) whose previous range ended at the log end has a long
+            # poll in flight there, and librdkafka sends a broker one fetch at a time: the next
+            # range's first fetch waits for it, up to this long (500 ms by default). A range's
+            # records exist when it is read, so only the poll past its end ever waits.
+            "fetch.wait.max.ms": 10,
         }
         conf.update(self.client_props)
         conf["logger"] = kafka_logger(self.client_props)
@@ -394,14 +410,18 @@ def fair_shares(lags: Mapping[int, int], limit: int) -> Dict[int, int]:
 
 
 class KafkaInputPartition(InputPartition):
-    """One Kafka partition's offset range ``[start, end)`` in one micro-batch."""
+    """One Kafka partition's offset range ``[start, end)`` in one micro-batch, and the id of the
+    topic the offsets are of (None when the offsets do not name it): a reading task never reads a
+    topic re-created under the same name with a consumer that knew the one before
+    (:class:`ConsumerPool`)."""
 
-    def __init__(self, topic: str, partition: int, start: int, end: int):
+    def __init__(self, topic: str, partition: int, start: int, end: int, topic_id: Optional[str] = None):
         super().__init__((topic, partition, start, end))
         self.topic = topic
         self.partition = partition
         self.start = start
         self.end = end
+        self.topic_id = topic_id
 
     def __repr__(self) -> str:
         return f"KafkaInputPartition({self.topic}[{self.partition}] {self.start}..{self.end})"
@@ -545,30 +565,293 @@ def _is_permanent(exc: BaseException) -> bool:
 
 
 # --------------------------------------------------------------------------------------------
+# Consumers kept between micro-batches (executor side)
+# --------------------------------------------------------------------------------------------
+
+#: At most this many idle consumers per process; the least recently used is closed first. A Spark
+#: Python worker runs one task at a time, so it needs one per consumer configuration (the inputs of
+#: one service share theirs).
+POOL_MAX_IDLE = 4
+#: An idle consumer unused for this long is closed.
+POOL_IDLE_TIMEOUT_S = 300.0
+
+
+class _ClientLog:
+    """A kept consumer's logger: the service's Kafka logger (:func:`kafka_logger`), which can be
+    muted. librdkafka hands a client's lines over when the client is polled or closed, so the lines
+    of an idle consumer (a broker that went away meanwhile: connections no read waited for) come
+    at its next read or its close; they are dropped there. A read's own lines, and those of a
+    consumer closed after a failed read, go through."""
+
+    __slots__ = ("logger", "muted")
+
+    def __init__(self, logger: logging.Logger):
+        self.logger = logger
+        self.muted = False
+
+    def log(self, level: int, msg: str, *args: Any, **kwargs: Any) -> None:
+        if not self.muted:
+            self.logger.log(level, msg, *args, **kwargs)
+
+
+#: At most this many events (errors) of an idle consumer are drained before a read.
+_STALE_EVENTS = 1000
+
+
+class _Kept:
+    """A consumer of the pool, with what it was made for."""
+
+    __slots__ = ("consumer", "log", "key", "topic_ids", "idle_since")
+
+    def __init__(self, consumer: Any, log: _ClientLog, key: tuple):
+        self.consumer = consumer
+        self.log = log
+        self.key = key
+        #: The id of each topic (by name) it has read: a topic re-created since is another log.
+        self.topic_ids: Dict[str, str] = {}
+        self.idle_since = 0.0
+
+
+def _consumer_key(conf: Mapping[str, Any]) -> tuple:
+    """Everything of a consumer configuration that makes the client, but its random ``group.id``
+    (never used) and its logger (the one named logger; its level follows the ``debug`` property,
+    which is in the key)."""
+    return tuple(sorted((k, str(v)) for k, v in conf.items() if k not in ("group.id", "logger")))
+
+
+class ConsumerPool:
+    """The Kafka consumers of one process, kept from one reading task to the next.
+
+    Spark runs a micro-batch's reading tasks in its Python workers and reuses a worker for task
+    after task (``spark.python.worker.reuse``, the default), so a consumer kept by the worker's
+    process spares the next task a new one: the client, its connections, the metadata and the close
+    (bench/results/RESULTS.md found ~8 ms of a reading task's 80-90). Measured on 2 cores with a
+    local broker and librdkafka 2.16: outside Spark 7-9 ms median, 16-19 ms p90 per range with a new
+    consumer against 1-4 ms with a kept one; inside Spark (local[2], two partitions, ~65 records a
+    range, two runs each) a task's read took 7.8-15.3 ms median, 15-50 ms p90 with a new consumer,
+    2.4-2.6 ms median, 6-8 ms p90 with kept ones (one per worker throughout, against one per read).
+
+    A read takes an idle consumer of its configuration (:func:`_consumer_key`) or creates one,
+    assigns it its partition at the range's start, and gives it back once it has read the whole
+    range. After an error, a timeout, or a task that stopped reading early (its generator closed)
+    the consumer is closed instead, so no kept consumer carries a failure into another range. What
+    a consumer fetched past its range's end is dropped: every read assigns its own start, so a
+    replayed micro-batch or a retried task reads exactly its range, and a stale end-of-partition
+    event of an earlier assignment never ends a read (librdkafka drops the events of an assignment
+    once another replaces it; the reader also ignores those of other partitions).
+
+    Keyed by configuration, not by partition, and idle consumers unassigned (they fetch nothing):
+
+    - Spark gives a partition's next range to any idle Python worker, rarely the one that read the
+      previous range (measured: a partition's ranges alternate between the workers). Kept per
+      partition, a consumer would seldom read on, and every worker would keep one per partition.
+    - An assigned consumer goes on fetching while idle, up to ``queued.max.messages.kbytes`` (64 MB
+      by default; measured: 33,203 records, 64,841 KB queued after a 100-record range of a backlog)
+      in every worker, for ranges that other workers mostly read. Unassigning empties that queue, as
+      pausing does; a resumed partition then waited ~400 ms for its next fetch (measured).
+    - Reading on without a new assignment takes ~0.1 ms instead of 1-4 ms, but only when one worker
+      reads a partition's consecutive ranges. A pool kept per partition and paused between
+      micro-batches, measured inside Spark, made the reading tasks slower (bench/results/RESULTS.md).
+    - A consumer given back after reading up to the log end has a long poll in flight, which the
+      next assignment's first fetch waits for: the source's ``fetch.wait.max.ms`` is 10 ms
+      (:meth:`SourceOptions.consumer_config`; measured: p90 100 ms per read with the default 500).
+
+    A consumer that has read a topic under one topic id is not used for the topic under another
+    (deleted and re-created: its client's metadata is of the old log; librdkafka 2.16 read the new
+    log right, 0.5 s later); a read whose partition does not name the id (offsets of an older
+    checkpoint) takes any. The assignment at the range's start makes ``auto.offset.reset``
+    (``failOnDataLoss``) act as on a new consumer. What an idle consumer queued (errors and
+    librdkafka's lines of connections no read waited for, a broker gone meanwhile) is dropped when
+    it is taken or closed (:class:`_ClientLog`).
+
+    Bounds: at most :data:`POOL_MAX_IDLE` idle consumers (the least recently used is closed), none
+    idle longer than :data:`POOL_IDLE_TIMEOUT_S` (closed by a timer thread, or by the next read).
+    The pool closes its consumers at the process's exit (``atexit``); Spark's daemon ends a worker
+    with ``os._exit``, which runs no exit handler, and the operating system closes its sockets
+    then: a consumer that never joined a group leaves nothing on the brokers. A forked child
+    process forgets its parent's consumers (their librdkafka threads are not in it). Thread-safe,
+    though a Spark worker reads one range at a time. :attr:`created` counts the consumers this
+    process created (tests prove reuse with it: :func:`consumers_created`)."""
+
+    def __init__(
+        self,
+        max_idle: int = POOL_MAX_IDLE,
+        idle_timeout_s: float = POOL_IDLE_TIMEOUT_S,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self.max_idle = max_idle
+        self.idle_timeout_s = idle_timeout_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._idle: List[_Kept] = []  # least recently given back first
+        self._timer: Optional[threading.Timer] = None
+        self.created = 0
+        self.closed = 0
+
+    def take(self, opts: SourceOptions, topic: str, topic_id: Optional[str]) -> _Kept:
+        """An idle consumer of ``opts``'s configuration that may read ``topic`` (the most recently
+        given back), else a new one."""
+        conf = opts.consumer_config()
+        key = _consumer_key(conf)
+        found: Optional[_Kept] = None
+        with self._lock:
+            stale = self._expired()
+            for i in range(len(self._idle) - 1, -1, -1):
+                kept = self._idle[i]
+                if kept.key != key:
+                    continue
+                seen = kept.topic_ids.get(topic)
+                if topic_id is not None and seen is not None and seen != topic_id:
+                    stale.append(self._idle.pop(i))  # the topic was re-created since it read it
+                    continue
+                found = self._idle.pop(i)
+                break
+        self._close_all(stale, quiet=True)
+        if found is None:
+            from confluent_kafka import Consumer
+
+            client_log = _ClientLog(conf["logger"])
+            found = _Kept(Consumer({**conf, "logger": client_log}), client_log, key)
+            with self._lock:
+                self.created += 1
+        else:
+            # What it queued while idle (lines, errors of its connections) is not this read's.
+            found.log.muted = True
+            try:
+                for _ in range(_STALE_EVENTS):
+                    if found.consumer.poll(0) is None:
+                        break
+            finally:
+                found.log.muted = False
+        if topic_id is not None:
+            found.topic_ids[topic] = topic_id
+        return found
+
+    def give_back(self, kept: _Kept) -> None:
+        """Keep ``kept``, unassigned (it fetches nothing while idle); close what that puts over
+        the bounds."""
+        try:
+            kept.consumer.unassign()
+        except Exception:  # noqa: BLE001 - a client that cannot unassign is not kept
+            self.discard(kept)
+            return
+        with self._lock:
+            kept.idle_since = self._clock()
+            self._idle.append(kept)
+            stale = self._expired()
+            while len(self._idle) > self.max_idle:
+                stale.append(self._idle.pop(0))
+            if self._idle and self._timer is None:
+                self._timer = threading.Timer(self.idle_timeout_s, self._reap)
+                self._timer.daemon = True
+                self._timer.start()
+        self._close_all(stale, quiet=True)
+
+    def discard(self, kept: _Kept) -> None:
+        """Close ``kept`` rather than keep it (after a failed read: its lines go through)."""
+        self._close_all([kept], quiet=False)
+
+    def idle(self) -> int:
+        """How many consumers are idle in the pool."""
+        with self._lock:
+            return len(self._idle)
+
+    def close_idle(self) -> None:
+        """Close the consumers idle for :attr:`idle_timeout_s` or longer."""
+        with self._lock:
+            stale = self._expired()
+        self._close_all(stale, quiet=True)
+
+    def close_all(self) -> None:
+        """Close every idle consumer (at the process's exit)."""
+        with self._lock:
+            stale, self._idle = self._idle, []
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+        self._close_all(stale, quiet=True)
+
+    def forget(self) -> None:
+        """Drop every idle consumer without closing it: in a forked child, whose process has none
+        of their librdkafka threads (closing one would wait for them)."""
+        self._lock = threading.Lock()
+        self._idle = []
+        self._timer = None
+
+    def _reap(self) -> None:
+        with self._lock:
+            self._timer = None
+            stale = self._expired()
+            if self._idle:
+                self._timer = threading.Timer(self.idle_timeout_s, self._reap)
+                self._timer.daemon = True
+                self._timer.start()
+        self._close_all(stale, quiet=True)
+
+    def _expired(self) -> List[_Kept]:
+        """Take the consumers idle too long out of the pool (the lock held)."""
+        now = self._clock()
+        stale = [k for k in self._idle if now - k.idle_since >= self.idle_timeout_s]
+        if stale:
+            self._idle = [k for k in self._idle if now - k.idle_since < self.idle_timeout_s]
+        return stale
+
+    def _close_all(self, kept: Iterable[_Kept], quiet: bool) -> None:
+        for k in kept:
+            k.log.muted = quiet  # an idle consumer's lines are of connections nobody waited for
+            try:
+                k.consumer.close()
+            except Exception as exc:  # noqa: BLE001 - closing is best effort
+                log.debug("closing a Kafka consumer failed: %s", exc)
+            with self._lock:
+                self.closed += 1
+
+
+_CONSUMERS = ConsumerPool()
+atexit.register(_CONSUMERS.close_all)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_CONSUMERS.forget)
+
+
+def consumers_created() -> int:
+    """How many Kafka consumers this process has created to read ranges (tests count reuse)."""
+    return _CONSUMERS.created
+
+
+# --------------------------------------------------------------------------------------------
 # Reading one offset range (executor side)
 # --------------------------------------------------------------------------------------------
 
 
-def _iter_records(opts: SourceOptions, part: KafkaInputPartition) -> Iterator[Any]:
+def _iter_records(
+    opts: SourceOptions, part: KafkaInputPartition, pool: Optional[ConsumerPool] = None
+) -> Iterator[Any]:
     """Yield the confluent-kafka messages of ``part`` in offset order: every record in
     ``[start, end)`` that a consumer can see (compaction and transaction markers leave gaps).
-    Raises KafkaSourceError when no progress is made for ``readTimeoutSeconds``."""
-    from confluent_kafka import Consumer, KafkaError, TopicPartition
+    Raises KafkaSourceError when no progress is made for ``readTimeoutSeconds``. The consumer
+    comes from ``pool`` (this process's by default) and goes back to it only when the whole range
+    was read: not after an error, nor when the caller stops early (the generator closed)."""
+    from confluent_kafka import KafkaError, TopicPartition
 
     if part.end <= part.start:
         return
-    consumer = Consumer(opts.consumer_config())
+    pool = _CONSUMERS if pool is None else pool
+    kept = pool.take(opts, part.topic, getattr(part, "topic_id", None))
+    consumer = kept.consumer
+    read_whole_range = False
     try:
         consumer.assign([TopicPartition(part.topic, part.partition, part.start)])
         next_offset = part.start
         last_progress = time.monotonic()
         last_error: Optional[str] = None
         while next_offset < part.end:
-            msgs = consumer.consume(min(_CONSUME_BATCH, part.end - next_offset), 1.0)
+            msgs = consumer.consume(min(_CONSUME_BATCH, part.end - next_offset), _CONSUME_WAIT_S)
             progressed = False
             for msg in msgs:
                 err = msg.error()
                 if err is not None:
+                    if msg.topic() is not None and (msg.topic(), msg.partition()) != (part.topic, part.partition):
+                        continue  # of a partition the consumer read before (librdkafka drops those anyway)
                     if err.code() == KafkaError._PARTITION_EOF:
                         # The end of the log is at msg.offset(): everything before it was seen.
                         if msg.offset() >= part.end:
@@ -589,7 +872,7 @@ def _iter_records(opts: SourceOptions, part: KafkaInputPartition) -> Iterator[An
                     continue
                 offset = msg.offset()
                 if offset < next_offset:
-                    continue  # already yielded (cannot happen after a seek, but be safe)
+                    continue  # already yielded (cannot happen after an assignment, but be safe)
                 if offset >= part.end:
                     next_offset = part.end
                     progressed = True
@@ -613,8 +896,12 @@ def _iter_records(opts: SourceOptions, part: KafkaInputPartition) -> Iterator[An
                     f"{opts.read_timeout_s:.0f}s at offset {next_offset}, the range ends at "
                     f"{part.end}" + (f"; last error: {last_error}" if last_error else "")
                 )
+        read_whole_range = True
     finally:
-        consumer.close()
+        if read_whole_range:
+            pool.give_back(kept)
+        else:
+            pool.discard(kept)
 
 
 def _timestamp_ms(msg: Any) -> Optional[int]:
@@ -908,7 +1195,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for p in sorted(finish):
             s, e = begin.get(p, finish[p]), finish[p]
             if e > s:
-                out.append(KafkaInputPartition(self.opts.topic, p, s, e))
+                out.append(KafkaInputPartition(self.opts.topic, p, s, e, _topic_id_of(end)))
         heartbeat = _heartbeat_of(end)
         if heartbeat is not None and heartbeat != _heartbeat_of(start):
             out.append(HeartbeatInputPartition(self.opts.topic, heartbeat))

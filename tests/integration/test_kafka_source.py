@@ -4,6 +4,7 @@ over ``changejoin_kafka`` (real broker + the session's local Spark)."""
 from __future__ import annotations
 
 import json
+import time
 from typing import Dict, List, Optional, Sequence
 
 import pytest
@@ -13,6 +14,7 @@ from hypothesis import strategies as st
 from tests.support.kafka_fixture import consume_all, create_topic, produce
 from service.source import (
     RAW_SCHEMA,
+    ConsumerPool,
     HeartbeatInputPartition,
     KafkaDataSource,
     KafkaInputPartition,
@@ -21,6 +23,7 @@ from service.source import (
     KafkaStreamReader,
     SourceOptions,
     _iter_records,
+    consumers_created,
     fair_shares,
     register,
 )
@@ -162,6 +165,8 @@ def test_a_topic_re_created_under_the_same_name_is_data_loss_whatever_its_offset
     again = lenient.latestOffset(moved, ReadAllAvailable())
     assert again == {"0": 9, "1": 7, "topic_id": "id-2"}
     assert ranges(lenient, moved, again) == [(0, 0, 9), (1, 0, 7)]
+    # The ranges name the topic they are of: a reader never reads them with a consumer of the old one.
+    assert [p.topic_id for p in lenient.partitions(moved, again)] == ["id-2", "id-2"]
     # A checkpoint written before offsets named their topic takes the topic's id as it is.
     assert planning_reader(fake).latestOffset({"0": 9, "1": 7}, ReadAllAvailable()) == again
 
@@ -383,6 +388,231 @@ def test_read_fails_clearly_when_the_range_cannot_be_read(kafka_bootstrap, new_t
 
 
 # --------------------------------------------------------------------------------------------
+# Consumers kept from one range to the next (ConsumerPool), on a real broker
+# --------------------------------------------------------------------------------------------
+
+
+def read_values(opts: SourceOptions, topic: str, partition: int, start: int, end: int,
+                pool: Optional[ConsumerPool] = None, topic_id: Optional[str] = None) -> List[tuple]:
+    part = KafkaInputPartition(topic, partition, start, end, topic_id)
+    return [(m.offset(), m.value().decode()) for m in _iter_records(opts, part, pool)]
+
+
+@pytest.mark.integration
+def test_consecutive_ranges_read_exactly_their_records_with_one_consumer(kafka_bootstrap, new_topic):
+    """The ranges of consecutive micro-batches, of both partitions, interleaved as Spark hands
+    them to one worker: each yields exactly its records, all read by one consumer (this process's
+    pool, as a Spark worker's)."""
+    topic = new_topic(partitions=2)
+    produce(kafka_bootstrap, topic, [(None, f"p{i % 2}-{i // 2}", None, i % 2) for i in range(40)])
+    opts = SourceOptions({"bootstrap.servers": kafka_bootstrap, "topic": topic})
+    before = consumers_created()
+    for partition, start, end in [(0, 0, 5), (1, 0, 3), (0, 5, 12), (0, 12, 13), (1, 3, 20), (0, 13, 20)]:
+        assert read_values(opts, topic, partition, start, end) == [
+            (o, f"p{partition}-{o}") for o in range(start, end)
+        ]
+    assert consumers_created() - before <= 1  # none when an earlier test left one of this configuration
+    # The next range as it arrives: produced after the reads above, read with the same consumer.
+    produce(kafka_bootstrap, topic, [(None, "p0-20", None, 0), (None, "p0-21", None, 0)])
+    assert read_values(opts, topic, 0, 20, 22) == [(20, "p0-20"), (21, "p0-21")]
+    assert consumers_created() - before <= 1
+
+
+@pytest.mark.integration
+def test_a_replayed_range_reads_exactly_it_again(kafka_bootstrap, new_topic):
+    """A micro-batch replayed, a task retried: a range before (or overlapping) what the consumer
+    read last is read again exactly, whatever the consumer read or fetched past it."""
+    topic = new_topic()
+    produce(kafka_bootstrap, topic, [f"v{i}" for i in range(12)])
+    opts = SourceOptions({"bootstrap.servers": kafka_bootstrap, "topic": topic})
+    pool = ConsumerPool()
+    try:
+        assert read_values(opts, topic, 0, 0, 12, pool) == [(o, f"v{o}") for o in range(12)]  # to the log's end
+        assert read_values(opts, topic, 0, 4, 8, pool) == [(o, f"v{o}") for o in range(4, 8)]
+        assert read_values(opts, topic, 0, 6, 12, pool) == [(o, f"v{o}") for o in range(6, 12)]
+        assert read_values(opts, topic, 0, 0, 3, pool) == [(0, "v0"), (1, "v1"), (2, "v2")]
+        assert (pool.created, pool.closed, pool.idle()) == (1, 0, 1)
+    finally:
+        pool.close_all()
+
+
+@pytest.mark.integration
+def test_ranges_over_transaction_markers_end_right_with_one_consumer(kafka_bootstrap, new_topic):
+    """read_committed over a transactional input: committed records, an aborted transaction and
+    the markers are gaps in the offsets; a range may end on a gap, hold nothing visible, or end
+    where the next visible record lies past it (fetched, then not yielded: the next range starts
+    there)."""
+    from confluent_kafka import Producer
+
+    topic = new_topic()
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "transactional.id": f"{topic}-writer"})
+    producer.init_transactions(30)
+
+    offsets: Dict[str, int] = {}
+
+    def written(values):
+        for value in values:
+            producer.produce(topic, value.encode(), on_delivery=lambda err, msg: offsets.update(
+                {msg.value().decode(): msg.offset()}))
+        assert producer.flush(30) == 0  # in the log before the transaction ends, aborted or not
+
+    def transaction(values, commit):
+        producer.begin_transaction()
+        written(values)
+        producer.commit_transaction(30) if commit else producer.abort_transaction(30)
+
+    transaction(["c0", "c1"], commit=True)         # offsets 0, 1; marker 2
+    transaction(["a3", "a4", "a5"], commit=False)  # offsets 3, 4, 5 aborted; marker 6
+    transaction(["c7"], commit=True)               # offset 7; marker 8
+    producer.begin_transaction()                   # offset 9, open: the last stable offset is 9
+    written(["o9"])
+    assert offsets == {"c0": 0, "c1": 1, "a3": 3, "a4": 4, "a5": 5, "c7": 7, "o9": 9}
+
+    opts = SourceOptions({"bootstrap.servers": kafka_bootstrap, "topic": topic})
+    pool = ConsumerPool()
+    try:
+        assert read_values(opts, topic, 0, 0, 2, pool) == [(0, "c0"), (1, "c1")]
+        assert read_values(opts, topic, 0, 2, 3, pool) == []  # the marker alone
+        assert read_values(opts, topic, 0, 3, 7, pool) == []  # aborted and its marker: c7 is past the end
+        assert read_values(opts, topic, 0, 7, 9, pool) == [(7, "c7")]  # up to the last stable offset
+        producer.commit_transaction(30)                # marker 10
+        assert read_values(opts, topic, 0, 9, 11, pool) == [(9, "o9")]
+        assert read_values(opts, topic, 0, 0, 11, pool) == [(0, "c0"), (1, "c1"), (7, "c7"), (9, "o9")]
+        assert read_values(opts, topic, 0, 1, 8, pool) == [(1, "c1"), (7, "c7")]
+        assert (pool.created, pool.closed) == (1, 0)
+    finally:
+        pool.close_all()
+
+
+@pytest.mark.integration
+def test_a_read_that_fails_closes_its_consumer(kafka_bootstrap, new_topic):
+    """A timeout or lost records: the consumer is closed, not kept, and the next read makes a new
+    one; failOnDataLoss acts on a kept consumer as on a new one."""
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    topic = new_topic()
+    produce(kafka_bootstrap, topic, [f"v{i}" for i in range(10)])
+    opts = SourceOptions({"bootstrap.servers": kafka_bootstrap, "topic": topic, "readTimeoutSeconds": "1"})
+    pool = ConsumerPool()
+    try:
+        assert read_values(opts, topic, 0, 0, 10, pool) == [(o, f"v{o}") for o in range(10)]
+        assert (pool.created, pool.idle()) == (1, 1)
+        with pytest.raises(KafkaSourceError, match=r"no progress .* at offset 10, the range ends at 12"):
+            read_values(opts, topic, 0, 8, 12, pool)  # offsets 10 and 11 do not exist
+        assert (pool.closed, pool.idle()) == (1, 0)
+        assert read_values(opts, topic, 0, 2, 4, pool) == [(2, "v2"), (3, "v3")]
+        assert (pool.created, pool.idle()) == (2, 1)
+
+        # Retention deletes offsets 0..5 under a kept consumer that read them.
+        admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+        (future,) = admin.delete_records([TopicPartition(topic, 0, 6)]).values()
+        future.result(timeout=30)
+        with pytest.raises(KafkaSourceError, match=rf"cannot read {topic}\[0\] offsets 2..10.*failOnDataLoss=false"):
+            read_values(opts, topic, 0, 2, 10, pool)
+        assert (pool.closed, pool.idle()) == (2, 0)
+        lenient = SourceOptions({"bootstrap.servers": kafka_bootstrap, "topic": topic, "failOnDataLoss": "false"})
+        assert read_values(lenient, topic, 0, 2, 10, pool) == [(o, f"v{o}") for o in range(6, 10)]
+        assert read_values(lenient, topic, 0, 4, 10, pool) == [(o, f"v{o}") for o in range(6, 10)]
+        assert (pool.created, pool.idle()) == (3, 1)
+    finally:
+        pool.close_all()
+
+
+@pytest.mark.integration
+def test_an_abandoned_read_closes_its_consumer(kafka_bootstrap, new_topic):
+    """A task that stops reading early (its generator closed, or dropped) gives nothing back."""
+    topic = new_topic()
+    produce(kafka_bootstrap, topic, [f"v{i}" for i in range(10)])
+    opts = SourceOptions({"bootstrap.servers": kafka_bootstrap, "topic": topic})
+    pool = ConsumerPool()
+    try:
+        records = _iter_records(opts, KafkaInputPartition(topic, 0, 0, 10), pool)
+        assert next(records).offset() == 0
+        records.close()
+        assert (pool.created, pool.closed, pool.idle()) == (1, 1, 0)
+        assert read_values(opts, topic, 0, 0, 10, pool) == [(o, f"v{o}") for o in range(10)]
+        assert (pool.created, pool.closed, pool.idle()) == (2, 1, 1)
+    finally:
+        pool.close_all()
+
+
+@pytest.mark.integration
+def test_the_pool_closes_the_least_recently_used_and_the_long_idle(kafka_bootstrap, new_topic):
+    topic = new_topic()
+    produce(kafka_bootstrap, topic, ["x", "y"])
+    clock = FakeClock(0)
+    pool = ConsumerPool(max_idle=2, idle_timeout_s=300, clock=lambda: clock.now_ms / 1000)
+
+    def options(client_id: str) -> SourceOptions:  # another client property: another configuration
+        return SourceOptions({"bootstrap.servers": kafka_bootstrap, "topic": topic, "kafka.client.id": client_id})
+
+    def read(name: str) -> None:
+        clock.now_ms += 1_000  # a second between reads
+        assert read_values(options(name), topic, 0, 0, 2, pool) == [(0, "x"), (1, "y")]
+
+    try:
+        for name in ("a", "b", "c"):
+            read(name)
+        assert (pool.created, pool.closed, pool.idle()) == (3, 1, 2)  # "a", the oldest, closed
+        read("c")
+        read("b")
+        assert (pool.created, pool.closed, pool.idle()) == (3, 1, 2)
+        read("a")  # a new one; "c" is now the least recently used
+        assert (pool.created, pool.closed, pool.idle()) == (4, 2, 2)
+        read("b")
+        assert pool.created == 4
+        clock.now_ms += 299_000
+        pool.close_idle()
+        assert (pool.closed, pool.idle()) == (3, 1)  # "a" was used a second before "b": idle for 300 s now
+        clock.now_ms += 1_000
+        pool.close_idle()
+        assert (pool.created, pool.closed, pool.idle()) == (4, 4, 0)
+    finally:
+        pool.close_all()
+
+
+@pytest.mark.integration
+def test_a_topic_re_created_is_read_with_a_new_consumer(kafka_bootstrap, new_topic):
+    """A consumer that read a topic is not used for a topic re-created under its name (its
+    client's metadata is of the deleted one); the new topic reads as it would on a new consumer."""
+    from confluent_kafka import TopicCollection
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+
+    def topic_id(topic: str) -> str:
+        return str(admin.describe_topics(TopicCollection([topic]))[topic].result(timeout=30).topic_id)
+
+    topic = new_topic()
+    produce(kafka_bootstrap, topic, ["old0", "old1", "old2"])
+    first = topic_id(topic)
+    opts = SourceOptions({"bootstrap.servers": kafka_bootstrap, "topic": topic, "failOnDataLoss": "false"})
+    pool = ConsumerPool()
+    try:
+        assert read_values(opts, topic, 0, 0, 3, pool, first) == [(0, "old0"), (1, "old1"), (2, "old2")]
+        admin.delete_topics([topic])[topic].result(timeout=30)
+        deadline = time.monotonic() + 60
+        while True:  # the deletion completes asynchronously; creating too early fails
+            try:
+                create_topic(kafka_bootstrap, topic)
+                break
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+        produce(kafka_bootstrap, topic, ["new0", "new1"])
+        second = topic_id(topic)
+        assert second != first
+        assert read_values(opts, topic, 0, 0, 2, pool, second) == [(0, "new0"), (1, "new1")]
+        assert (pool.created, pool.closed, pool.idle()) == (2, 1, 1)
+        assert read_values(opts, topic, 0, 1, 2, pool, second) == [(1, "new1")]
+        assert pool.created == 2
+    finally:
+        pool.close_all()
+
+
+# --------------------------------------------------------------------------------------------
 # Streaming queries
 # --------------------------------------------------------------------------------------------
 
@@ -540,6 +770,40 @@ def test_restart_on_the_same_checkpoint_continues_without_duplicates_or_losses(
     third = Batches(["partition", "offset"])
     run(third)
     assert third.rows == []
+
+
+@pytest.mark.integration
+def test_a_running_query_reads_each_micro_batch_with_the_consumers_its_workers_kept(
+    kspark, kafka_bootstrap, new_topic, tmp_path
+):
+    """Spark reuses its Python workers from task to task: over six micro-batches of two partitions,
+    a worker creates a consumer at its first read at most (none if an earlier query left it one of
+    this configuration), not one per micro-batch or partition."""
+    topic = new_topic(partitions=2)
+    sink = Batches()
+    query = (
+        stream(kspark, kafka_bootstrap, topic, mapper="tests.support.echo_mappers:make_consumer_counting_mapper")
+        .writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .start()
+    )
+    try:
+        for step in range(6):
+            produce(kafka_bootstrap, topic, [(None, f"{step}-{i}", None, i % 2) for i in range(4)])
+            query.processAllAvailable()
+    finally:
+        query.stop()
+    assert query.exception() is None
+    assert sorted((part, off) for _, part, off, _ in sink.rows) == [(p, o) for p in (0, 1) for o in range(12)]
+    ranges_read: Dict[int, set] = {}  # worker process -> the (micro-batch, partition) ranges it read
+    consumers_seen: Dict[int, set] = {}  # worker process -> its count of consumers created, as its reads saw it
+    for batch_id, rows in sink.batches:
+        for pid, part, _, consumers in rows:
+            ranges_read.setdefault(pid, set()).add((batch_id, part))
+            consumers_seen.setdefault(pid, set()).add(consumers)
+    assert sum(len(r) for r in ranges_read.values()) >= 12
+    assert max(len(r) for r in ranges_read.values()) >= 2, ranges_read  # a worker read several ranges...
+    assert all(len(c) == 1 for c in consumers_seen.values()), consumers_seen  # ...creating no consumer after its first
 
 
 @pytest.mark.integration

@@ -4,9 +4,10 @@ Python workers import this module by that name (the conftest puts the repository
 PYTHONPATH)."""
 from __future__ import annotations
 
+import os
 from typing import Any, Dict
 
-from service.source import KafkaRecord
+from service.source import KafkaRecord, consumers_created
 
 
 class EchoMapper:
@@ -45,3 +46,21 @@ class BeatingMapper(EchoMapper):
 
 def make_beating_mapper(config: Dict[str, Any]) -> BeatingMapper:
     return BeatingMapper(config)
+
+
+class ConsumerCountingMapper:
+    """Each record as (the reading worker's process id, partition, offset, the consumers that
+    process has created so far): proves that a worker reads micro-batch after micro-batch with the
+    consumers it kept (``service.source.ConsumerPool``)."""
+
+    schema = "pid int, part int, off long, consumers long"
+
+    def __init__(self, config: Dict[str, Any]):
+        pass
+
+    def map(self, record: KafkaRecord):
+        yield (os.getpid(), record.partition, record.offset, consumers_created())
+
+
+def make_consumer_counting_mapper(config: Dict[str, Any]) -> ConsumerCountingMapper:
+    return ConsumerCountingMapper(config)
