@@ -23,7 +23,7 @@ import pytest
 
 from service.checkpoint import CheckpointLock
 
-from tests.support.kafka_fixture import create_topic, end_offsets
+from tests.support.kafka_fixture import create_topic, end_offsets, recreate_topic
 from tests.support.service_harness import JoinHarness, order, price, start_service_process
 
 pytestmark = pytest.mark.integration
@@ -99,22 +99,6 @@ def delete_records_before(bootstrap: str, topic: str, partition: int, offset: in
     admin = AdminClient({"bootstrap.servers": bootstrap})
     (future,) = admin.delete_records([TopicPartition(topic, partition, offset)]).values()
     assert future.result(timeout=30).low_watermark == offset
-
-
-def recreate_topic(bootstrap: str, topic: str) -> None:
-    from confluent_kafka.admin import AdminClient
-
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.delete_topics([topic])[topic].result(timeout=30)
-    deadline = time.monotonic() + 60
-    while True:  # the deletion completes asynchronously; creating too early fails
-        try:
-            create_topic(bootstrap, topic)
-            return
-        except Exception:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.5)
 
 
 def lost_records(service) -> float:

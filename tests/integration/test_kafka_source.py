@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.support.kafka_fixture import consume_all, create_topic, produce
+from tests.support.kafka_fixture import consume_all, create_topic, produce, recreate_topic
 from service.source import (
     RAW_SCHEMA,
     ConsumerPool,
@@ -591,16 +591,7 @@ def test_a_topic_re_created_is_read_with_a_new_consumer(kafka_bootstrap, new_top
     pool = ConsumerPool()
     try:
         assert read_values(opts, topic, 0, 0, 3, pool, first) == [(0, "old0"), (1, "old1"), (2, "old2")]
-        admin.delete_topics([topic])[topic].result(timeout=30)
-        deadline = time.monotonic() + 60
-        while True:  # the deletion completes asynchronously; creating too early fails
-            try:
-                create_topic(kafka_bootstrap, topic)
-                break
-            except Exception:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.5)
+        recreate_topic(kafka_bootstrap, topic)
         produce(kafka_bootstrap, topic, ["new0", "new1"])
         second = topic_id(topic)
         assert second != first

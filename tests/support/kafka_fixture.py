@@ -129,6 +129,23 @@ def create_topic(bootstrap: str, name: str, partitions: int = 1) -> str:
         time.sleep(0.1)
 
 
+def recreate_topic(bootstrap: str, topic: str, partitions: int = 1) -> None:
+    """Delete ``topic`` and create it again under the same name (a new topic id, its offsets from 0)."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.delete_topics([topic])[topic].result(timeout=30)
+    deadline = time.monotonic() + 60
+    while True:  # the deletion completes asynchronously; creating too early fails
+        try:
+            create_topic(bootstrap, topic, partitions)
+            return
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
 @pytest.fixture
 def new_topic(kafka_bootstrap: str, request: pytest.FixtureRequest) -> Callable[..., str]:
     """``new_topic(partitions=1, create=True) -> name``: a topic name unique to this call, created
