@@ -31,6 +31,7 @@ from . import checkpoint
 from .catalog import plan_for
 from .config import Settings
 from .explain import explain
+from .faults import CrashPoint
 from .metrics import JoinMetrics, MetricsServer, ready_window_seconds
 from .pipeline import BatchCounts, JoinPipeline
 from .plan import JoinPlan, TimeMode
@@ -85,8 +86,11 @@ class _QueryListener(StreamingQueryListener):
 class Service:
     """One join, from two input topics to the output topic and the dead-letter topic."""
 
-    def __init__(self, settings: Settings, plan: JoinPlan | None = None, spark=None, on_batch=None):
+    def __init__(self, settings: Settings, plan: JoinPlan | None = None, spark=None, on_batch=None,
+                 crash: CrashPoint | None = None):
+        """``crash``: a crash point of the recovery tests (``faults.in_process``)."""
         self.settings = settings
+        self._crash = crash
         self.plan = plan or plan_for(settings)
         self._spark = spark
         self._listeners = [on_batch] if on_batch else []
@@ -271,7 +275,7 @@ class Service:
                     _remove(self._stop_file)
                     self.query = JoinPipeline(
                         self.settings, self.plan, self.spark, self._on_batch, output_partitions, delivery,
-                        stop_file=self._stop_file, checkpoint=store).start()
+                        stop_file=self._stop_file, checkpoint=store, crash=self._crash).start()
                 self._run_id = str(self.query.runId)
             finally:
                 self._query_known.set()

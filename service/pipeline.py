@@ -210,12 +210,14 @@ class JoinPipeline:
     def __init__(self, settings: Settings, plan: JoinPlan, spark,
                  on_batch: Callable[[BatchCounts], None] | None = None, output_partitions: int = 1,
                  delivery: Delivery | None = None, stop_file: str | None = None,
-                 checkpoint: Checkpoint | None = None):
+                 checkpoint: Checkpoint | None = None, crash: CrashPoint | None = None):
         """``delivery``: with exactly-once output, what the producing tasks' transactions need
         (``transactions.py``: prefix, progress topic, checkpoint id, timeout). ``stop_file``: while
         it exists, the sources plan no new input (a graceful stop: ``app.Service.stop``).
-        ``checkpoint``: the query's (``CHECKPOINT_LOCATION``'s, read with this session by default)."""
+        ``checkpoint``: the query's (``CHECKPOINT_LOCATION``'s, read with this session by default).
+        ``crash``: the tests' crash point (``faults.py``), else the one the environment names."""
         self.settings = settings
+        self.crash = crash if crash is not None else faults.from_env()
         self.checkpoint = checkpoint or Checkpoint(settings.checkpoint_location, lambda: self.spark)
         self.stop_file = stop_file
         self.delivery = delivery
@@ -342,7 +344,7 @@ class JoinPipeline:
     def start(self):
         self._sink_config = worker_config(self.settings, self.plan, self.output_partitions,
                                           secrets=worker_secrets(self.settings), delivery=self.delivery,
-                                          crash=faults.from_env())
+                                          crash=self.crash)
         writer = (
             self.dataframe().writeStream.queryName("changejoin")
             .foreachBatch(self._write_batch)

@@ -1,7 +1,14 @@
-"""The crash matrix: the service in its own process (``python -m service run``, tests/support/
-service_process.py) killed with SIGKILL (its whole process group: the Python driver, Spark's JVM
-and its Python workers) and restarted on the same checkpoint, more input arriving between restarts,
-and a broker outage it rides out.
+"""The crash matrix: the service killed and restarted on the same checkpoint, more input arriving
+between restarts, and a broker outage it rides out. At least once, the service runs in its own
+process (``python -m service run``, tests/support/service_process.py) and is killed with SIGKILL
+(its whole process group: the Python driver, Spark's JVM and its Python workers). Exactly once, it
+runs in the test's process on the test's Spark and crashes at named points (``faults.in_process``):
+at a task's point its Python worker is SIGKILLed, the transactional producer dying with its
+transaction open as in a killed service, and the micro-batch fails; at the driver's point the
+micro-batch fails before Spark records it. What only a killed process shows (a checkpoint and its
+lock left by a dead driver, Spark's replay of what it planned) is shown by the at-least-once kills
+here and by the kills of tests/integration/test_rescale.py, test_lookup_join.py and
+test_debezium_join.py.
 
 Where each crash point is exercised:
 
@@ -24,16 +31,17 @@ What must hold: at-least-once, the output materializes to the join of the final 
 dropping replayed records as a consumer would (a record whose (``changejoin.batch``,
 ``changejoin.seq``) was seen already is a replay), each interrupted micro-batch replayed, each bad
 record dead-lettered once; exactly-once, a ``read_committed`` consumer sees no record twice and the
-same tables, while ``read_uncommitted`` shows the aborted attempts (the kills did land inside
+same tables, while ``read_uncommitted`` shows the aborted attempts (the crashes did land inside
 transactions). The expected tables are ``Changelogs``' (computed without Spark, the join an
 uninterrupted run writes: tests/integration/test_service_e2e.py and the conformance cases prove it).
 
 The moments are chosen by watching the output topic and the checkpoint's ``commits/`` directory, or
-named to the service (``CHANGEJOIN_TEST_CRASH_AT``), never by timing: "in the middle of writing
+named to the service (``faults.in_process``), never by timing: "in the middle of writing
 micro-batch B" is "the output topic holds records of batch B and ``commits/B`` does not exist yet".
 
-Cost: every service start is a new Spark driver (~30 s of a two-core machine before its first
-micro-batch), so the services of a test run side by side, and each run kills several of them.
+Cost: every service process is a new Spark driver (~30 s of a two-core machine before its first
+micro-batch), so the services of a test run side by side, and each run kills several of them; a
+service in the test's process starts in a second or two.
 """
 from __future__ import annotations
 
@@ -62,10 +70,8 @@ from tests.support.service_process import (
     caught_up,
     committed,
     drive,
-    group_alive,
     send,
     service_env,
-    wait_until,
     writing_uncommitted_batch,
 )
 from tests.support.tcp_proxy import TcpProxy
@@ -230,48 +236,19 @@ def test_at_least_once_rides_out_a_broker_outage_while_writing(proxied_broker, t
 
 
 # --------------------------------------------------------------------------------------------
-# 3. Exactly once: every named point, and two deployments on one output topic
+# 3. Exactly once: every named point, and two deployments on one output topic (in process)
 # --------------------------------------------------------------------------------------------
 
 EXACTLY_ONCE = {"DELIVERY": "exactly-once", "MAX_RECORDS_PER_TRIGGER": "40",
-                "KAFKA_TRANSACTION_TIMEOUT_MS": "600000"}  # a killed run's transaction stays open till fenced
-#: The point each run kills deployment a (retract) and the upsert deployment at: every point once,
-#: and each output mode killed inside an open transaction and after a commit its micro-batch did
-#: not record. Deployment b (retract, on a's output topic) is killed at ``before-batch-commit`` in
+                "KAFKA_TRANSACTION_TIMEOUT_MS": "600000"}  # a crashed run's transaction stays open till fenced
+#: The point each run crashes deployment a (retract) and the upsert deployment at: every point once,
+#: and each output mode crashed inside an open transaction and after a commit its micro-batch did
+#: not record. Deployment b (retract, on a's output topic) crashes at ``before-batch-commit`` in
 #: the first run, while a's transaction is open, and at a point chosen at random in the third.
 RUNS = [("before-commit", "mid-produce"), ("after-commit", "before-batch-commit"), ("before-init", "mid-produce")]
 assert {p for run in RUNS for p in run} | {"before-batch-commit"} == set(faults.POINTS)
 #: Deployment b's orders: ids from here on, so that the output tells a's and b's apart.
 B_FIRST_ID = 500_000
-
-
-def crash_at(points: Dict[ServiceProcess, str]) -> Dict[ServiceProcess, int]:
-    """Start each service asking it to kill itself at its point of its first micro-batch; wait
-    until it has. Returns each one's exit code (SIGKILL: -9)."""
-    services = list(points)
-    for svc, point in points.items():
-        svc.env = {**svc.base_env, faults.ENV: f"{point}@{svc.next_batch()}"}
-        svc.start()
-    codes = {}
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while len(codes) < len(services):
-        for svc in services:
-            svc.watcher.poll()
-            if svc not in codes and not svc.alive():
-                codes[svc] = svc.proc.returncode
-                wait_until(lambda: not group_alive(svc.proc.pid), 60, f"the processes of {svc.name} to end")
-        if time.monotonic() > deadline:
-            pending = [s for s in services if s not in codes]
-            pytest.fail(f"{pending[0].name} did not reach {points[pending[0]]} within {START_TIMEOUT_S:.0f}s; log tail:\n"
-                        f"{pending[0].log_tail()}")
-        time.sleep(0.05)
-    return codes
-
-
-def start_clean(services) -> None:
-    for svc in services:
-        svc.env = dict(svc.base_env)
-        svc.start()
 
 
 def written(bootstrap: str, topic: str, schema: dict, mine=lambda order_id: True) -> int:
@@ -291,98 +268,95 @@ def written(bootstrap: str, topic: str, schema: dict, mine=lambda order_id: True
     return count
 
 
-def test_exactly_once_killed_at_every_point_two_deployments_on_one_topic_read_committed_sees_each_record_once(
-        kafka_bootstrap, tmp_path, new_topic):
-    """Deployments a (retract) and ``upsert`` read one pair of input topics; b (retract, input of its
-    own) writes a's output topic, each with its own KAFKA_TRANSACTIONAL_ID_PREFIX (as the docs ask)
-    and the default PROGRESS_TOPIC. In the first run a is killed inside a transaction and stays
-    down; then b is killed after its tasks committed a micro-batch and comes back while a's
-    transaction is still open. Reading progress markers read_committed ends at the first open
-    transaction: had they shared a progress topic, b would not have seen its own marker behind a's
-    open one and would have written the micro-batch again."""
+def replays_skipped(h: JoinHarness) -> int:
+    """How many task partitions of the micro-batches the runs of ``h`` ran again found their
+    share committed already and wrote nothing again ("written before, not again")."""
+    return sum(len(batch.skipped) for service in h.services for batch in service.batches)
+
+
+def test_exactly_once_crashed_at_every_point_two_deployments_on_one_topic_read_committed_sees_each_record_once(
+        kafka_bootstrap, spark, tmp_path, new_topic):
+    """In process, on the test's Spark (``faults.in_process``): at a task's point its Python worker
+    is SIGKILLed, the transactional producer dying with its transaction open as in a killed
+    service, and the query stops; at ``before-batch-commit`` the driver fails the micro-batch
+    before Spark records it. Each restart is a new service on the checkpoint, which fences the
+    dead producers. Deployments a (retract) and ``upsert`` read one pair of input topics; b
+    (retract, input of its own) writes a's output topic, each with its own
+    KAFKA_TRANSACTIONAL_ID_PREFIX (as the docs ask) and the default PROGRESS_TOPIC. In the first run
+    a crashes inside a transaction and stays down; then b crashes after its tasks committed a
+    micro-batch and comes back while a's transaction is still open. Reading progress markers
+    read_committed ends at the first open transaction: had they shared a progress topic, b would
+    not have seen its own marker behind a's open one and would have written the micro-batch again."""
     rng = random.Random(20261128)
     log = Changelogs(seed=20261126)
     chunks = [log.chunk(order_ops=16, price_ops=5, poison=i < 2) for i in range(len(RUNS) + 1)]
     log_b = Changelogs(seed=rng.randrange(1 << 30))
     log_b.next_id = B_FIRST_ID
 
-    h = JoinHarness(kafka_bootstrap, None, tmp_path / "a", new_topic, PARTITIONS,
+    a = JoinHarness(kafka_bootstrap, spark, tmp_path / "a", new_topic, PARTITIONS,
                     **service_env(**EXACTLY_ONCE, KAFKA_TRANSACTIONAL_ID_PREFIX="deploy-a"))
-    create_topic(kafka_bootstrap, h.output, PARTITIONS)
-    hb = JoinHarness(kafka_bootstrap, None, tmp_path / "b", new_topic, PARTITIONS,
-                     **service_env(**EXACTLY_ONCE, OUTPUT_TOPIC=h.output, KAFKA_TRANSACTIONAL_ID_PREFIX="deploy-b"))
-    upsert_env = {**h.env, "OUTPUT_TOPIC": new_topic(PARTITIONS), "OUTPUT_MODE": "upsert", "OUTPUT_KEY": "order_id",
-                  "CHECKPOINT_LOCATION": str(tmp_path / "upsert" / "checkpoint")}
-    del upsert_env["KAFKA_TRANSACTIONAL_ID_PREFIX"]  # the default one, of its output topic
-    a, upsert, b = services = [ServiceProcess("a", h.env, tmp_path), ServiceProcess("upsert", upsert_env, tmp_path),
-                               ServiceProcess("b", hb.env, tmp_path)]
-    for svc in services:
-        svc.base_env = dict(svc.env)
+    create_topic(kafka_bootstrap, a.output, PARTITIONS)
+    b = JoinHarness(kafka_bootstrap, spark, tmp_path / "b", new_topic, PARTITIONS,
+                    **service_env(**EXACTLY_ONCE, OUTPUT_TOPIC=a.output, KAFKA_TRANSACTIONAL_ID_PREFIX="deploy-b"))
+    upsert = a.alongside(tmp_path / "upsert", OUTPUT_TOPIC=new_topic(PARTITIONS), OUTPUT_MODE="upsert",
+                         OUTPUT_KEY="order_id")
+    del upsert.env["KAFKA_TRANSACTIONAL_ID_PREFIX"]  # the default one, of its output topic
+    names = {id(a): "a", id(upsert): "upsert", id(b): "b"}
     kills = []
 
     def more_b_input():
-        send(hb, log_b.chunk(order_ops=16, price_ops=5))
+        send(b, log_b.chunk(order_ops=16, price_ops=5))
 
-    try:
-        for i, (chunk, run) in enumerate(zip(chunks, RUNS)):
-            send(h, chunk)
-            points = dict(zip((a, upsert), run))
-            if i == 2:  # b too, at a point chosen at random
-                more_b_input()
-                points[b] = rng.choice(faults.POINTS)
-            codes = crash_at(points)
-            assert set(codes.values()) == {-9}, f"{run}: exit codes {[(s.name, c) for s, c in codes.items()]}"
-            kills.append({s.name: (point, s.next_batch()) for s, point in points.items()})
-            if i == 0:
-                # b: its tasks commit a micro-batch (after a's transaction was left open), and it is
-                # killed before Spark records it as done; it comes back while a's transaction is
-                # still open, replays that micro-batch and finds it written.
-                more_b_input()
-                assert crash_at({b: "before-batch-commit"}) == {b: -9}
-                kills[-1]["b"] = ("before-batch-commit", b.next_batch())
-                start_clean([b])
-                drive({b: caught_up(log_b.sent)}, "b to join its input", CATCH_UP_TIMEOUT_S)
-                assert b.stop() == 0, b.log_tail()
-                assert "written before, not again" in b.log_path.read_text(errors="replace")
-        # The last run: no crash; the last input; everything joined and committed.
-        start_clean(services)
-        send(h, chunks[-1])
-        more_b_input()
-        drive({svc: caught_up(svc_log.sent) for svc, svc_log in ((a, log), (upsert, log), (b, log_b))},
-              "all input to be joined", CATCH_UP_TIMEOUT_S)
-        for svc in services:
-            assert svc.stop() == 0, svc.log_tail()
-    finally:
-        for svc in services:
-            svc.close()
+    for i, (chunk, run) in enumerate(zip(chunks, RUNS)):
+        send(a, chunk)
+        points = [(a, run[0]), (upsert, run[1])]
+        if i == 2:  # b too, at a point chosen at random
+            more_b_input()
+            points.append((b, rng.choice(faults.POINTS)))
+        kills.append({names[id(h)]: (point, h.crash(point)) for h, point in points})
+        if i == 0:
+            # b: its tasks commit a micro-batch (after a's transaction was left open), and it
+            # crashes before Spark records it as done; it comes back while a's transaction is
+            # still open, replays that micro-batch and finds it written.
+            more_b_input()
+            kills[-1]["b"] = ("before-batch-commit", b.crash("before-batch-commit"))
+            b.run()
+            assert replays_skipped(b) > 0, "b wrote the micro-batch its crash left unrecorded again"
+    # The last run: no crash; the last input; everything joined and committed.
+    send(a, chunks[-1])
+    more_b_input()
+    for h in (a, upsert, b):
+        h.run()
 
-    output = h.output
-    changes = read_changelog(kafka_bootstrap, output, a.plan.output_schema)
-    assert written(kafka_bootstrap, output, None) > len(changes), f"no kill landed inside a transaction (kills {kills})"
+    output = a.output
+    changes = read_changelog(kafka_bootstrap, output, a.service.plan.output_schema)
+    assert written(kafka_bootstrap, output, None) > len(changes), f"no crash landed inside a transaction (kills {kills})"
     summary = []
-    for svc, svc_log, mine in ((a, log, lambda order_id: order_id < B_FIRST_ID), (upsert, log, lambda order_id: True),
-                               (b, log_b, lambda order_id: order_id >= B_FIRST_ID)):
-        own = read_changelog(kafka_bootstrap, svc.env["OUTPUT_TOPIC"], svc.plan.output_schema)
+    for h, h_log, mine in ((a, log, lambda order_id: order_id < B_FIRST_ID), (upsert, log, lambda order_id: True),
+                           (b, log_b, lambda order_id: order_id >= B_FIRST_ID)):
+        name, plan = names[id(h)], h.service.plan
+        own = read_changelog(kafka_bootstrap, h.env["OUTPUT_TOPIC"], plan.output_schema)
         own = [c for c in own if c.row is None or mine(c.row[0])]
         _, replays = drop_replays(own)
-        assert replays == [], f"{svc.name}: read_committed sees records twice: {replays[:5]} (kills {kills})"
-        letters_topic = load_settings(svc.env).dead_letter_topic
-        letters = [c for c in dead_letters(kafka_bootstrap, letters_topic) if svc is not b]  # b's input has none
-        summary.append(f"{svc.name}: {len(own)} output and {len(letters)} dead-letter records committed")
-        # The log holds each committed micro-batch once; after a kill inside a transaction it also holds the
+        assert replays == [], f"{name}: read_committed sees records twice: {replays[:5]} (kills {kills})"
+        letters_topic = load_settings(h.env).dead_letter_topic
+        letters = [c for c in dead_letters(kafka_bootstrap, letters_topic) if h is not b]  # b's input has none
+        summary.append(f"{name}: {len(own)} output and {len(letters)} dead-letter records committed, "
+                       f"{len(h.services)} runs, {replays_skipped(h)} shares found written")
+        # The log holds each committed micro-batch once; after a crash inside a transaction it also holds the
         # aborted records, which only read_uncommitted shows (without transactions they would be duplicates
-        # above): output records or dead letters, whichever the killed task's share held.
-        if svc is not b:
-            attempts = written(kafka_bootstrap, svc.env["OUTPUT_TOPIC"], svc.plan.output_schema, mine) + \
+        # above): output records or dead letters, whichever the crashed task's share held.
+        if h is not b:
+            attempts = written(kafka_bootstrap, h.env["OUTPUT_TOPIC"], plan.output_schema, mine) + \
                 written(kafka_bootstrap, letters_topic, None)
             assert attempts > len(own) + len(letters), summary[-1]
-            # Killed after a commit that Spark did not record: the replay found it and wrote nothing again.
-            assert "written before, not again" in svc.log_path.read_text(errors="replace"), summary[-1]
+            # Crashed after a commit that Spark did not record: the replay found it and wrote nothing again.
+            assert replays_skipped(h) > 0, summary[-1]
             assert drop_replays(letters)[1] == []
             assert Counter(c.kind for c in letters) == Counter({r: n * 2 for r, n in Changelogs.POISON_REASONS.items()})
-        if svc is upsert:
-            assert_upsert_table(own, svc_log, f"{summary[-1]} (kills {kills})")
+        if h is upsert:
+            assert_upsert_table(own, h_log, f"{summary[-1]} (kills {kills})")
         else:
-            assert retract_table(own) == svc_log.retract_table(), f"{summary[-1]} (kills {kills})"  # never below zero, too
-    assert {load_settings(svc.env).progress_topic_name for svc in (a, b)} == {"deploy-a.progress", "deploy-b.progress"}
+            assert retract_table(own) == h_log.retract_table(), f"{summary[-1]} (kills {kills})"  # never below zero, too
+    assert {load_settings(h.env).progress_topic_name for h in (a, b)} == {"deploy-a.progress", "deploy-b.progress"}
     print("\n".join(summary), kills)

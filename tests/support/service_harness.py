@@ -7,6 +7,7 @@ The inputs' Avro schemas are the ones the service is configured with (``LEFT_SCH
 """
 from __future__ import annotations
 
+import copy
 import io
 import datetime as dt
 import json
@@ -21,6 +22,7 @@ import fastavro
 
 from tests.support.jvm_archives import service_jvm_options
 from tests.support.kafka_fixture import consume_all, produce
+from service import faults
 from service.app import Service
 from service.config import load_settings
 
@@ -95,6 +97,20 @@ def start_service_process(env: Dict[str, str], log) -> subprocess.Popen:
         env={**os.environ, **SERVICE_PROCESS_ENV, **env},
         stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
     )
+
+
+def committed_batches(checkpoint: Path) -> List[int]:
+    """The micro-batches the checkpoint records as done (``commits/``), in order."""
+    directory = checkpoint / "commits"
+    if not directory.is_dir():
+        return []
+    return sorted(int(n) for n in os.listdir(directory) if n.isdigit())
+
+
+def next_batch(checkpoint: Path) -> int:
+    """The id of the first micro-batch of a run started now on ``checkpoint``."""
+    commits = committed_batches(checkpoint)
+    return commits[-1] + 1 if commits else 0
 
 
 def avro(schema: dict, row: dict) -> bytes:
@@ -250,7 +266,16 @@ class JoinHarness:
             **env,
         }
         self.service = None
+        self.services: List[Service] = []  # every run's, the newest last
         self._schemas: Dict[str, dict] = {}
+
+    def alongside(self, tmp_path: Path, **env) -> "JoinHarness":
+        """Another deployment reading the same input topics: its own checkpoint under ``tmp_path``,
+        ``env`` over this one's settings."""
+        other = copy.copy(self)
+        other.env = {**self.env, "CHECKPOINT_LOCATION": str(tmp_path / "checkpoint"), **env}
+        other.service, other.services, other._schemas = None, [], dict(self._schemas)
+        return other
 
     def send(self, topic: str, schema: dict, changes, partition=None):
         """changes: (kind, row dict[, partition]); kind None sends no RowKind header."""
@@ -280,11 +305,35 @@ class JoinHarness:
     send_orders = send_left
     send_prices = send_rates = send_right
 
-    def start(self, **env) -> Service:
+    def start(self, crash: faults.CrashPoint | None = None, **env) -> Service:
         """Start the service (same checkpoint as any earlier run); the caller stops it."""
-        self.service = Service(load_settings({**self.env, **env}), spark=self.spark)
+        self.service = Service(load_settings({**self.env, **env}), spark=self.spark, crash=crash)
+        self.services.append(self.service)
         self.service.start()
         return self.service
+
+    def next_batch(self) -> int:
+        """The id of the first micro-batch of a run started now."""
+        return next_batch(Path(self.env["CHECKPOINT_LOCATION"]))
+
+    def crash(self, point: str, timeout_s: float = 300.0) -> int:
+        """Run the service until it crashes at ``point`` (``faults.in_process``) of its first
+        micro-batch: a task's point kills its Python worker, its transaction left open, and the
+        driver's fails the micro-batch before Spark records it. Returns the micro-batch's id."""
+        batch = self.next_batch()
+        service = self.start(crash=faults.in_process(point, batch))
+        try:
+            try:
+                ended = service.query.awaitTermination(timeout_s)
+            except Exception:  # noqa: BLE001 - the query's failure, read below
+                ended = True
+            assert ended, f"the service did not reach {point} of micro-batch {batch} within {timeout_s:.0f} s"
+        finally:
+            service.stop()
+        error = str(service.query.exception())
+        assert (f"crash point {point} of micro-batch {batch}" if point == faults.DRIVER_POINT else
+                "Python worker exited unexpectedly") in error, f"{point}@{batch}: the query ended with {error[:2000]}"
+        return batch
 
     def run(self, **env) -> Service:
         """Start the service, join everything available, stop."""

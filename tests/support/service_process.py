@@ -24,7 +24,8 @@ import pytest
 
 from service.catalog import plan_for
 from service.config import load_settings
-from tests.support.service_harness import ORDERS, JoinHarness, avro, order, price, start_service_process
+from tests.support.service_harness import (ORDERS, JoinHarness, avro, committed_batches, next_batch, order, price,
+                                           start_service_process)
 
 PARTITIONS = 2
 JOIN_SQL = (
@@ -240,15 +241,11 @@ class ServiceProcess:
             self.kill()
 
     def commits(self) -> List[int]:
-        directory = self.checkpoint / "commits"
-        if not directory.is_dir():
-            return []
-        return sorted(int(n) for n in os.listdir(directory) if n.isdigit())
+        return committed_batches(self.checkpoint)
 
     def next_batch(self) -> int:
         """The id of the first micro-batch of a run started now."""
-        commits = self.commits()
-        return commits[-1] + 1 if commits else 0
+        return next_batch(self.checkpoint)
 
     def committed_offsets(self) -> Optional[List[dict]]:
         """The source offsets (left, right) up to which the last committed micro-batch read."""
