@@ -316,12 +316,12 @@ class JoinHarness:
         """The id of the first micro-batch of a run started now."""
         return next_batch(Path(self.env["CHECKPOINT_LOCATION"]))
 
-    def crash(self, point: str, timeout_s: float = 300.0) -> int:
+    def crash(self, point: str, timeout_s: float = 300.0, **env) -> int:
         """Run the service until it crashes at ``point`` (``faults.in_process``) of its first
         micro-batch: a task's point kills its Python worker, its transaction left open, and the
         driver's fails the micro-batch before Spark records it. Returns the micro-batch's id."""
         batch = self.next_batch()
-        service = self.start(crash=faults.in_process(point, batch))
+        service = self.start(crash=faults.in_process(point, batch), **env)
         try:
             try:
                 ended = service.query.awaitTermination(timeout_s)
