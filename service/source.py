@@ -25,7 +25,9 @@ Options (all strings, names are case-insensitive):
                            (retention, topic re-created); ``false``: log, skip what is gone, and
                            read a re-created partition again from its beginning.
 ``readTimeoutSeconds``     a task fails when it makes no progress for this long (default 300).
-``offsetsTimeoutSeconds``  the driver retries offset look-ups this long before failing (default 300).
+``offsetsTimeoutSeconds``  the driver retries offset look-ups this long before failing (default 300);
+                           each attempt waits up to ``kafka.socket.timeout.ms`` (librdkafka's
+                           timeout of admin requests), 30 s if it is not set.
 ``mapper``, ``mapper.config``, ``mapper.secret``  see below.
 ``rawArrow``               ``true`` (default): raw rows are handed to Spark as Arrow batches
                            (about 1.7x the throughput of tuples); ``false``: as tuples.
@@ -444,6 +446,8 @@ class _OffsetsClient:
 
     def __init__(self, opts: SourceOptions):
         self._opts = opts
+        # Each attempt's bound: librdkafka's for admin requests when it is set (it defaults to 60 s).
+        self._request_timeout_s = float(opts.client_props.get("socket.timeout.ms", 30_000)) / 1000.0
         self._admin = self._new_admin()
         self._warned_missing = False
         self._warned_at = -_RETRY_WARNING_INTERVAL_S  # when a retry was last warned of
@@ -495,7 +499,7 @@ class _OffsetsClient:
 
         def describe() -> tuple:
             futures = self._admin.describe_topics(
-                TopicCollection([self._opts.topic]), request_timeout=30
+                TopicCollection([self._opts.topic]), request_timeout=self._request_timeout_s
             )
             try:
                 desc = futures[self._opts.topic].result()
@@ -534,7 +538,7 @@ class _OffsetsClient:
             futures = self._admin.list_offsets(
                 {TopicPartition(self._opts.topic, p): spec for p in partitions},
                 isolation_level=isolation,
-                request_timeout=30,
+                request_timeout=self._request_timeout_s,
             )
             return {tp.partition: int(f.result().offset) for tp, f in futures.items()}
 
