@@ -7,8 +7,8 @@ at a task's point its Python worker is SIGKILLed, the transactional producer dyi
 transaction open as in a killed service, and the micro-batch fails; at the driver's point the
 micro-batch fails before Spark records it. What only a killed process shows (a checkpoint and its
 lock left by a dead driver, Spark's replay of what it planned) is shown by the at-least-once kills
-here and by the kills of tests/integration/test_rescale.py, test_lookup_join.py and
-test_debezium_join.py.
+here, by tests/integration/test_debezium_join.py's (the whole service, mid-micro-batch) and by
+test_cluster.py's (an executor).
 
 Where each crash point is exercised:
 

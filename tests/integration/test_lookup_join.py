@@ -12,10 +12,10 @@ import time
 from decimal import Decimal
 
 import psycopg
-import pytest
 
 from tests.support.kafka_fixture import produce
-from tests.support.service_harness import ORDERS, JoinHarness, avro, dead_letters, drop_replays, order, retract_table
+from tests.support.service_harness import (ORDERS, JoinHarness, avro, committed_batches, dead_letters, drop_replays, order,
+                                           retract_table)
 
 LEFT_JOIN = ("SELECT o.order_id, o.product, o.quantity, p.name, p.price FROM orders AS o "
              "LEFT JOIN products FOR SYSTEM_TIME AS OF PROCTIME() AS p ON o.product = p.product")
@@ -131,49 +131,31 @@ def test_the_table_changes_under_a_running_join_and_rows_it_cannot_carry_are_dea
     assert details[1][2].startswith(nan) and details[2][2].startswith(nan)
 
 
-def test_killed_after_its_lookups_a_replayed_micro_batch_joins_the_rows_they_found(
+def test_crashed_after_its_lookups_a_replayed_micro_batch_joins_the_rows_they_found(
         kafka_bootstrap, spark, tmp_path, new_topic, postgres_url, pg_schema):
-    """SIGKILL (the whole service: driver, JVM, Python workers) once a micro-batch's output is
-    written and before Spark records it; the table changes before the restart. The replay joins
-    the rows pinned by the killed run, so it writes the very records written first, and a later
-    retraction retracts them."""
-    from service import faults
-    from tests.support.service_process import ServiceProcess, group_alive, wait_until
-
+    """The micro-batch fails once its output is written and before Spark records it, as when the
+    driver dies there (``faults.in_process`` at ``before-batch-commit``); the table changes before
+    the restart. The replay joins the rows pinned by the crashed run, so it writes the very
+    records written first, and a later retraction retracts them. (LOOKUP_CACHE is ``none``: no
+    worker keeps a row it read.)"""
     products(postgres_url, pg_schema, [("p1", "apple", Decimal("1.50"), "gold")])
     h = harness(kafka_bootstrap, spark, tmp_path, new_topic, postgres_url, pg_schema)
     h.send_left([("+I", order(1, "p1", 3))])
-    svc = ServiceProcess("lookup", {**h.env, "TRIGGER_INTERVAL": "500ms"}, tmp_path)
+    assert h.crash("before-batch-commit") == 0
+    assert committed_batches(tmp_path / "checkpoint") == []
+    assert list((tmp_path / "checkpoint" / "changejoin" / "lookups" / "0").iterdir()), "micro-batch 0's lookups"
+    rename(postgres_url, pg_schema, "p1", "green apple")
+    h.start()
     try:
-        svc.env = {**h.env, faults.ENV: "before-batch-commit@0"}
-        svc.start()
-        wait_until(lambda: not svc.alive(), 240, f"the service to kill itself; log tail:\n{svc.log_tail()}")
-        wait_until(lambda: not group_alive(svc.proc.pid), 60, "the killed service's processes to end")
-        assert svc.proc.returncode == -9 and svc.commits() == []
-        assert list((tmp_path / "checkpoint" / "changejoin" / "lookups" / "0").iterdir()), "micro-batch 0's lookups"
-        rename(postgres_url, pg_schema, "p1", "green apple")
-        svc.env = dict(h.env)
-        svc.start()
-        wait_until(lambda: 0 in svc.commits(), 240, f"the replay to commit; log tail:\n{svc.log_tail()}")
+        h.service.process_available()
+        assert committed_batches(tmp_path / "checkpoint")[0] == 0
         h.send_left([("-D", order(1, "p1", 3))])
-        wait_until(lambda: len(h_changes(h)) >= 3, 240, f"the retraction; log tail:\n{svc.log_tail()}")
-        assert svc.stop() == 0
+        h.service.process_available()
     finally:
-        svc.cleanup()
-        svc.close()
-    kept, replays = drop_replays(h_changes(h))  # asserts each replay is the record written first
+        h.service.stop()
+    kept, replays = drop_replays(h.changelog())  # asserts each replay is the record written first
     assert [(c.kind, c.row) for c in replays] == [("+I", (1, "p1", 3, "apple", Decimal("1.50")))]
     assert rows(kept) == [("+I", (1, "p1", 3, "apple", Decimal("1.50"))), ("-D", (1, "p1", 3, "apple", Decimal("1.50")))]
-
-
-def h_changes(h: JoinHarness):
-    """The output so far, decoded in the plan's output schema (the service runs as a process)."""
-    from service.catalog import plan_for
-    from tests.support.service_harness import read_changelog
-
-    from service.config import load_settings
-
-    return read_changelog(h.bootstrap, h.output, plan_for(load_settings(h.env)).output_schema)
 
 
 def test_the_database_stopped_for_20_seconds_is_ridden_out(kafka_bootstrap, spark, tmp_path, new_topic,
