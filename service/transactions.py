@@ -218,9 +218,22 @@ def _conf(delivery: Delivery, partition: int, **extra) -> dict:
     return _conf_of(delivery, transactional_id(delivery.prefix, partition), **extra)
 
 
+#: A transactional producer's ``reconnect.backoff.ms`` unless KAFKA_CLIENT_RECONNECT_BACKOFF_MS sets
+#: one (librdkafka's default is 100). Its half (at least 11 ms) also spaces the connections a new
+#: client opens, and every task's new producer opens a second one as soon as its first metadata
+#: names the broker behind the bootstrap address: at 100, 50 ms of each task's
+#: ``init_transactions()`` went to that wait (``bench.transaction_bench``). Reconnections to a
+#: broker that is down still back off exponentially, up to ``reconnect.backoff.max.ms``.
+RECONNECT_BACKOFF_MS = 20
+#: How long a new producer waits for its first metadata before ``init_transactions()`` (which then
+#: reports what is wrong if the broker does not answer).
+_METADATA_WAIT_S = 5.0
+
+
 def _conf_of(delivery: Delivery, tid: str, **extra) -> dict:
     kafka = dict(delivery.kafka)
     bootstrap = kafka.pop("bootstrap.servers")
+    kafka.setdefault("reconnect.backoff.ms", RECONNECT_BACKOFF_MS)
     conf = producer_config(bootstrap, kafka, transactional_id=tid, transaction_timeout_ms=delivery.timeout_ms)
     conf.update(extra)
     return conf
@@ -591,10 +604,24 @@ def _memory_limit() -> int:
         return 1 << 30
 
 
+def _metadata_first(producer: Any, topic: str) -> None:
+    """Wait for the producer's first metadata (of ``topic``). librdkafka replaces its bootstrap
+    connection by one to the broker that metadata names, and a transaction coordinator query it
+    sent on the bootstrap connection meanwhile is lost and asked again only 500 ms later: a third
+    of the inits took 510 ms (``bench.transaction_bench``). A broker that does not answer is left
+    to ``init_transactions()`` to report."""
+    from confluent_kafka import KafkaException
+
+    try:
+        producer.list_topics(topic, timeout=_METADATA_WAIT_S)
+    except KafkaException:
+        pass
+
+
 class TaskTransaction:
     """One attempt of one task partition's share of a micro-batch. Create it when the task starts
-    (the producer's ``init_transactions()`` begins at once, in a thread: it takes 60-510 ms, mostly
-    waiting), then, once the share is complete, call :meth:`committed` and :meth:`write` if it is
+    (the producer's ``init_transactions()`` begins at once, in a thread: about 20 ms against a
+    local broker, mostly waiting), then, once the share is complete, call :meth:`committed` and :meth:`write` if it is
     not written already, and :meth:`close` in every case."""
 
     def __init__(self, delivery: Delivery, partition: int, batch_id: int, attempt: int = 0):
@@ -617,6 +644,7 @@ class TaskTransaction:
             producer = Producer(_conf(self.delivery, self.partition))
             with self._lock:
                 self._producer = producer
+            _metadata_first(producer, self.delivery.progress_topic)
             producer.init_transactions(self.timeout_s)
         except BaseException as err:  # noqa: BLE001 - reported by ready()
             self._error = err
@@ -712,6 +740,7 @@ def abort_transactional_ids(delivery: Delivery, ids: Iterable[str], timeout_s: f
     def init(tid: str) -> None:
         producer = Producer(_conf_of(delivery, tid))
         try:
+            _metadata_first(producer, delivery.progress_topic)
             producer.init_transactions(timeout_s)
         except BaseException as err:  # noqa: BLE001
             kafka_error = err.args[0] if err.args else None
