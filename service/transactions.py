@@ -607,9 +607,10 @@ def _memory_limit() -> int:
 def _metadata_first(producer: Any, topic: str) -> None:
     """Wait for the producer's first metadata (of ``topic``). librdkafka replaces its bootstrap
     connection by one to the broker that metadata names, and a transaction coordinator query it
-    sent on the bootstrap connection meanwhile is lost and asked again only 500 ms later: a third
-    of the inits took 510 ms (``bench.transaction_bench``). A broker that does not answer is left
-    to ``init_transactions()`` to report."""
+    sent on the bootstrap connection meanwhile is lost and asked again only 500 ms later (510 ms
+    inits, in a probe). A broker that does not answer is left to ``init_transactions()`` to report.
+    For the start-up abort's producers only: a task's producer that did this wrote its micro-batch
+    later, not sooner (bench/results/RESULTS.md, 2026-11-29 01:05)."""
     from confluent_kafka import KafkaException
 
     try:
@@ -620,8 +621,8 @@ def _metadata_first(producer: Any, topic: str) -> None:
 
 class TaskTransaction:
     """One attempt of one task partition's share of a micro-batch. Create it when the task starts
-    (the producer's ``init_transactions()`` begins at once, in a thread: about 20 ms against a
-    local broker, mostly waiting), then, once the share is complete, call :meth:`committed` and :meth:`write` if it is
+    (the producer's ``init_transactions()`` begins at once, in a thread: about 18 ms against a
+    local broker, mostly waiting, and now and then 510 ms: :func:`_metadata_first`), then, once the share is complete, call :meth:`committed` and :meth:`write` if it is
     not written already, and :meth:`close` in every case."""
 
     def __init__(self, delivery: Delivery, partition: int, batch_id: int, attempt: int = 0):
@@ -644,7 +645,6 @@ class TaskTransaction:
             producer = Producer(_conf(self.delivery, self.partition))
             with self._lock:
                 self._producer = producer
-            _metadata_first(producer, self.delivery.progress_topic)
             producer.init_transactions(self.timeout_s)
         except BaseException as err:  # noqa: BLE001 - reported by ready()
             self._error = err
