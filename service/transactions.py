@@ -622,8 +622,9 @@ def _metadata_first(producer: Any, topic: str) -> None:
 class TaskTransaction:
     """One attempt of one task partition's share of a micro-batch. Create it when the task starts
     (the producer's ``init_transactions()`` begins at once, in a thread: about 18 ms against a
-    local broker, mostly waiting, and now and then 510 ms: :func:`_metadata_first`), then, once the share is complete, call :meth:`committed` and :meth:`write` if it is
-    not written already, and :meth:`close` in every case."""
+    local broker, mostly waiting, and now and then 510 ms: :func:`_metadata_first`), then, once
+    the share is complete, call :meth:`committed` and :meth:`write` if it is not written already,
+    and :meth:`close` in every case."""
 
     def __init__(self, delivery: Delivery, partition: int, batch_id: int, attempt: int = 0):
         self.delivery, self.partition, self.batch_id, self.attempt = delivery, partition, batch_id, attempt
