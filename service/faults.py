@@ -70,7 +70,8 @@ def crash(spec: Optional[CrashPoint], point: str, batch_id: int) -> None:
         return
     if spec.pgid is None:
         if point == DRIVER_POINT or os.getpid() == spec.driver_pid:
-            raise RuntimeError(f"crash point {point} of micro-batch {batch_id} reached")  # a test's own: no ChangejoinError
+            # A test's own failure, no ChangejoinError: the query fails as when its driver dies.
+            raise RuntimeError(f"crash point {point} of micro-batch {batch_id} reached")
         os.kill(os.getpid(), signal.SIGKILL)
     try:
         os.killpg(spec.pgid, signal.SIGKILL)

@@ -330,7 +330,8 @@ def test_exactly_once_crashed_at_every_point_two_deployments_on_one_topic_read_c
 
     output = a.output
     changes = read_changelog(kafka_bootstrap, output, a.service.plan.output_schema)
-    assert written(kafka_bootstrap, output, None) > len(changes), f"no crash landed inside a transaction (kills {kills})"
+    assert written(kafka_bootstrap, output, None) > len(changes), \
+        f"no crash landed inside a transaction (kills {kills})"
     summary = []
     for h, h_log, mine in ((a, log, lambda order_id: order_id < B_FIRST_ID), (upsert, log, lambda order_id: True),
                            (b, log_b, lambda order_id: order_id >= B_FIRST_ID)):
