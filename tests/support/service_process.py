@@ -6,7 +6,7 @@ reproducible retract changelogs of orders and prices, and the join of the tables
 directory, never by timing.
 
 Used by tests/integration/test_crashes.py (the crash matrix) and the tests that kill or stop a
-service (graceful stop, rescale, cluster, Debezium input, lookup join).
+service (graceful stop, cluster, Debezium input); test_rescale.py uses its ``Changelogs``.
 """
 from __future__ import annotations
 
