@@ -215,9 +215,9 @@ class JoinPipeline:
         (``transactions.py``: prefix, progress topic, checkpoint id, timeout). ``stop_file``: while
         it exists, the sources plan no new input (a graceful stop: ``app.Service.stop``).
         ``checkpoint``: the query's (``CHECKPOINT_LOCATION``'s, read with this session by default).
-        ``crash``: the tests' crash point (``faults.py``), else the one the environment names."""
+        ``crash``: the tests' crash point (``faults.py``)."""
         self.settings = settings
-        self.crash = crash if crash is not None else faults.from_env()
+        self.crash = crash
         self.checkpoint = checkpoint or Checkpoint(settings.checkpoint_location, lambda: self.spark)
         self.stop_file = stop_file
         self.delivery = delivery

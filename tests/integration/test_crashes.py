@@ -301,7 +301,6 @@ def test_exactly_once_crashed_at_every_point_two_deployments_on_one_topic_read_c
     upsert = a.alongside(tmp_path / "upsert", OUTPUT_TOPIC=new_topic(PARTITIONS), OUTPUT_MODE="upsert",
                          OUTPUT_KEY="order_id")
     del upsert.env["KAFKA_TRANSACTIONAL_ID_PREFIX"]  # the default one, of its output topic
-    names = {id(a): "a", id(upsert): "upsert", id(b): "b"}
     kills = []
 
     def more_b_input():
@@ -309,11 +308,11 @@ def test_exactly_once_crashed_at_every_point_two_deployments_on_one_topic_read_c
 
     for i, (chunk, run) in enumerate(zip(chunks, RUNS)):
         send(a, chunk)
-        points = [(a, run[0]), (upsert, run[1])]
+        points = {"a": (a, run[0]), "upsert": (upsert, run[1])}
         if i == 2:  # b too, at a point chosen at random
             more_b_input()
-            points.append((b, rng.choice(faults.POINTS)))
-        kills.append({names[id(h)]: (point, h.crash(point)) for h, point in points})
+            points["b"] = (b, rng.choice(faults.POINTS))
+        kills.append({name: (point, h.crash(point)) for name, (h, point) in points.items()})
         if i == 0:
             # b: its tasks commit a micro-batch (after a's transaction was left open), and it
             # crashes before Spark records it as done; it comes back while a's transaction is
@@ -333,9 +332,10 @@ def test_exactly_once_crashed_at_every_point_two_deployments_on_one_topic_read_c
     assert written(kafka_bootstrap, output, None) > len(changes), \
         f"no crash landed inside a transaction (kills {kills})"
     summary = []
-    for h, h_log, mine in ((a, log, lambda order_id: order_id < B_FIRST_ID), (upsert, log, lambda order_id: True),
-                           (b, log_b, lambda order_id: order_id >= B_FIRST_ID)):
-        name, plan = names[id(h)], h.service.plan
+    for name, h, h_log, mine in (("a", a, log, lambda order_id: order_id < B_FIRST_ID),
+                                 ("upsert", upsert, log, lambda order_id: True),
+                                 ("b", b, log_b, lambda order_id: order_id >= B_FIRST_ID)):
+        plan = h.service.plan
         own = read_changelog(kafka_bootstrap, h.env["OUTPUT_TOPIC"], plan.output_schema)
         own = [c for c in own if c.row is None or mine(c.row[0])]
         _, replays = drop_replays(own)

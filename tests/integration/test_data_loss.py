@@ -23,7 +23,7 @@ import pytest
 
 from service.checkpoint import CheckpointLock
 
-from tests.support.kafka_fixture import create_topic, end_offsets, recreate_topic
+from tests.support.kafka_fixture import end_offsets, recreate_topic
 from tests.support.service_harness import JoinHarness, order, price, start_service_process
 
 pytestmark = pytest.mark.integration

@@ -4,7 +4,6 @@ over ``changejoin_kafka`` (real broker + the session's local Spark)."""
 from __future__ import annotations
 
 import json
-import time
 from typing import Dict, List, Optional, Sequence
 
 import pytest

@@ -33,7 +33,7 @@ def config(**env) -> WorkerConfig:
 
     return worker_config(settings, plan_for(settings), 3, secrets=worker_secrets(settings),
                          delivery=delivery_config(settings, "ck-id", {"progress_topic": "p", "progress_origin": [5, 7]}, 3),
-                         crash=CrashPoint("after-commit", 2, 1234))
+                         crash=CrashPoint("after-commit", 2, driver_pid=1234))
 
 
 def test_every_part_is_frozen():
@@ -49,7 +49,7 @@ def test_a_config_round_trips_through_pickle_whole(dumps):
     c = config()
     again = pickle.loads(dumps(c))
     assert again == c and hash(again) == hash(c)
-    assert again.delivery.origin == (5, 7) and again.crash.pgid == 1234
+    assert again.delivery.origin == (5, 7) and again.crash.driver_pid == 1234
     assert dict(again.secrets.kafka)["sasl.password"] == "kafka-pw"
     assert len(dumps(c)) < 2 * len(c.plan) + 2000  # the plan's JSON and a few hundred bytes
 

@@ -24,6 +24,7 @@ from tests.support.jvm_archives import service_jvm_options
 from tests.support.kafka_fixture import consume_all, produce
 from service import faults
 from service.app import Service
+from service.checkpoint import Checkpoint
 from service.config import load_settings
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -99,18 +100,10 @@ def start_service_process(env: Dict[str, str], log) -> subprocess.Popen:
     )
 
 
-def committed_batches(checkpoint: Path) -> List[int]:
-    """The micro-batches the checkpoint records as done (``commits/``), in order."""
-    directory = checkpoint / "commits"
-    if not directory.is_dir():
-        return []
-    return sorted(int(n) for n in os.listdir(directory) if n.isdigit())
-
-
 def next_batch(checkpoint: Path) -> int:
-    """The id of the first micro-batch of a run started now on ``checkpoint``."""
-    commits = committed_batches(checkpoint)
-    return commits[-1] + 1 if commits else 0
+    """The id of the first micro-batch of a run started now on ``checkpoint`` (a local one)."""
+    newest = Checkpoint(str(checkpoint)).newest_committed()
+    return 0 if newest is None else newest + 1
 
 
 def avro(schema: dict, row: dict) -> bytes:
