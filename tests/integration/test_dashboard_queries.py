@@ -78,6 +78,10 @@ def test_every_panel_query_and_alert_expression_returns_series(kafka_bootstrap, 
     service = h.start()
     try:
         service.process_available()
+        # Prometheus has the late rows' counter at 0 before the late row comes: a counter's first
+        # sample shows no increase, so the alert on its rate would not fire had it met it at 1.
+        prometheus.wait_for_samples(
+            f'changejoin_dead_letter_records_total{{job="{FULLNAME}",reason="late"}} == 0', timeout=30)
         # Behind the watermark now (about now + 49 s): a late probe row, a dead letter.
         h.send_orders([("+I", timed_order(4, "USD", 40, now + 500))])
         service.process_available()
