@@ -8,6 +8,9 @@ time a micro-batch numbered at least ``batch`` reaches ``point``:
 - ``after-commit``: a task has committed its transaction, before it returns to Spark;
 - ``before-batch-commit``: every task has returned, before Spark records the micro-batch as done.
 
+At least once (no transactions) only ``mid-produce`` and ``before-batch-commit`` apply: a task
+crashes once the first half of its records is delivered (:func:`produce_halfway`).
+
 A task that reaches its point SIGKILLs its own Python worker: the task's transactional producer
 dies with an open transaction, as in a killed service, and the task fails the micro-batch. The
 driver raises a RuntimeError at ``before-batch-commit``: the micro-batch fails before Spark records
@@ -21,7 +24,7 @@ from __future__ import annotations
 import os
 import signal
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Iterable, Optional
 
 POINTS = ("before-init", "mid-produce", "before-commit", "after-commit", "before-batch-commit")
 #: The point on the driver; the others are in the producing tasks.
@@ -55,3 +58,17 @@ def crash(spec: Optional[CrashPoint], point: str, batch_id: int) -> None:
         # A test's own failure, no ChangejoinError: the query fails as when its driver dies.
         raise RuntimeError(f"crash point {point} of micro-batch {batch_id} reached")
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+def produce_halfway(spec: Optional[CrashPoint], batch_id: int, records: Iterable,
+                    produce: Callable[[list], object]) -> None:
+    """At least once, a task's share with ``mid-produce`` as its crash point: ``produce`` (which
+    returns once the broker has acknowledged them) the first half of ``records``, crash, then the
+    rest. A consumer has read part of a micro-batch that Spark has not recorded, as when a service
+    is killed while it writes."""
+    records = list(records)
+    half = (len(records) + 1) // 2
+    produce(records[:half])
+    if records:
+        crash(spec, "mid-produce", batch_id)
+    produce(records[half:])

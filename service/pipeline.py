@@ -126,7 +126,12 @@ def produce_partition(config: WorkerConfig, batch_id: int, batch: dict | None = 
         else:
             from .sink import KafkaSink
 
-            built(KafkaSink.from_config, config).produce_all(encoder.records(rows(batches), batch_id, partition, counts))
+            produce_all = built(KafkaSink.from_config, config).produce_all
+            records = encoder.records(rows(batches), batch_id, partition, counts)
+            if config.crash is None:
+                produce_all(records)
+            else:
+                faults.produce_halfway(config.crash, batch_id, records, produce_all)
         report += [(t, l, n) for (t, l), n in counts.items()]
         yield pa.RecordBatch.from_pylist(
             [{"target": t, "label": l, "n": n} for t, l, n in report],

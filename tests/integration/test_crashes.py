@@ -1,23 +1,23 @@
-"""The crash matrix: the service killed and restarted on the same checkpoint, more input arriving
-between restarts, and a broker outage it rides out. At least once, the service runs in its own
-process (``python -m service run``, tests/support/service_process.py) and is killed with SIGKILL
-(its whole process group: the Python driver, Spark's JVM and its Python workers). Exactly once, it
-runs in the test's process on the test's Spark and crashes at named points (``faults.in_process``):
-at a task's point its Python worker is SIGKILLed, the transactional producer dying with its
-transaction open as in a killed service, and the micro-batch fails; at the driver's point the
-micro-batch fails before Spark records it. What only a killed process shows (a checkpoint and its
-lock left by a dead driver, Spark's replay of what it planned) is shown by the at-least-once kills
-here, by tests/integration/test_debezium_join.py's (the whole service, mid-micro-batch) and by
-test_cluster.py's (an executor).
+"""The crash matrix: the service crashed and restarted on the same checkpoint, more input arriving
+between restarts, and a broker outage it rides out. The crashes run the service in the test's
+process, on the test's Spark, and crash it at named points (``faults.in_process``): at a task's
+point its Python worker is SIGKILLed (at least once, with half its records delivered; exactly once,
+the transactional producer dying with its transaction open, as in a killed service), and the
+micro-batch fails; at the driver's point the micro-batch fails before Spark records it. What only
+a killed process shows (a checkpoint and its lock left by a dead driver, Spark's replay of what it
+planned) is shown by tests/integration/test_debezium_join.py's SIGKILL of the whole service
+(python -m service run), mid-micro-batch, and by test_cluster.py's of an executor. The outage
+test runs the service in its own process (tests/support/service_process.py).
 
 Where each crash point is exercised:
 
 ========================  ===============================================  ==========================
 delivery                  point                                            output mode: test
 ========================  ===============================================  ==========================
-at-least-once             while the first micro-batch is written           retract, upsert: 1
-at-least-once             mid-way (third batch of a run replaying one)     retract, upsert: 1
-at-least-once             between micro-batches, all committed (idle)      retract, upsert: 1
+at-least-once             ``mid-produce`` of the first micro-batch         retract, upsert: 1
+at-least-once             ``mid-produce``, the third batch of a run        retract: 1
+                          (its first replays one)
+at-least-once             ``before-batch-commit``, the third batch         upsert: 1
 at-least-once             broker cut while a micro-batch is written        retract: 2
 exactly-once              ``before-init`` (service/faults.py)              retract (deployment a): 3
 exactly-once              ``mid-produce`` (a transaction open)             upsert (twice): 3
@@ -35,13 +35,11 @@ same tables, while ``read_uncommitted`` shows the aborted attempts (the crashes 
 transactions). The expected tables are ``Changelogs``' (computed without Spark, the join an
 uninterrupted run writes: tests/integration/test_service_e2e.py and the conformance cases prove it).
 
-The moments are chosen by watching the output topic and the checkpoint's ``commits/`` directory, or
-named to the service (``faults.in_process``), never by timing: "in the middle of writing
-micro-batch B" is "the output topic holds records of batch B and ``commits/B`` does not exist yet".
-
-Cost: every service process is a new Spark driver (~30 s of a two-core machine before its first
-micro-batch), so the services of a test run side by side, and each run kills several of them; a
-service in the test's process starts in a second or two.
+The crashes' moments are named to the service (``faults.in_process``); the outage's is chosen by
+watching the output topic and the checkpoint's ``commits/`` directory, never by timing: "in the
+middle of writing micro-batch B" is "the output topic holds records of batch B and ``commits/B``
+does not exist yet". A service process is a new Spark driver (~30 s of a two-core machine before
+its first micro-batch); a service in the test's process starts in a second or two.
 """
 from __future__ import annotations
 
@@ -56,7 +54,7 @@ import pytest
 from devkit.broker_process import free_port
 from devkit.kafka_broker import KafkaBroker
 from tests.support.jvm_archives import broker_jvm_options
-from tests.support.kafka_fixture import consume_all, create_topic
+from tests.support.kafka_fixture import consume_all, create_topic, end_offsets
 from service import faults
 from service.config import load_settings
 from tests.support.service_harness import (JoinHarness, dead_letters, drop_replays, read_changelog, retract_table,
@@ -68,7 +66,6 @@ from tests.support.service_process import (
     Changelogs,
     ServiceProcess,
     caught_up,
-    committed,
     drive,
     send,
     service_env,
@@ -94,79 +91,66 @@ def assert_upsert_table(changes, log: Changelogs, what: str) -> None:
 # --------------------------------------------------------------------------------------------
 
 
-def test_at_least_once_killed_while_writing_mid_way_and_idle_materializes_like_an_uninterrupted_run(
-        kafka_bootstrap, tmp_path, new_topic):
+def test_at_least_once_crashed_while_writing_first_and_mid_way_materializes_like_an_uninterrupted_run(
+        kafka_bootstrap, spark, tmp_path, new_topic):
+    """In process (``faults.in_process``): at ``mid-produce`` a task has delivered half its records
+    and its Python worker is SIGKILLed (every attempt of it); at ``before-batch-commit`` every task
+    has delivered its share and the driver fails the micro-batch before Spark records it. Either
+    way a consumer has read part of a micro-batch that the next run plans again and writes again."""
     log = Changelogs(seed=20251121)
     chunks = [log.chunk(order_ops=20, price_ops=6, poison=True) for _ in range(3)]
 
-    # One pair of input topics, read by two services: retract output and upsert output.
-    h = JoinHarness(kafka_bootstrap, None, tmp_path / "retract", new_topic, PARTITIONS, **service_env())
-    create_topic(kafka_bootstrap, h.output, PARTITIONS)
-    upsert_env = {**h.env, "OUTPUT_TOPIC": new_topic(PARTITIONS), "OUTPUT_MODE": "upsert", "OUTPUT_KEY": "order_id",
-                  "CHECKPOINT_LOCATION": str(tmp_path / "upsert" / "checkpoint")}
-    services = [ServiceProcess("retract", h.env, tmp_path), ServiceProcess("upsert", upsert_env, tmp_path)]
-    # kills[svc]: (moment, batch, whether that batch's output had started to appear and it was not committed)
-    kills: Dict[ServiceProcess, list] = {svc: [] for svc in services}
+    # One pair of input topics, read by two deployments: retract output and upsert output.
+    retract = JoinHarness(kafka_bootstrap, spark, tmp_path / "retract", new_topic, PARTITIONS, **service_env())
+    create_topic(kafka_bootstrap, retract.output, PARTITIONS)
+    upsert = retract.alongside(tmp_path / "upsert", OUTPUT_TOPIC=new_topic(PARTITIONS), OUTPUT_MODE="upsert",
+                               OUTPUT_KEY="order_id")
+    deployments = {"retract": retract, "upsert": upsert}
+    # crashes[name]: (moment, point, batch, the output topic's end offsets when it crashed)
+    crashes: Dict[str, list] = {name: [] for name in deployments}
 
-    def start_all():
-        for svc in services:
-            svc.start()
+    def crash_while_writing(moment: str, points: Dict[str, str], later: int) -> None:
+        for name, h in deployments.items():
+            batch = h.crash(points[name], later=later)
+            ends = {p: hi for p, (_, hi) in end_offsets(kafka_bootstrap, h.env["OUTPUT_TOPIC"]).items()}
+            crashes[name].append((moment, points[name], batch, ends))
 
-    def kill_while_writing(moment: str, skip: int):
-        mins = {svc: svc.next_batch() + skip for svc in services}
-        start_all()
-        hit = drive({svc: writing_uncommitted_batch(mins[svc]) for svc in services},
-                    f"output of an uncommitted micro-batch ({moment})", START_TIMEOUT_S, action=ServiceProcess.kill)
-        for svc, batch in hit.items():
-            kills[svc].append((moment, batch, batch not in svc.commits()))
+    # 1. Crashed while its first micro-batch is written.
+    send(retract, chunks[0])
+    crash_while_writing("first output", {"retract": "mid-produce", "upsert": "mid-produce"}, later=0)
+    # 2. More input; crashed mid-way, while the third micro-batch of the run is written (the
+    #    first one replays what run 1 left unrecorded).
+    send(retract, chunks[1])
+    crash_while_writing("mid-way", {"retract": "mid-produce", "upsert": "before-batch-commit"}, later=2)
+    # 3. The last input; everything joined and committed.
+    send(retract, chunks[2])
+    for h in deployments.values():
+        h.run()
 
-    try:
-        # 1. Killed as soon as the first output appears (while batch 0 is being written).
-        send(h, chunks[0])
-        kill_while_writing("first output", skip=0)
-        # 2. More input; killed mid-way, while the third micro-batch of the run is being
-        #    written (the first one replays what run 1 left uncommitted).
-        send(h, chunks[1])
-        kill_while_writing("mid-way", skip=2)
-        # 3. The last input arrives while the service runs; killed between micro-batches, once
-        #    everything is joined and committed.
-        mins = {svc: svc.next_batch() for svc in services}
-        start_all()
-        drive({svc: committed(mins[svc]) for svc in services}, "the first commit of the last run", START_TIMEOUT_S)
-        send(h, chunks[2])
-        done = drive({svc: caught_up(log.sent) for svc in services}, "all input to be joined",
-                     CATCH_UP_TIMEOUT_S, action=ServiceProcess.kill)
-        for svc in done:
-            kills[svc].append(("between batches, idle", svc.commits()[-1], False))
-    finally:
-        for svc in services:
-            svc.close()
-
-    retract, upsert = services
     summary = []
-    for svc in services:
-        changes = read_changelog(kafka_bootstrap, svc.env["OUTPUT_TOPIC"], svc.plan.output_schema)
+    for name, h in deployments.items():
+        changes = read_changelog(kafka_bootstrap, h.env["OUTPUT_TOPIC"], h.service.plan.output_schema)
         kept, replays = drop_replays(changes)
-        replayed_batches = Counter(c.batch for c in replays)
-        summary.append(f"{svc.name}: {len(changes)} records, {len(replays)} replays {dict(replayed_batches)}, "
-                       f"kills {kills[svc]}")
-        # Every kill in the middle of writing a batch must be followed by that batch's replay.
-        mid_batch = [batch for _, batch, uncommitted in kills[svc] if uncommitted]
-        assert mid_batch, f"{svc.name}: no kill landed while a batch was being written ({kills[svc]})"
-        for batch in mid_batch:
-            assert replayed_batches[batch] > 0, (
-                f"{svc.name}: killed while writing batch {batch}, which was not replayed ({summary[-1]})")
-        # Every poison record is in the dead-letter topic exactly once, replays dropped, whatever the kills.
-        letters, _ = drop_replays(dead_letters(kafka_bootstrap, load_settings(svc.env).dead_letter_topic))
+        summary.append(f"{name}: {len(changes)} records, {len(replays)} replays "
+                       f"{dict(Counter(c.batch for c in replays))}, crashes {crashes[name]}")
+        for moment, point, batch, ends in crashes[name]:
+            before = [c.batch == batch for c in changes if c.offset < ends.get(c.partition, 0)]
+            after = [c.batch == batch for c in changes if c.offset >= ends.get(c.partition, 0)]
+            assert any(before), f"{name}: crashed at {point} of batch {batch} ({moment}) before any of its output"
+            # Written again by a later run: the crash did not lose the micro-batch.
+            assert any(after), (
+                f"{name}: crashed while writing batch {batch} ({moment}), which no later run wrote again "
+                f"({summary[-1]})")
+        # Every poison record is in the dead-letter topic exactly once, replays dropped, whatever the crashes.
+        letters, _ = drop_replays(dead_letters(kafka_bootstrap, load_settings(h.env).dead_letter_topic))
         assert Counter(c.kind for c in letters) == Counter({r: n * len(chunks) for r, n in Changelogs.POISON_REASONS.items()})
         assert len({(c.headers["source.partition"], c.headers["source.offset"]) for c in letters}) == len(letters)
         assert sum(b"value (999899 bytes)" in c.headers.get("dropped", b"") for c in letters) == len(chunks)
-        if svc is retract:
+        if h is retract:
             assert retract_table(kept) == log.retract_table(), summary[-1]
         else:
             assert_upsert_table(changes, log, summary[-1])
     print("\n".join(summary))
-
 
 
 # --------------------------------------------------------------------------------------------

@@ -11,17 +11,22 @@ import pytest
 from service import faults
 
 
-def reached_in_a_child(spec: faults.CrashPoint, point: str, batch: int) -> int:
-    """Run ``faults.crash`` in a forked process, as a Python worker would; returns the signal that
-    ended it, or 0 if it went on past the point."""
+def in_a_child(run) -> int:
+    """Call ``run`` in a forked process, as a Python worker would; returns the signal that ended
+    it, or 0 if it returned."""
     pid = os.fork()
     if pid == 0:  # the child: never back into pytest
         try:
-            faults.crash(spec, point, batch)
+            run()
         finally:
             os._exit(0)
     _, status = os.waitpid(pid, 0)
     return os.WTERMSIG(status) if os.WIFSIGNALED(status) else 0
+
+
+def reached_in_a_child(spec: faults.CrashPoint, point: str, batch: int) -> int:
+    """Run ``faults.crash`` in a forked process; the signal that ended it, or 0 if it went on."""
+    return in_a_child(lambda: faults.crash(spec, point, batch))
 
 
 def test_a_task_point_kills_only_the_worker_that_reaches_it_from_its_micro_batch_on():
@@ -46,3 +51,25 @@ def test_the_driver_raises_at_its_point_and_at_a_task_point_it_runs_itself():
 def test_an_unknown_point_is_refused():
     with pytest.raises(ValueError, match="expected one of before-init"):
         faults.in_process("mid-commit")
+
+
+def test_at_least_once_a_task_crashes_once_the_first_half_of_its_records_is_delivered(tmp_path):
+    delivered = tmp_path / "delivered"
+
+    def produce(records):
+        with delivered.open("a") as out:
+            out.writelines(f"{r}\n" for r in records)
+
+    def sent():
+        lines = delivered.read_text().split() if delivered.exists() else []
+        delivered.unlink(missing_ok=True)
+        return [int(r) for r in lines]
+
+    spec = faults.in_process("mid-produce", batch=2)
+    assert in_a_child(lambda: faults.produce_halfway(spec, 2, iter(range(7)), produce)) == signal.SIGKILL
+    assert sent() == [0, 1, 2, 3]
+    assert in_a_child(lambda: faults.produce_halfway(spec, 2, iter([]), produce)) == 0  # a share without records
+    # Before its micro-batch, or another point: every record, no crash (in this process it would raise).
+    faults.produce_halfway(spec, 1, iter(range(7)), produce)
+    faults.produce_halfway(faults.in_process("before-commit"), 2, iter(range(3)), produce)
+    assert sent() == list(range(7)) + list(range(3))

@@ -309,11 +309,12 @@ class JoinHarness:
         """The id of the first micro-batch of a run started now."""
         return next_batch(Path(self.env["CHECKPOINT_LOCATION"]))
 
-    def crash(self, point: str, timeout_s: float = 300.0, **env) -> int:
+    def crash(self, point: str, timeout_s: float = 300.0, later: int = 0, **env) -> int:
         """Run the service until it crashes at ``point`` (``faults.in_process``) of its first
-        micro-batch: a task's point kills its Python worker, its transaction left open, and the
-        driver's fails the micro-batch before Spark records it. Returns the micro-batch's id."""
-        batch = self.next_batch()
+        micro-batch (or the ``later``-th after it): a task's point kills its Python worker, its
+        transaction left open, and the driver's fails the micro-batch before Spark records it.
+        Returns the micro-batch's id."""
+        batch = self.next_batch() + later
         service = self.start(crash=faults.in_process(point, batch), **env)
         try:
             try:
