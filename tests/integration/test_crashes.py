@@ -1,13 +1,13 @@
 """The crash matrix: the service crashed and restarted on the same checkpoint, more input arriving
-between restarts, and a broker outage it rides out. The crashes run the service in the test's
-process, on the test's Spark, and crash it at named points (``faults.in_process``): at a task's
+between restarts, and a broker outage it rides out. The service runs in the test's process, on
+the test's Spark, and the crashes crash it at named points (``faults.in_process``): at a task's
 point its Python worker is SIGKILLed (at least once, with half its records delivered; exactly once,
 the transactional producer dying with its transaction open, as in a killed service), and the
 micro-batch fails; at the driver's point the micro-batch fails before Spark records it. What only
 a killed process shows (a checkpoint and its lock left by a dead driver, Spark's replay of what it
 planned) is shown by tests/integration/test_debezium_join.py's SIGKILL of the whole service
-(python -m service run), mid-micro-batch, and by test_cluster.py's of an executor. The outage
-test runs the service in its own process (tests/support/service_process.py).
+(python -m service run), mid-micro-batch, and by test_cluster.py's of an executor. The broker
+outage is ridden out in the test's process too (test_contact.py's, by a service process).
 
 Where each crash point is exercised:
 
@@ -64,7 +64,7 @@ from tests.support.service_process import (
     PARTITIONS,
     START_TIMEOUT_S,
     Changelogs,
-    ServiceProcess,
+    InProcessService,
     caught_up,
     drive,
     send,
@@ -177,7 +177,9 @@ def proxied_broker(tmp_path):
         proxy.stop()
 
 
-def test_at_least_once_rides_out_a_broker_outage_while_writing(proxied_broker, tmp_path):
+def test_at_least_once_rides_out_a_broker_outage_while_writing(proxied_broker, spark, tmp_path):
+    """In the test's process and on its Spark (tests/integration/test_contact.py rides out an
+    outage in a service process, /readyz and its log lines)."""
     proxy = proxied_broker
     bootstrap = proxy.address
     names = iter(range(100))
@@ -187,9 +189,9 @@ def test_at_least_once_rides_out_a_broker_outage_while_writing(proxied_broker, t
         return create_topic(bootstrap, name, partitions) if create else name
 
     log = Changelogs(seed=7)
-    h = JoinHarness(bootstrap, None, tmp_path, new_topic, PARTITIONS, **service_env())
+    h = JoinHarness(bootstrap, spark, tmp_path, new_topic, PARTITIONS, **service_env())
     create_topic(bootstrap, h.output, PARTITIONS)
-    svc = ServiceProcess("outage", h.env, tmp_path)
+    svc = InProcessService("outage", h)
     try:
         send(h, log.chunk(order_ops=24, price_ops=6))
         svc.start()
@@ -199,24 +201,25 @@ def test_at_least_once_rides_out_a_broker_outage_while_writing(proxied_broker, t
         assert cut > 0, "the service had no connection to cut"
         outage_end = time.monotonic() + 10.0  # the outage lasts 10 s by design
         while time.monotonic() < outage_end:
-            assert svc.alive(), f"the service died during the outage; log tail:\n{svc.log_tail()}"
+            assert svc.alive(), f"the service stopped during the outage: {svc.log_tail()}"
             time.sleep(0.2)
         assert proxy.refused > 0, "the service did not try to reconnect during the outage"
         proxy.restore()
-        assert svc.alive(), f"the service died during the outage; log tail:\n{svc.log_tail()}"
+        assert svc.alive(), f"the service stopped during the outage: {svc.log_tail()}"
         send(h, log.chunk(order_ops=12, price_ops=4))
         drive({svc: caught_up(log.sent)}, "all input to be joined after the outage", CATCH_UP_TIMEOUT_S)
         assert batch in svc.commits(), f"batch {batch}, interrupted by the outage, was never committed"
         assert svc.alive()
-        assert svc.stop() == 0, f"graceful stop failed; log tail:\n{svc.log_tail()}"
+        svc.service.stop()
+        assert svc.service.query.exception() is None
     finally:
         svc.close()
-    changes = read_changelog(bootstrap, h.output, svc.plan.output_schema)
+    changes = read_changelog(bootstrap, h.output, h.service.plan.output_schema)
     kept, replays = drop_replays(changes)
     print(f"outage: cut {cut} connections, refused {proxy.refused}; {len(changes)} records, "
           f"{len(replays)} duplicates {Counter(c.batch for c in replays)}")
     assert retract_table(kept) == log.retract_table()
-    assert svc.runs == 1
+    assert len(h.services) == 1  # one run: ridden out, never restarted
 
 
 # --------------------------------------------------------------------------------------------

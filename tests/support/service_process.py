@@ -189,16 +189,52 @@ class OutputWatcher:
         self._consumer.close()
 
 
-class ServiceProcess:
-    """``python -m service run`` in its own process group, on a checkpoint that outlives it."""
+class WatchedService:
+    """A service on a checkpoint that outlives it, its output topic followed: what :func:`drive`
+    and its conditions ask of a service, in its own process or in the test's."""
 
-    def __init__(self, name: str, env: Dict[str, str], workdir: Path):
+    def __init__(self, name: str, env: Dict[str, str]):
         self.name = name
         self.env = env
         self.checkpoint = Path(env["CHECKPOINT_LOCATION"])
+        self.watcher = OutputWatcher(env["KAFKA_BOOTSTRAP_SERVERS"], env["OUTPUT_TOPIC"])
+
+    def alive(self) -> bool:
+        raise NotImplementedError
+
+    def ended(self) -> str:
+        """How it ended, once it is not alive."""
+        raise NotImplementedError
+
+    def log_tail(self, lines: int = 60) -> str:
+        raise NotImplementedError
+
+    def commits(self) -> List[int]:
+        directory = self.checkpoint / "commits"
+        if not directory.is_dir():
+            return []
+        return sorted(int(n) for n in os.listdir(directory) if n.isdigit())
+
+    def next_batch(self) -> int:
+        """The id of the first micro-batch of a run started now."""
+        return next_batch(self.checkpoint)
+
+    def committed_offsets(self) -> Optional[List[dict]]:
+        """The source offsets (left, right) up to which the last committed micro-batch read."""
+        commits = self.commits()
+        if not commits:
+            return None
+        lines = (self.checkpoint / "offsets" / str(commits[-1])).read_text().splitlines()
+        return [json.loads(line) for line in lines[2:]]  # "v1", batch metadata, one line per source
+
+
+class ServiceProcess(WatchedService):
+    """``python -m service run`` in its own process group, on a checkpoint that outlives it."""
+
+    def __init__(self, name: str, env: Dict[str, str], workdir: Path):
+        super().__init__(name, env)
         self.log_path = workdir / f"{name}.log"
         self.plan = plan_for(load_settings(env))
-        self.watcher = OutputWatcher(env["KAFKA_BOOTSTRAP_SERVERS"], env["OUTPUT_TOPIC"])
         self.proc: Optional[subprocess.Popen] = None
         self.runs = 0
 
@@ -211,6 +247,9 @@ class ServiceProcess:
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
+
+    def ended(self) -> str:
+        return f"exited with code {self.proc.returncode}"
 
     def kill(self) -> None:
         """SIGKILL to the whole process group, as a crash of its machine or container would do;
@@ -239,24 +278,6 @@ class ServiceProcess:
         if self.proc is not None and group_alive(self.proc.pid):
             self.kill()
 
-    def commits(self) -> List[int]:
-        directory = self.checkpoint / "commits"
-        if not directory.is_dir():
-            return []
-        return sorted(int(n) for n in os.listdir(directory) if n.isdigit())
-
-    def next_batch(self) -> int:
-        """The id of the first micro-batch of a run started now."""
-        return next_batch(self.checkpoint)
-
-    def committed_offsets(self) -> Optional[List[dict]]:
-        """The source offsets (left, right) up to which the last committed micro-batch read."""
-        commits = self.commits()
-        if not commits:
-            return None
-        lines = (self.checkpoint / "offsets" / str(commits[-1])).read_text().splitlines()
-        return [json.loads(line) for line in lines[2:]]  # "v1", batch metadata, one line per source
-
     def log_tail(self, lines: int = 60) -> str:
         try:
             text = self.log_path.read_text(errors="replace")
@@ -267,6 +288,39 @@ class ServiceProcess:
     def close(self) -> None:
         try:
             self.cleanup()
+        finally:
+            self.watcher.close()
+
+
+class InProcessService(WatchedService):
+    """The service in the test's process and on its Spark (``JoinHarness.start``), watched as a
+    :class:`ServiceProcess` is: a run ends when its query fails or the test stops it."""
+
+    def __init__(self, name: str, harness: JoinHarness):
+        super().__init__(name, harness.env)
+        self.harness = harness
+
+    @property
+    def service(self):
+        return self.harness.service
+
+    def start(self) -> None:
+        self.harness.start()
+
+    def alive(self) -> bool:
+        return self.service is not None and self.service.query.isActive
+
+    def ended(self) -> str:
+        return f"stopped: {self.service.query.exception()}"
+
+    def log_tail(self, lines: int = 60) -> str:
+        error = self.service.query.exception() if self.service is not None else None
+        return "\n".join(str(error).splitlines()[-lines:]) if error else "(the query has not failed)"
+
+    def close(self) -> None:
+        try:
+            if self.alive():
+                self.service.stop()
         finally:
             self.watcher.close()
 
@@ -316,8 +370,8 @@ def caught_up(sent: Dict[str, Counter]):
     return condition
 
 
-def drive(conditions: Dict[ServiceProcess, Callable], what: str, timeout: float,
-          action: Optional[Callable[[ServiceProcess], None]] = None) -> Dict[ServiceProcess, object]:
+def drive(conditions: Dict[WatchedService, Callable], what: str, timeout: float,
+          action: Optional[Callable[[WatchedService], None]] = None) -> Dict[WatchedService, object]:
     """Watch the services until each one's condition holds, applying ``action`` (e.g. kill) to a
     service the moment its condition holds. A service that exits meanwhile fails the test."""
     pending, results = dict(conditions), {}
@@ -326,8 +380,7 @@ def drive(conditions: Dict[ServiceProcess, Callable], what: str, timeout: float,
         for svc, condition in list(pending.items()):
             batches = svc.watcher.poll()
             if not svc.alive():
-                pytest.fail(f"{svc.name} exited with code {svc.proc.returncode} while waiting for {what}; "
-                            f"log tail:\n{svc.log_tail()}")
+                pytest.fail(f"{svc.name} {svc.ended()} while waiting for {what}; log tail:\n{svc.log_tail()}")
             result = condition(svc, batches)
             if result is not None:
                 if action is not None:
