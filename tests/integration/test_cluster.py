@@ -2,7 +2,7 @@
 two workers of one core and 1 GB, executors in JVMs of their own with Python workers of their own.
 
 The service runs as a process (``python -m service run``) with ``SPARK_MASTER=spark://...``, so
-its driver is a separate JVM too, and the join runs only on the executors. One run, two phases:
+its driver is a separate JVM too, and the join runs only on the executors. One run, three phases:
 
 1. A LEFT join with retractions over a few hundred records on two partitions per topic: once
    everything is joined, the output materializes to the expected table (computed without Spark,
@@ -17,6 +17,9 @@ its driver is a separate JVM too, and the join runs only on the executors. One r
    failed task), the master starts a replacement, state comes back from the checkpoint, and the
    output (``DELIVERY=exactly-once``: read committed, no record twice) still materializes to the
    expected table.
+3. One micro-batch of orders of many new products reaches every bucket from each reading task:
+   Spark's task metrics show every join task reading as many rows as the others, within 1.15x.
+   Then a graceful stop.
 
 Also shown: the reader schemas travel in the plan. The ``.avsc`` files the service is configured
 with are deleted as soon as the driver has built its plan, before any task runs, so an executor
@@ -126,7 +129,9 @@ def test_left_join_on_a_standalone_cluster_survives_a_killed_executor(
     ui_port = free_port()
     h = JoinHarness(kafka_bootstrap, None, tmp_path, new_topic, PARTITIONS, **service_env(
         SPARK_MASTER=cluster.url, SHUFFLE_PARTITIONS=str(TASKS),
-        MAX_RECORDS_PER_TRIGGER="40",  # several micro-batches per phase, so that the kill lands mid-stream
+        # The balance phase's micro-batch reads all its records at once; phase 2 sends input until
+        # a kill lands mid-task, a micro-batch per chunk.
+        MAX_RECORDS_PER_TRIGGER="100000",
         DELIVERY="exactly-once",  # an executor killed mid-produce: its transaction is aborted, not replayed
         LEFT_SCHEMA_FILE=str(schema_dir / "orders.avsc"), RIGHT_SCHEMA_FILE=str(schema_dir / "prices.avsc"),
         # Loopback only: the driver's RPC and block manager (and its UI, which SPARK_LOCAL_IP binds).
@@ -233,26 +238,20 @@ def test_left_join_on_a_standalone_cluster_survives_a_killed_executor(
         final_commit = svc.commits()[-1]
         killed_ports = {port for ports in ports_of_killed.values() for port in ports}
         assert killed_ports, f"no socket port found for the killed executors {sorted(ports_of_killed)}"
-        driver_log = svc.log_path.read_text(errors="replace")
         stages = svc.api("stages?status=complete")
-        assert svc.stop() == 0, f"graceful stop failed; log tail:\n{svc.log_tail()}"
 
         # Phase 3: balanced tasks. One micro-batch of orders of many new products, read by a
         # task per input partition, reaches every bucket from each: Spark's task metrics show
         # every join task reading as many rows (bucket packs) as the others, within 1.15x.
-        schema_dir.mkdir()
-        for name in ("orders.avsc", "prices.avsc"):
-            shutil.copy(SCHEMAS / name, schema_dir / name)
-        svc.env = {**svc.env, "MAX_RECORDS_PER_TRIGGER": "100000"}
         base = 10**6
+        balance_batch = svc.next_batch()
         h.send_orders([("+I", {"order_id": base + i, "product": f"balance-{i}", "quantity": 1}, i % PARTITIONS)
                        for i in range(BALANCE_KEYS)])
         log.sent["orders"].update(i % PARTITIONS for i in range(BALANCE_KEYS))
-        balance_batch = svc.next_batch()
-        svc.start()
         drive({svc: caught_up(log.sent)}, "the balance phase's micro-batch to be joined", START_TIMEOUT_S)
         reads = join_stage_reads(svc, balance_batch)
         assert svc.stop() == 0, f"graceful stop failed; log tail:\n{svc.log_tail()}"
+        driver_log = svc.log_path.read_text(errors="replace")
     finally:
         svc.close()
     assert sorted(reads) == list(range(TASKS)), reads
