@@ -93,6 +93,7 @@ class Service:
         self._crash = crash
         self.plan = plan or plan_for(settings)
         self._spark = spark
+        self._class_archive = False  # SPARK_CLASS_ARCHIVE_DIR applies to the service as a process (run_forever)
         self._listeners = [on_batch] if on_batch else []
         self.query = None
         self.batches: list[BatchCounts] = []
@@ -120,7 +121,7 @@ class Service:
     @property
     def spark(self):
         if self._spark is None:
-            self._spark = spark_session(self.settings)
+            self._spark = spark_session(self.settings, class_archive=self._class_archive)
         return self._spark
 
     def _query_active(self) -> bool:
@@ -381,6 +382,18 @@ class Service:
             self._stop_observability()
             self._release_checkpoint()
 
+    def _write_class_archive(self) -> None:
+        """SPARK_CLASS_ARCHIVE_DIR: when Spark's JVM writes a class archive at its exit
+        (``classarchive.py``), stop Spark and wait for it."""
+        from pyspark import SparkContext
+
+        from . import classarchive
+
+        if classarchive.pending():
+            proc = getattr(SparkContext._gateway, "proc", None)
+            self.spark.stop()
+            classarchive.finish(proc)
+
     def run_forever(self) -> int:
         """Run until SIGTERM/SIGINT (graceful stop after the current micro-batch) or a failure."""
         stopping = threading.Event()
@@ -394,6 +407,7 @@ class Service:
 
         signal.signal(signal.SIGTERM, request_stop)
         signal.signal(signal.SIGINT, request_stop)
+        self._class_archive = True
         try:
             self.start()
             while not stopping.is_set():
@@ -401,6 +415,8 @@ class Service:
                     break
             self.stop(graceful_timeout_s=60)
             exception = self.query.exception()
+            if exception is None:
+                self._write_class_archive()
         except Exception as err:  # noqa: BLE001 - any failure ends the service with one clear line
             exception = err
             try:

@@ -186,6 +186,9 @@ class Settings(BaseModel):
     connect_timeout_ms: int = Field(60_000, alias="CONNECT_TIMEOUT", gt=0)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", alias="LOG_LEVEL")
     log_format: Literal["text", "json"] = Field("text", alias="LOG_FORMAT")
+    # A class-data-sharing archive of Spark's JVM, written at a graceful stop, mapped by later starts
+    # (classarchive.py).
+    spark_class_archive_dir: str | None = Field(None, alias="SPARK_CLASS_ARCHIVE_DIR", min_length=1)
 
     @field_validator(
         "left_watermark_delay_ms", "right_watermark_delay_ms", "idle_timeout_ms", "state_ttl_ms",

@@ -8,6 +8,7 @@ import sys
 import threading
 from pathlib import Path
 
+from . import classarchive
 from .config import Settings, local_directory
 from .metrics import ready_window_seconds
 from .secrets import SPARK_REDACTION_REGEX, URL_USER_INFO
@@ -15,6 +16,7 @@ from .secrets import SPARK_REDACTION_REGEX, URL_USER_INFO
 #: Spark fixes it for a checkpoint at its first micro-batch (and records it in every offset log
 #: entry); the producing tasks of exactly-once delivery are its partitions (checkpoint.py).
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
+DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
@@ -181,7 +183,7 @@ def spark_properties(settings: Settings) -> dict[str, str]:
         "spark.app.name": "changejoin",
         "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
         SHUFFLE_PARTITIONS: str(settings.shuffle_partitions),
-        "spark.driver.extraJavaOptions": java_opts,
+        DRIVER_JAVA_OPTIONS: java_opts,
         "spark.executor.extraJavaOptions": java_opts,
         "spark.executorEnv.PYTHONPATH": os.pathsep.join((str(PROJECT_ROOT), str(WORKER_SITE))),
         "spark.ui.showConsoleProgress": "false",
@@ -213,8 +215,10 @@ def query_start_properties(settings: Settings) -> dict[str, str]:
     return {key: properties[key] for key in QUERY_START_PROPERTIES if key not in settings.spark_conf}
 
 
-def spark_session(settings: Settings):
-    """The Spark session changejoin needs, started with :func:`launch_properties`."""
+def spark_session(settings: Settings, class_archive: bool = False):
+    """The Spark session changejoin needs, started with :func:`launch_properties`; with
+    ``class_archive`` (the service as a process), its JVM maps or writes the class archive of
+    ``SPARK_CLASS_ARCHIVE_DIR`` (``classarchive.py``)."""
     from pyspark import SparkConf
     from pyspark.sql import SparkSession
 
@@ -223,7 +227,11 @@ def spark_session(settings: Settings):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    conf = SparkConf(loadDefaults=False).setAll(list(launch_properties(settings).items()))
+    properties = launch_properties(settings)
+    archive = classarchive.driver_option(settings.spark_class_archive_dir) if class_archive else ""
+    if archive:  # after the service's and the user's own options (SPARK_CONF_...)
+        properties[DRIVER_JAVA_OPTIONS] = f"{properties.get(DRIVER_JAVA_OPTIONS, '')} {archive}".strip()
+    conf = SparkConf(loadDefaults=False).setAll(list(properties.items()))
     _launch_jvm(conf)
     spark = SparkSession.builder.config(conf=conf).getOrCreate()
     spark.sparkContext.setLogLevel("WARN" if settings.log_level != "DEBUG" else "INFO")

@@ -1,11 +1,16 @@
 """SIGTERM (a rolling update, a scale-down) with the service in its own process (``python -m service
 run``): it finishes the micro-batch in flight, then stops, even with input waiting and
 ``TRIGGER_INTERVAL=0`` (a trigger always active): nothing is left to run again at the next start,
-and the input it did not read stays for it."""
+and the input it did not read stays for it. With ``SPARK_CLASS_ARCHIVE_DIR``, the stop also waits for
+Spark's JVM to write its class archive, which the next start maps."""
 from __future__ import annotations
+
+import os
+from pathlib import Path
 
 import pytest
 
+from tests.support.jvm_archives import QUICK
 from tests.support.service_harness import JoinHarness
 from tests.support.service_process import (
     PARTITIONS,
@@ -25,8 +30,11 @@ pytestmark = pytest.mark.integration
 def test_sigterm_with_input_waiting_finishes_the_micro_batch_in_flight_then_stops(kafka_bootstrap, tmp_path, new_topic):
     log = Changelogs(seed=20261128)
     # Five records per micro-batch and several hundred waiting: a hundred micro-batches of work.
+    archives = tmp_path / "class-archive"
+    # Spark's JVM without the tests' own archive (tests/support/jvm_archives.py), to write its own.
     h = JoinHarness(kafka_bootstrap, None, tmp_path, new_topic, PARTITIONS,
-                    **service_env(TRIGGER_INTERVAL="0", MAX_RECORDS_PER_TRIGGER="5"))
+                    **service_env(TRIGGER_INTERVAL="0", MAX_RECORDS_PER_TRIGGER="5", SPARK_CLASS_ARCHIVE_DIR=str(archives),
+                                  SPARK_CONF_spark_driver_defaultJavaOptions=QUICK))
     send(h, log.chunk(order_ops=250, price_ops=60))
     svc = ServiceProcess("service", h.env, tmp_path)
     try:
@@ -47,3 +55,39 @@ def test_sigterm_with_input_waiting_finishes_the_micro_batch_in_flight_then_stop
     assert planned == after, f"micro-batch {planned} was planned and not committed"
     # The input not read yet is still waiting: the scenario held.
     assert caught_up(log.sent)(svc, []) is None
+
+    # The stop waited for Spark's JVM to write its class archive; the next start maps it.
+    written = list(archives.iterdir())
+    assert len(written) == 1 and written[0].name.startswith("spark-driver-") and written[0].suffix == ".jsa", written
+    assert written[0].stat().st_size > 10 << 20 and "class archive written in" in text
+    assert "[cds]" not in text  # the JVM's notes on what it could not archive: not in the service's output
+    again = ServiceProcess("again", h.env, tmp_path)
+    try:
+        again.start()
+        drive({again: lambda s, _: any(str(written[0]) in read_maps(pid) for pid in group_pids(s.proc.pid)) or None},
+              "a process of the next start to map the archive", START_TIMEOUT_S)
+        again.kill()  # before it writes anything: the archive is all this start shows
+    finally:
+        again.close()
+    assert list(archives.iterdir()) == written  # mapped, not written again
+
+
+def group_pids(pgid: int) -> list[int]:
+    """The processes of process group ``pgid``."""
+    pids = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                fields = Path(f"/proc/{name}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[2]) == pgid:
+                pids.append(int(name))
+    return pids
+
+
+def read_maps(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return ""

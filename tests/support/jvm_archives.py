@@ -21,14 +21,14 @@ and the benchmarks' brokers, start as they always did.
 """
 from __future__ import annotations
 
-import hashlib
 import os
-import shutil
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Iterable, List
+
+from service.classarchive import archive_file, spark_jars
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ARCHIVE_DIR = REPO_ROOT / ".cache" / "cds"
@@ -37,30 +37,15 @@ ARCHIVE_DIR = REPO_ROOT / ".cache" / "cds"
 QUICK = "-XX:TieredStopAtLevel=1"
 
 
-def _java() -> Path:
-    """The java Spark's launcher runs: ``$JAVA_HOME/bin/java``, else the one on the PATH."""
-    home = os.environ.get("JAVA_HOME")
-    found = Path(home) / "bin" / "java" if home else Path(shutil.which("java") or "java")
-    return found.resolve()
-
-
 def _archive(kind: str, jars: Iterable[Path]) -> Path:
-    digest = hashlib.sha256()
-    java = _java()
-    for path in [java, *sorted(java.parent.parent.glob("lib/server/*.so")), *jars]:
-        try:
-            stat = path.stat()
-        except OSError:
-            continue
-        digest.update(f"{path}\0{stat.st_size}\0{int(stat.st_mtime)}\n".encode())
-    return ARCHIVE_DIR / f"{kind}-{digest.hexdigest()[:16]}.jsa"
+    """``.cache/cds/<kind>-<digest of the JDK and jars>.jsa``, named as the service names its own
+    (service/classarchive.py)."""
+    return archive_file(ARCHIVE_DIR, kind, jars)
 
 
 def service_archive() -> Path:
     """Where the archive of the Spark JVM for this JDK and these Spark jars is (or would be)."""
-    import pyspark
-
-    return _archive("service", sorted((Path(pyspark.__file__).resolve().parent / "jars").glob("*.jar")))
+    return _archive("service", spark_jars())
 
 
 def broker_archive() -> Path:
