@@ -36,12 +36,17 @@ def scenario_sql(scenario: str, mini_batch_size: int = 1000) -> tuple[str, dict]
     return "SELECT o.order_id, p.price FROM orders o JOIN prices p ON o.product = p.product", env
 
 
-def service_settings(bootstrap: str, scenario: str, max_per_trigger: int | None, shuffle_partitions: int,
-                     checkpoint: str, out: str | None = None, mini_batch_size: int = 1000,
-                     orders_topic: str | None = None, prices_topic: str | None = None, sql: str | None = None,
-                     extra: dict | None = None):
-    """The service's settings for ``scenario``; ``max_per_trigger`` None and ``extra``
-    ``TRIGGER_INTERVAL`` unset: the service's defaults (the latency runs)."""
+def service_settings(*args, **kwargs):
+    """The service's settings for a scenario (:func:`service_environment`'s variables)."""
+    return load_settings(service_environment(*args, **kwargs))
+
+
+def service_environment(bootstrap: str, scenario: str, max_per_trigger: int | None, shuffle_partitions: int,
+                        checkpoint: str, out: str | None = None, mini_batch_size: int = 1000,
+                        orders_topic: str | None = None, prices_topic: str | None = None, sql: str | None = None,
+                        extra: dict | None = None) -> dict[str, str]:
+    """The service's environment variables for ``scenario``; ``max_per_trigger`` None and
+    ``extra`` ``TRIGGER_INTERVAL`` unset: the service's defaults (the latency runs)."""
     default_orders, default_prices, default_out = topics(scenario)
     scenario_query, env = scenario_sql(scenario, mini_batch_size)
     env = {"LEFT_SCHEMA_FILE": str(ROOT / "schemas" / "orders.avsc"),
@@ -50,13 +55,13 @@ def service_settings(bootstrap: str, scenario: str, max_per_trigger: int | None,
            "SPARK_CONF_spark_sql_streaming_numRecentProgressUpdates": "100000", **env, **(extra or {})}
     if max_per_trigger is not None:
         env["MAX_RECORDS_PER_TRIGGER"] = str(max_per_trigger)
-    return load_settings({
+    return {
         "KAFKA_BOOTSTRAP_SERVERS": bootstrap, "LEFT_TOPIC": orders_topic or default_orders,
         "RIGHT_TOPIC": prices_topic or default_prices, "OUTPUT_TOPIC": out or default_out,
         "LEFT_TABLE": "orders", "RIGHT_TABLE": "prices", "JOIN_SQL": sql or scenario_query,
         "CHECKPOINT_LOCATION": checkpoint, "SPARK_MASTER": "local[2]", "SHUFFLE_PARTITIONS": str(shuffle_partitions),
         "METRICS_PORT": "0", **{k: v for k, v in env.items() if v is not None},
-    })
+    }
 
 
 def run_changejoin(bootstrap: str, scenario: str, rows: int, max_per_trigger: int, shuffle_partitions: int,
