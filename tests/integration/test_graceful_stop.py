@@ -32,9 +32,9 @@ def test_sigterm_with_input_waiting_finishes_the_micro_batch_in_flight_then_stop
     # Five records per micro-batch and several hundred waiting: a hundred micro-batches of work.
     archives = tmp_path / "class-archive"
     # Spark's JVM without the tests' own archive (tests/support/jvm_archives.py), to write its own.
-    h = JoinHarness(kafka_bootstrap, None, tmp_path, new_topic, PARTITIONS,
-                    **service_env(TRIGGER_INTERVAL="0", MAX_RECORDS_PER_TRIGGER="5", SPARK_CLASS_ARCHIVE_DIR=str(archives),
-                                  SPARK_CONF_spark_driver_defaultJavaOptions=QUICK))
+    env = service_env(TRIGGER_INTERVAL="0", MAX_RECORDS_PER_TRIGGER="5", SPARK_CLASS_ARCHIVE_DIR=str(archives),
+                      SPARK_CONF_spark_driver_defaultJavaOptions=QUICK)
+    h = JoinHarness(kafka_bootstrap, None, tmp_path, new_topic, PARTITIONS, **env)
     send(h, log.chunk(order_ops=250, price_ops=60))
     svc = ServiceProcess("service", h.env, tmp_path)
     try:
@@ -66,7 +66,7 @@ def test_sigterm_with_input_waiting_finishes_the_micro_batch_in_flight_then_stop
         again.start()
         drive({again: lambda s, _: any(str(written[0]) in read_maps(pid) for pid in group_pids(s.proc.pid)) or None},
               "a process of the next start to map the archive", START_TIMEOUT_S)
-        again.kill()  # before it writes anything: the archive is all this start shows
+        again.kill()  # the mapping is all this start is for
     finally:
         again.close()
     assert list(archives.iterdir()) == written  # mapped, not written again
