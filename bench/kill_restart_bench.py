@@ -17,7 +17,8 @@ node would be, and started again at once on the same checkpoint; a graceful stop
 Printed per start: the seconds from the process's spawn to the first output record a consumer
 receives after it (the figure issue 40 bounds at 15 s after a kill), and when the service's log
 (``LOG_FORMAT=json``) dates its steps: the join plan, the transactional ids initialized (which
-aborts what the killed run left open), and its first committed micro-batch.
+aborts what the killed run left open), Spark started (in the background meanwhile), and its
+first committed micro-batch.
 """
 from __future__ import annotations
 
@@ -40,7 +41,8 @@ from .harness.data import changelogs
 from .harness.latency import TIMED_ENV, Paced, latency_sql, latency_units
 
 #: The service's log lines that date a start's steps: (step, what the message starts with).
-STEPS = (("plan", "join plan:"), ("transactions", "exactly-once delivery:"), ("first commit", "batch "))
+STEPS = (("plan", "join plan:"), ("transactions", "exactly-once delivery:"), ("spark", "Spark started in"),
+         ("first commit", "batch "))
 
 
 class Arrivals:
@@ -227,10 +229,12 @@ def render(args, starts: list[dict]) -> str:
     lines = [f"`python -m bench.kill_restart_bench --rate {args.rate:g} --keys {args.keys} --kills {args.kills} "
              f"--run {args.run:g} --rounds {args.rounds}" + "".join(f" --variant {v}" for v in args.variant) + "`", "",
              "| variant | round | start | after | first output s (spawn to a consumer) | join plan s "
-             "| transactional ids initialized s | first micro-batch committed s |", "|---|---|---|---|---|---|---|---|"]
+             "| transactional ids initialized s | Spark started s | first micro-batch committed s |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for s in starts:
         lines.append(f"| {s['variant']} | {s['round']} | {s['start']} | {s['after']} | {s['first_output_s']:.2f} | "
-                     f"{s.get('plan', '-')} | {s.get('transactions', '-')} | {s.get('first commit', '-')} |")
+                     f"{s.get('plan', '-')} | {s.get('transactions', '-')} | {s.get('spark', '-')} | "
+                     f"{s.get('first commit', '-')} |")
     lines.append("")
     for name in dict.fromkeys(s["variant"] for s in starts):
         for after in ("a first start", "a SIGTERM", "a kill -9"):
@@ -251,11 +255,12 @@ def plot(starts: list[dict], png: Path) -> None:
     labels = [f"{s['variant']} {s['round']}.{s['start']}: {s['after']}" for s in starts]
     for row, s in enumerate(starts):
         ax.barh(row, s["first_output_s"], color="#9ecae1")
-        for (step, _), marker in zip(STEPS, "o^s"):
+        for (step, _), marker in zip(STEPS, "o^Ds"):
             if step in s:
                 ax.plot(s[step], row, marker, color="black")
     ax.plot([], [], "o", color="black", label="join plan")
     ax.plot([], [], "^", color="black", label="transactional ids initialized")
+    ax.plot([], [], "D", color="black", label="Spark started")
     ax.plot([], [], "s", color="black", label="first micro-batch committed")
     ax.axvline(15, color="red", linestyle="--", label="15 s")
     ax.set_yticks(range(len(starts)), labels)

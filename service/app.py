@@ -23,6 +23,7 @@ import tempfile
 import threading
 import time
 import uuid
+from concurrent.futures import Future
 from contextlib import contextmanager
 
 from pyspark.sql.streaming import StreamingQueryListener
@@ -93,6 +94,7 @@ class Service:
         self._crash = crash
         self.plan = plan or plan_for(settings)
         self._spark = spark
+        self._spark_launch: Future | None = None  # Spark, started in the background by start()
         self._class_archive = False  # SPARK_CLASS_ARCHIVE_DIR applies to the service as a process (run_forever)
         self._listeners = [on_batch] if on_batch else []
         self.query = None
@@ -121,8 +123,32 @@ class Service:
     @property
     def spark(self):
         if self._spark is None:
-            self._spark = spark_session(self.settings, class_archive=self._class_archive)
+            if self._spark_launch is not None:
+                self._spark = self._spark_launch.result()
+            else:
+                self._spark = spark_session(self.settings, class_archive=self._class_archive)
         return self._spark
+
+    def _launch_spark(self) -> None:
+        """Start Spark in the background: its JVM boots for seconds while the start takes the
+        checkpoint, ensures the topics and initializes the transactional ids (which abort what a
+        stopped run left open), all waiting on the disk and the brokers rather than the CPU.
+        ``spark`` waits for it; a failure to start is raised there."""
+        if self._spark is not None or self._spark_launch is not None:
+            return
+        launch: Future = Future()
+
+        def run():
+            started = time.monotonic()
+            try:
+                launch.set_result(spark_session(self.settings, class_archive=self._class_archive))
+            except BaseException as err:  # noqa: BLE001 - raised where the session is asked for
+                launch.set_exception(err)
+            else:
+                log.info("Spark started in %.1f s", time.monotonic() - started)
+
+        self._spark_launch = launch
+        threading.Thread(target=run, name="spark-launch").start()
 
     def _query_active(self) -> bool:
         return self.query is not None and self.query.isActive
@@ -249,6 +275,7 @@ class Service:
                 self.metrics_server = MetricsServer(self.metrics, self.settings.metrics_port).start()
             except OSError as err:
                 raise RuntimeError(f"cannot serve metrics on METRICS_PORT={self.settings.metrics_port}: {err}") from err
+        self._launch_spark()
         try:
             # Before anything runs: state made for another join must not be touched.
             store = checkpoint.Checkpoint(self.settings.checkpoint_location, lambda: self.spark)
