@@ -501,19 +501,27 @@ class Checkpoint:
         """The newest micro-batch Spark committed (its commit log), or None."""
         return self._newest_batch(COMMITS)
 
+    def committed(self) -> list[int]:
+        """The micro-batches Spark committed, as far as its commit log keeps them, in order."""
+        return self._batches(COMMITS)
+
     def _newest_batch(self, log: str) -> int | None:
         """The newest micro-batch id in Spark's ``offsets`` (planned) or ``commits`` (done) log, or None."""
+        batches = self._batches(log)
+        return batches[-1] if batches else None
+
+    def _batches(self, log: str) -> list[int]:
+        """The micro-batch ids in Spark's ``offsets`` (planned) or ``commits`` (done) log, in order."""
         if self._local:
             directory = os.path.join(self._dir, log)
             names = [n for n in os.listdir(directory) if n.isdigit()] if os.path.isdir(directory) else []
-            return max(map(int, names)) if names else None
+            return sorted(map(int, names))
         jvm = self._spark._jvm
         path = jvm.org.apache.hadoop.fs.Path(self.location.rstrip("/") + "/" + log)
         fs = path.getFileSystem(self._spark._jsc.hadoopConfiguration())
         if not fs.exists(path):
-            return None
-        names = [n for n in (status.getPath().getName() for status in fs.listStatus(path)) if n.isdigit()]
-        return max(map(int, names)) if names else None
+            return []
+        return sorted(int(n) for n in (status.getPath().getName() for status in fs.listStatus(path)) if n.isdigit())
 
     def pending_batch(self) -> int | None:
         """The micro-batch Spark will run again at the next start (planned, not committed), or None."""

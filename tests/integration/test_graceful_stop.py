@@ -5,7 +5,6 @@ and the input it did not read stays for it. With ``SPARK_CLASS_ARCHIVE_DIR``, th
 Spark's JVM to write its class archive, which the next start maps."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -20,6 +19,7 @@ from tests.support.service_process import (
     caught_up,
     committed,
     drive,
+    group_pids,
     send,
     service_env,
 )
@@ -51,7 +51,7 @@ def test_sigterm_with_input_waiting_finishes_the_micro_batch_in_flight_then_stop
     # look at commits/ above and the signal: no more (without the stop, ~20 more ran meanwhile).
     assert after <= before + 2, f"{after - before} micro-batches committed after SIGTERM:\n{svc.log_tail()}"
     # Nothing left to run again: every micro-batch Spark planned is committed.
-    planned = max(int(n.name) for n in (svc.checkpoint / "offsets").iterdir() if n.name.isdigit())
+    planned = svc.store.newest_planned()
     assert planned == after, f"micro-batch {planned} was planned and not committed"
     # The input not read yet is still waiting: the scenario held.
     assert caught_up(log.sent)(svc, []) is None
@@ -72,21 +72,8 @@ def test_sigterm_with_input_waiting_finishes_the_micro_batch_in_flight_then_stop
     assert list(archives.iterdir()) == written  # mapped, not written again
 
 
-def group_pids(pgid: int) -> list[int]:
-    """The processes of process group ``pgid``."""
-    pids = []
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                fields = Path(f"/proc/{name}/stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[2]) == pgid:
-                pids.append(int(name))
-    return pids
-
-
 def read_maps(pid: int) -> str:
+    """The memory map of process ``pid`` (empty once it is gone)."""
     try:
         return Path(f"/proc/{pid}/maps").read_text()
     except OSError:

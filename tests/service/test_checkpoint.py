@@ -26,11 +26,14 @@ def test_a_local_checkpoint_reads_spark_logs_and_names_its_pins(tmp_path, monkey
     assert Checkpoint(f"file://{tmp_path}/cp").pins == store.pins
     assert (store.newest_planned(), store.newest_committed(), store.pending_batch(), store.has_state()) == \
         (None, None, None, False)
+    assert store.committed() == []
     spark_logs(tmp_path / "cp", offsets=(0, 1, 2), commits=(0, 1))
     assert (store.newest_planned(), store.newest_committed(), store.pending_batch(), store.has_state()) == (2, 1, 2, True)
     assert store.batch_offsets(2) == "v1\n{}\n" and store.batch_offsets(3) is None
     spark_logs(tmp_path / "cp", commits=(2,))
     assert store.pending_batch() is None
+    spark_logs(tmp_path / "cp", commits=(10,))  # in numeric order, not by name
+    assert store.committed() == [0, 1, 2, 10] and store.newest_committed() == 10
 
 
 def test_a_remote_checkpoint_has_no_pins_and_is_read_only_through_spark():

@@ -23,6 +23,7 @@ from typing import Callable, Dict, List, Optional
 import pytest
 
 from service.catalog import plan_for
+from service.checkpoint import Checkpoint
 from service.config import load_settings
 from tests.support.service_harness import ORDERS, JoinHarness, avro, next_batch, order, price, start_service_process
 
@@ -141,8 +142,9 @@ def send(h: JoinHarness, chunk) -> None:
 # --------------------------------------------------------------------------------------------
 
 
-def group_alive(pgid: int) -> bool:
-    """Whether a live (non-zombie) process of process group ``pgid`` remains."""
+def group_pids(pgid: int) -> List[int]:
+    """The live (non-zombie) processes of process group ``pgid``."""
+    pids = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -153,8 +155,13 @@ def group_alive(pgid: int) -> bool:
             continue
         fields = stat[stat.rfind(")") + 2:].split()  # after "pid (comm) ": state ppid pgrp ...
         if len(fields) > 2 and fields[0] != "Z" and int(fields[2]) == pgid:
-            return True
-    return False
+            pids.append(int(entry))
+    return pids
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether a live (non-zombie) process of process group ``pgid`` remains."""
+    return bool(group_pids(pgid))
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float, what: str, interval: float = 0.05) -> None:
@@ -197,6 +204,7 @@ class WatchedService:
         self.name = name
         self.env = env
         self.checkpoint = Path(env["CHECKPOINT_LOCATION"])
+        self.store = Checkpoint(str(self.checkpoint))  # Spark's logs in it, read as the service reads them
         self.watcher = OutputWatcher(env["KAFKA_BOOTSTRAP_SERVERS"], env["OUTPUT_TOPIC"])
 
     def alive(self) -> bool:
@@ -210,10 +218,7 @@ class WatchedService:
         raise NotImplementedError
 
     def commits(self) -> List[int]:
-        directory = self.checkpoint / "commits"
-        if not directory.is_dir():
-            return []
-        return sorted(int(n) for n in os.listdir(directory) if n.isdigit())
+        return self.store.committed()
 
     def next_batch(self) -> int:
         """The id of the first micro-batch of a run started now."""
@@ -221,10 +226,10 @@ class WatchedService:
 
     def committed_offsets(self) -> Optional[List[dict]]:
         """The source offsets (left, right) up to which the last committed micro-batch read."""
-        commits = self.commits()
-        if not commits:
+        newest = self.store.newest_committed()
+        if newest is None:
             return None
-        lines = (self.checkpoint / "offsets" / str(commits[-1])).read_text().splitlines()
+        lines = self.store.batch_offsets(newest).splitlines()
         return [json.loads(line) for line in lines[2:]]  # "v1", batch metadata, one line per source
 
 
