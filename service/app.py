@@ -36,7 +36,7 @@ from .faults import CrashPoint
 from .metrics import JoinMetrics, MetricsServer, ready_window_seconds
 from .pipeline import BatchCounts, JoinPipeline
 from .plan import JoinPlan, TimeMode
-from .session import SHUFFLE_PARTITIONS, expect_stop, query_start_properties, spark_session
+from .session import SHUFFLE_PARTITIONS, expect_stop, finish_class_archive, query_start_properties, spark_session
 from .shipping import Delivery
 from .transactions import keep_progress_topic
 
@@ -409,18 +409,6 @@ class Service:
             self._stop_observability()
             self._release_checkpoint()
 
-    def _write_class_archive(self) -> None:
-        """SPARK_CLASS_ARCHIVE_DIR: when Spark's JVM writes a class archive at its exit
-        (``classarchive.py``), stop Spark and wait for it."""
-        from pyspark import SparkContext
-
-        from . import classarchive
-
-        if classarchive.pending():
-            proc = getattr(SparkContext._gateway, "proc", None)
-            self.spark.stop()
-            classarchive.finish(proc)
-
     def run_forever(self) -> int:
         """Run until SIGTERM/SIGINT (graceful stop after the current micro-batch) or a failure."""
         stopping = threading.Event()
@@ -442,8 +430,8 @@ class Service:
                     break
             self.stop(graceful_timeout_s=60)
             exception = self.query.exception()
-            if exception is None:
-                self._write_class_archive()
+            if exception is None:  # SPARK_CLASS_ARCHIVE_DIR: the archive Spark's JVM writes as it exits
+                finish_class_archive(self.spark)
         except Exception as err:  # noqa: BLE001 - any failure ends the service with one clear line
             exception = err
             try:

@@ -140,6 +140,18 @@ def _launch_jvm(conf) -> None:
         SparkContext._jvm = gateway.jvm
 
 
+def finish_class_archive(spark) -> None:
+    """After a graceful stop: when this process's Spark JVM writes a class archive at its exit
+    (``SPARK_CLASS_ARCHIVE_DIR``, ``classarchive.py``), stop Spark, end the JVM :func:`_launch_jvm`
+    started and wait until the archive is written."""
+    from pyspark import SparkContext
+
+    if classarchive.pending():
+        proc = getattr(SparkContext._gateway, "proc", None)
+        spark.stop()
+        classarchive.finish(proc)
+
+
 def spark_properties(settings: Settings) -> dict[str, str]:
     """Every Spark property the service sets: the ones it chooses, below, and every ``SPARK_CONF_``
     property, which wins over the service's choice of the same property (all of them; config.py
