@@ -91,10 +91,10 @@ def until(units, stop: threading.Event):
         yield unit
 
 
-def steps(log_path: Path, spawned: float) -> dict[str, float]:
-    """Seconds from the spawn to each of :data:`STEPS`, as the service's log dates them."""
+def steps(log: str, spawned: float) -> dict[str, float]:
+    """Seconds from the spawn to each of :data:`STEPS`, as the service's log (text) dates them."""
     found: dict[str, float] = {}
-    for line in log_path.read_text(errors="replace").splitlines():
+    for line in log.splitlines():
         if not line.startswith("{"):
             continue
         try:
@@ -218,11 +218,9 @@ def run(args, bootstrap: str, work: Path, extra: dict) -> list[dict]:
 
 def steps_since(log_path: Path, mark: int, spawned: float) -> dict[str, float]:
     """:func:`steps` of the log written since byte ``mark`` (this start's)."""
-    tail = Path(str(log_path) + ".start")
     with open(log_path, "rb") as log:
         log.seek(mark)
-        tail.write_bytes(log.read())
-    return steps(tail, spawned)
+        return steps(log.read().decode(errors="replace"), spawned)
 
 
 def render(args, starts: list[dict]) -> str:
