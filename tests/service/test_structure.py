@@ -273,6 +273,13 @@ def test_only_the_processors_use_spark_state_and_it_knows_no_step_and_no_wiring(
     assert not service_imports("sparkstate") & (set(STEPS) | {"pipeline", "app", "cli", "session"})
 
 
+def test_the_class_archive_knows_nothing_and_only_the_session_uses_it():
+    """classarchive.py (SPARK_CLASS_ARCHIVE_DIR) picks a JVM option and names a file: it imports no
+    service module, and only the session, which launches Spark's JVM and waits for it, uses it."""
+    assert service_imports("classarchive") == set()
+    assert [m for m in modules() if "classarchive" in service_imports(m)] == ["session"]
+
+
 def test_the_spark_session_knows_no_step_and_no_state():
     assert not service_imports("session") & (set(STEPS) | {"sparkstate", "pipeline", "app", "cli"})
 
