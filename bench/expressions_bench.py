@@ -10,6 +10,9 @@ variant's output count and digest, the same in every round): ``plain`` is the sc
 functions, CASE, CAST, COALESCE, ROUND, MOD) and a WHERE, part of it on the orders (the preserved
 input: filtered before the shuffle, in the decoder) and part on the prices (after the join, on
 the output changelog). The WHERE keeps every row, so both variants join and write the same rows.
+``wide`` writes the
+same fourteen output columns as ``expressions`` but each is a plain column of the same Avro type
+(no expression, no WHERE): what the wider output costs by itself, apart from the calculation.
 Other options pass through to bench.ab_bench (``--record`` appends the table to
 bench/results/RESULTS.md).
 """
@@ -27,9 +30,16 @@ SQL = ("SELECT o.order_id, o.product, o.quantity, p.price, "
        "FROM orders o LEFT JOIN prices p ON o.product = p.product "
        "WHERE o.quantity >= 0 AND (p.price IS NULL OR p.price >= 0)")
 
+#: The output of :data:`SQL`, column for column of the same Avro type, but only columns: no calculation.
+WIDE = ("SELECT o.order_id, o.product, o.quantity, p.price, p.price AS total, o.product AS product_upper, "
+        "p.currency AS currency, o.product AS size, o.product AS order_text, o.quantity AS product_length, "
+        "p.price AS gross, o.quantity AS shard, o.product AS label, o.quantity AS distance "
+        "FROM orders o LEFT JOIN prices p ON o.product = p.product")
+
 
 def main() -> None:
-    sys.argv = [sys.argv[0], "--scenario", "left-pk", "--variant", "plain:", "--variant", f"expressions:JOIN_SQL={SQL}",
+    sys.argv = [sys.argv[0], "--scenario", "left-pk", "--variant", "plain:", "--variant", f"wide:JOIN_SQL={WIDE}",
+                "--variant", f"expressions:JOIN_SQL={SQL}",
                 *sys.argv[1:]]
     ab_bench.main()
 
