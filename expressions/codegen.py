@@ -41,6 +41,7 @@ class _Gen:
         self.depth = 1
         self.count = 0
         self.constants: dict[str, object] = {}
+        self.columns: dict[tuple[str, int], str] = {}  # (row code, index) -> the local holding it
 
     def tmp(self) -> str:
         self.count += 1
@@ -70,8 +71,12 @@ class _Gen:
         """A Python expression for ``node``'s value that is cheap to repeat (a local, a constant,
         a row's column), its statements written first."""
         kind = node[0]
-        if kind == "col":
-            return f"{self.rows[node[2]]}[{node[3]}]"
+        if kind == "col":  # read once into a local at the function's start (:func:`_build`)
+            key = (node[2], node[3])
+            local = self.columns.get(key)
+            if local is None:
+                local = self.columns[key] = f"{self.rows[node[2]]}_{node[3]}"
+            return local
         if kind == "lit":
             return self.literal(node)
         if kind == "sym":
@@ -345,7 +350,9 @@ def _guarded(gen: _Gen, node, sql: str, failures: list, not_null: bool = False) 
 
 
 def _build(gen: _Gen, header: str, failures: list, name: str):
-    source = f"def {name}({header}):\n" + "\n".join(gen.lines) + "\n"
+    # Each column the code reads is read from its row once: a local is cheaper to repeat.
+    reads = [f"    {local} = {gen.rows[row]}[{index}]" for (row, index), local in gen.columns.items()]
+    source = f"def {name}({header}):\n" + "\n".join(reads + gen.lines) + "\n"
     namespace = dict(_NAMESPACE, _failure=_failure, _sqls=tuple(failures), **gen.constants)
     try:
         with warnings.catch_warnings():  # "x is True" of a literal: meant, and harmless
