@@ -2,6 +2,7 @@
 Flink itself answered for these inputs (tests/integration/test_expressions_flink_differential.py
 holds the whole catalog to Flink on random expressions; these pin the surprising answers)."""
 import datetime as dt
+import math
 from decimal import ROUND_DOWN, ROUND_HALF_UP, Decimal
 
 import pytest
@@ -10,7 +11,7 @@ from hypothesis import strategies as st
 
 from expressions import ExpressionError, compile_condition, compile_projection
 from expressions.parse import Refused, parse, translate
-from expressions.runtime import _double_round_decimal, double_round
+from expressions.runtime import _double_round_decimal, _double_round_scaled, double_round
 from expressions.types import parse_type
 
 COLUMNS = {"i": "INT", "b": "BIGINT", "d": "DOUBLE", "m": "DECIMAL(10, 2)", "s": "STRING", "t": "STRING",
@@ -218,6 +219,35 @@ def test_a_null_in_a_not_null_computed_column_fails_as_flinks_sink_does():
                  st.decimals(min_value=-10**6, max_value=10**6, places=6).map(float)),
        st.integers(min_value=-4, max_value=18), st.sampled_from([ROUND_HALF_UP, ROUND_DOWN]))
 def test_rounding_a_double_on_its_digits_as_text_gives_the_decimal_rounding(value, digits, rounding):
-    """double_round's text path (no exponent, digits >= 0) against BigDecimal's way, by Decimal."""
+    """double_round (its scaled and text paths) against BigDecimal's way, by Decimal."""
     fast, exact = double_round(value, digits, rounding), _double_round_decimal(value, digits, rounding)
     assert repr(fast) == repr(exact)  # the same double, the sign of a zero too
+
+
+#: Values a rounding to ``digits`` places is hardest on: a tie (…5 one place past the ones kept),
+#: one ulp either side of it, and values just off an integer number of units kept.
+_NEAR_BOUNDARIES = st.builds(
+    lambda units, digits, offset, nudge: (nudge((units + offset) / 10 ** digits), digits),
+    st.integers(min_value=-10**9, max_value=10**9), st.integers(min_value=0, max_value=9),
+    st.sampled_from([0.5, 0.0, 0.4999999, 0.5000001, 0.9999999, 0.0000001]),
+    st.sampled_from([lambda x: x, lambda x: math.nextafter(x, math.inf), lambda x: math.nextafter(x, -math.inf)]))
+
+
+@settings(max_examples=3000, deadline=None)
+@given(_NEAR_BOUNDARIES, st.sampled_from([ROUND_HALF_UP, ROUND_DOWN]))
+def test_rounding_a_double_by_scaling_gives_the_decimal_rounding_or_defers_to_the_digits(case, rounding):
+    """The scaled way either declines (None) or gives BigDecimal's double, also at and one ulp
+    around ties and whole units, where a scaled product's error would show."""
+    value, digits = case
+    scaled = _double_round_scaled(value, digits, rounding is ROUND_HALF_UP)
+    if scaled is not None:
+        assert repr(scaled) == repr(_double_round_decimal(value, digits, rounding))
+    assert repr(double_round(value, digits, rounding)) == repr(_double_round_decimal(value, digits, rounding))
+
+
+def test_rounding_a_double_by_scaling_declines_at_a_tie_and_takes_the_common_case():
+    assert _double_round_scaled(2.675, 2, True) is None  # a tie of its digits: the text decides (2.68)
+    assert double_round(2.675, 2) == 2.68
+    assert _double_round_scaled(118.8 * 1.2, 2, True) == 142.56  # 142.55999999999997
+    assert _double_round_scaled(-0.004, 2, True) == 0.0 and repr(_double_round_scaled(-0.004, 2, True)) == "0.0"
+    assert _double_round_scaled(1e300, 2, True) is None and _double_round_scaled(math.nan, 2, True) is None
