@@ -514,7 +514,11 @@ class JoinPlan:
                 columns.append(column["expr"])
                 sqls.append(column["sql"])
         calc = compile_projection(columns, sqls, self.output.get("where"), self.output.get("where_sql") or "")
-        return OutputCalc(operator, calc)
+        # Where a zero may be a float's or a decimal's (-0.0 == 0.0): a joined row with one there
+        # is computed each time, not kept for its retractions (OutputCalc).
+        zeros = tuple(i for i, (side, index) in enumerate(self.projection)
+                      if self.joined_families(side)[index] in ("float", "decimal", "other"))
+        return OutputCalc(operator, calc, zeros)
 
     def _join_operator(self):
         return operator_for(self.operator_spec())

@@ -111,3 +111,29 @@ def test_a_row_equal_to_another_but_for_the_sign_of_a_zero_is_computed_for_itsel
         outputs[kept] = [(int(k), r) for k, r in runner.output.rows]
     assert outputs[calc_module.RECENT_ROWS] == outputs[0]
     assert (D, (1, "-0.0")) in outputs[0] and (D, (2, "0")) in outputs[0]
+
+
+def test_only_the_named_zero_columns_keep_a_row_from_being_kept(monkeypatch):
+    """With the positions where a float's or a decimal's zero may be (the plan knows them from the
+    types), a zero elsewhere (an integer column) no longer makes a row be computed again, while a
+    float's zero still does."""
+    import operators.calc as calc_module
+
+    def counted(row):
+        counted.calls += 1
+        return (row[0], repr(row[1]), repr(row[2]))
+
+    changes = [(0, I, (0, 0)), (1, I, (0, -0.0)), (1, I, (0, 0.0)), (1, D, (0, -0.0)), (1, D, (0, 0.0)),
+               (0, D, (0, 0))]
+    runs = {}
+    for zeros in (None, (2,), ()):
+        monkeypatch.setattr(calc_module, "RECENT_ROWS", 1 << 15)
+        counted.calls = 0
+        runner = LocalRunner(OutputCalc(join(), counted, zeros))
+        for record in changes:
+            runner.process([record])
+        runs[zeros] = ([(int(k), r) for k, r in runner.output.rows], counted.calls)
+    assert runs[None][0] == runs[(2,)][0]  # the same output: -0.0's retraction its own
+    assert (D, (0, "0", "-0.0")) in runs[(2,)][0]
+    assert runs[(2,)][1] < runs[None][1]  # the integer zeros (k 0, left v 0) kept rows as others do
+    assert runs[()][0] != runs[None][0]  # and it is the float column's guard that keeps -0.0 apart
