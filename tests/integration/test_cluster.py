@@ -202,8 +202,8 @@ def test_left_join_on_a_standalone_cluster_survives_a_killed_executor(
                 if len(cluster.executors()) < 2:
                     return None
                 aim["state"] = "aim"
-            started = [int(n) for n in os.listdir(s.checkpoint / "offsets") if n.isdigit()]
-            running = max(started, default=-1)
+            running = s.store.newest_planned()
+            running = -1 if running is None else running
             committed = set(s.commits())
             if running < first_new_batch or running in committed:
                 if caught_up(log.sent)(s, batches):

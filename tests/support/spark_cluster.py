@@ -18,12 +18,13 @@ import subprocess
 import time
 import urllib.request
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List
 
 import pytest
 
 from devkit.broker_process import free_port
 from tests.support.jvm_archives import service_jvm_options
+from tests.support.service_process import group_pids
 
 EXECUTOR_CLASS = "org.apache.spark.executor.CoarseGrainedExecutorBackend"
 # A cold JVM start on a loaded 2-core machine can take a while; a bound, not an expectation.
@@ -36,28 +37,12 @@ def spark_home() -> Path:
     return Path(pyspark.__file__).resolve().parent
 
 
-def _process_group(pid: int) -> Optional[int]:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read().decode(errors="replace")
-    except OSError:
-        return None
-    fields = stat[stat.rfind(")") + 2:].split()  # state ppid pgrp ...
-    if not fields or fields[0] == "Z":
-        return None
-    return int(fields[2])
-
-
 def _cmdline(pid: int) -> List[str]:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             return [part.decode(errors="replace") for part in f.read().split(b"\0") if part]
     except OSError:
         return []
-
-
-def _pids() -> List[int]:
-    return [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
 
 
 def socket_ports(pid: int) -> set:
@@ -100,7 +85,7 @@ class Daemon:
         return self.proc.poll() is None
 
     def group_pids(self) -> List[int]:
-        return [pid for pid in _pids() if _process_group(pid) == self.proc.pid]
+        return group_pids(self.proc.pid)
 
     def log_tail(self, lines: int = 40) -> str:
         try:
@@ -186,9 +171,7 @@ class SparkCluster:
         """{pid: executor id} of the executor JVMs the workers started (and only those)."""
         groups = {w.proc.pid for w in self.workers}
         found = {}
-        for pid in _pids():
-            if _process_group(pid) not in groups:
-                continue
+        for pid in (pid for group in groups for pid in group_pids(group)):
             cmd = _cmdline(pid)
             if EXECUTOR_CLASS in cmd and "--executor-id" in cmd:
                 found[pid] = cmd[cmd.index("--executor-id") + 1]
