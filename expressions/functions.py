@@ -671,10 +671,32 @@ def _infer_trim(operands):
     return T.varchar(length, _nullable(operands[1:]))
 
 
+#: Functions whose string Flink makes from a Java String (StringCallGen's calls that end in
+#: ``BinaryStringData.fromString``): their value carries its Java text, which TRIM's set test reads.
+_JAVA_TEXT_RESULTS = frozenset({"REPLACE", "REPEAT", "LPAD", "RPAD", "REGEXP_REPLACE", "REGEXP_EXTRACT", "SPLIT_INDEX",
+                                "INITCAP", "OVERLAY"})
+
+
+def _reads_columns(node) -> bool:
+    return node[0] == "col" or node[0] == "call" and any(_reads_columns(o) for o in node[3:] if isinstance(o, list))
+
+
+def java_text_set(node) -> bool:
+    """TRIM's set holds its Java text in Flink: a constant (a literal, or what the planner folds to
+    one) or a string one of ``_JAVA_TEXT_RESULTS`` makes. Flink's BinaryStringDataUtil.isSpaceString
+    then asks whether the set equals " ", and an empty set trims nothing. Otherwise (a column's
+    value, a SUBSTRING, a CONCAT...) it reads the set's first byte: a set starting with a space
+    trims spaces only, and an empty set fails (BinaryStringData.byteAt divides by its segment's
+    size, 0)."""
+    if not _reads_columns(node):
+        return True
+    return node[0] == "call" and node[2] in _JAVA_TEXT_RESULTS
+
+
 def _emit_trim(gen, node, atoms):
     side = literal_value(node[3])
-    literal = node[4][0] == "lit"
-    return f"_rt.trim_chars({atoms[2]}, {atoms[1]}, {side != 'TRAILING'}, {side != 'LEADING'}, {literal})"
+    java = java_text_set(node[4])
+    return f"_rt.trim_chars({atoms[2]}, {atoms[1]}, {side != 'TRAILING'}, {side != 'LEADING'}, {java})"
 
 
 _register("TRIM", _infer_trim, _emit_trim, arity=(3, 3),
