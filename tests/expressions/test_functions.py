@@ -91,6 +91,10 @@ def utc(*args) -> dt.datetime:
     ("CONCAT_WS('-', s, t, 'z')", {"s": "abc"}, "abc-z"),
     ("MD5(s)", {"s": ""}, "d41d8cd98f00b204e9800998ecf8427e"),
     ("'x' IN (s, t)", {"s": "x_y%z", "t": "q"}, True),  # a CHAR(1) literal compares s cast to CHAR(1)
+    # '🍐' is a CHAR(2) (UTF-16 units); the cast to CHAR(2) keeps two code points: '🍐 '
+    ("'🍐' IN (t, s)", {"s": "Straße", "t": "🍐 pear 🍐"}, False),
+    ("'🍐' IN (t, 'x')", {"t": "🍐"}, False),
+    ("'🍐' = t", {"t": "🍐"}, True),
     # CAST of strings: Flink's parsers
     ("TRY_CAST(s AS INT)", {"s": " 12 "}, 12),
     ("TRY_CAST(s AS INT)", {"s": "-7.9"}, -7),
@@ -190,6 +194,7 @@ def test_refusals_are_one_line_saying_what_and_why(sql, fragments):
     ("TIMESTAMPADD(HOUR, i, dt)", "TIMESTAMP(6)"), ("0.1", "DECIMAL(2, 1) NOT NULL"), ("00.10", "DECIMAL(4, 2) NOT NULL"),
     ("NULLIF(i, 7)", "INT"), ("TRY_CAST(s AS INT)", "INT"), ("z IS NULL", "BOOLEAN NOT NULL"),
     ("TO_TIMESTAMP(s)", "TIMESTAMP(3)"), ("EXTRACT(DAY FROM dt)", "BIGINT"), ("MOD(b, 3)", "INT"),
+    ("'🍐'", "CHAR(2) NOT NULL"),
 ])
 def test_types_are_derived_as_flink_derives_them(sql, expected):
     assert node(sql)[1] == expected
