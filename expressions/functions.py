@@ -657,8 +657,10 @@ _string_fn("RPAD", lambda g, n, a: f"_rt.rpad({a[0]}, {a[1]}, {a[2]})", arity=(3
            signature="RPAD(s, length, pad)")
 _string_fn("SPLIT_INDEX", lambda g, n, a: f"_rt.split_index({a[0]}, {a[1]}, {a[2]})", arity=(3, 3),
            integer_args=(2,), result=_string_result(always_nullable=True), signature="SPLIT_INDEX(s, separator, index)")
+# REGEXP_REPLACE's type is nullable as its operands (FlinkSqlOperatorTable: VARCHAR, TO_NULLABLE),
+# though an invalid pattern gives NULL; REGEXP_EXTRACT's and SPLIT_INDEX's are always nullable
 _string_fn("REGEXP_REPLACE", lambda g, n, a: f"_rt.regexp_replace({a[0]}, {a[1]}, {a[2]})", arity=(3, 3),
-           result=_string_result(always_nullable=True), signature="REGEXP_REPLACE(s, regex, replacement)")
+           signature="REGEXP_REPLACE(s, regex, replacement)")
 _string_fn("REGEXP_EXTRACT", lambda g, n, a: f"_rt.regexp_extract({', '.join(a)})", arity=(2, 3),
            integer_args=(2,), result=_string_result(always_nullable=True), signature="REGEXP_EXTRACT(s, regex [, group])")
 

@@ -195,6 +195,8 @@ def test_refusals_are_one_line_saying_what_and_why(sql, fragments):
     ("NULLIF(i, 7)", "INT"), ("TRY_CAST(s AS INT)", "INT"), ("z IS NULL", "BOOLEAN NOT NULL"),
     ("TO_TIMESTAMP(s)", "TIMESTAMP(3)"), ("EXTRACT(DAY FROM dt)", "BIGINT"), ("MOD(b, 3)", "INT"),
     ("'🍐'", "CHAR(2) NOT NULL"),
+    ("REGEXP_REPLACE('abc', 'b', 'x')", "STRING NOT NULL"), ("REGEXP_REPLACE(s, 'b', 'x')", "STRING"),
+    ("REGEXP_EXTRACT('abc', 'z', 0)", "STRING"), ("SPLIT_INDEX('a,b', ',', 1)", "STRING"),
 ])
 def test_types_are_derived_as_flink_derives_them(sql, expected):
     assert node(sql)[1] == expected
