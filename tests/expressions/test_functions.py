@@ -95,6 +95,9 @@ def utc(*args) -> dt.datetime:
     ("'🍐' IN (t, s)", {"s": "Straße", "t": "🍐 pear 🍐"}, False),
     ("'🍐' IN (t, 'x')", {"t": "🍐"}, False),
     ("'🍐' = t", {"t": "🍐"}, True),
+    # a NOT NULL DOUBLE computed as NULL (the DECIMAL cast overflows) is the -1.0 Flink's variable holds
+    ("COALESCE(d, CAST(3000000000 AS DECIMAL(4, 1)))", {}, -1.0),
+    ("FLOOR(LN(i)) IS NOT DISTINCT FROM COALESCE(d, CAST(3000000000 AS DECIMAL(4, 1)))", {}, False),
     # CAST of strings: Flink's parsers
     ("TRY_CAST(s AS INT)", {"s": " 12 "}, 12),
     ("TRY_CAST(s AS INT)", {"s": "-7.9"}, -7),
@@ -197,6 +200,7 @@ def test_refusals_are_one_line_saying_what_and_why(sql, fragments):
     ("'🍐'", "CHAR(2) NOT NULL"),
     ("REGEXP_REPLACE('abc', 'b', 'x')", "STRING NOT NULL"), ("REGEXP_REPLACE(s, 'b', 'x')", "STRING"),
     ("REGEXP_EXTRACT('abc', 'z', 0)", "STRING"), ("SPLIT_INDEX('a,b', ',', 1)", "STRING"),
+    ("COALESCE(d, CAST(3000000000 AS DECIMAL(4, 1)))", "DOUBLE NOT NULL"),
 ])
 def test_types_are_derived_as_flink_derives_them(sql, expected):
     assert node(sql)[1] == expected
