@@ -1098,9 +1098,12 @@ def rpad(s: str, length: int, pad: str):
 
 
 def replace(s: str, search: str, replacement: str) -> str:
-    """Java's ``String.replace``: literal; an empty search string goes between every UTF-16 unit."""
+    """Java's ``String.replace``: literal; an empty search string goes before, between and after
+    the UTF-16 units (once into an empty string)."""
     if search:
         return s.replace(search, replacement)
+    if not s:
+        return replacement
     units = _utf16(s)
     if len(units) == len(s):
         return replacement + replacement.join(s) + replacement

@@ -83,6 +83,7 @@ def utc(*args) -> dt.datetime:
     ("REGEXP_EXTRACT(s, '(x)?c', 1)", {"s": "abc"}, None),
     ("TRIM(TRAILING t FROM s)", {"s": "  padded  ", "t": "  padded  "}, "  padded"),  # a computed set starting with a space trims spaces
     ("TRIM(BOTH 'a' FROM s)", {"s": "abca"}, "bc"),
+    ("REPLACE(t, t, s)", {"s": "abc", "t": ""}, "abc"),  # Java's "".replace("", "abc")
     # TRIM's set by the text Flink holds for it (BinaryStringDataUtil.isSpaceString): a constant or a
     # string REPLACE, LPAD... make is a Java String (" " alone trims spaces only, an empty set nothing)
     ("TRIM(TRAILING '' FROM s)", {"s": "abc"}, "abc"),
