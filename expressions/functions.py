@@ -882,7 +882,7 @@ def _infer_date_format(operands):
     if not pattern.is_string:
         _fail(f"DATE_FORMAT's pattern is a string, not {_describe(pattern)}")
     _literal_pattern("DATE_FORMAT", operands[1])
-    return T.STRING.with_nullable(_nullable(operands) or value.is_string)
+    return T.STRING  # always nullable: FlinkSqlOperatorTable.DATE_FORMAT is VARCHAR_FORCE_NULLABLE
 
 
 def _literal_pattern(name: str, node) -> str:

@@ -202,6 +202,7 @@ def test_refusals_are_one_line_saying_what_and_why(sql, fragments):
     ("REGEXP_REPLACE('abc', 'b', 'x')", "STRING NOT NULL"), ("REGEXP_REPLACE(s, 'b', 'x')", "STRING"),
     ("REGEXP_EXTRACT('abc', 'z', 0)", "STRING"), ("SPLIT_INDEX('a,b', ',', 1)", "STRING"),
     ("COALESCE(d, CAST(3000000000 AS DECIMAL(4, 1)))", "DOUBLE NOT NULL"),
+    ("DATE_FORMAT(TIMESTAMP '1969-12-31 23:00:00.000', 'EEE, d MMM yyyy')", "STRING"),
 ])
 def test_types_are_derived_as_flink_derives_them(sql, expected):
     assert node(sql)[1] == expected
