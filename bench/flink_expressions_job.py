@@ -24,7 +24,7 @@ import json
 import math
 import re
 import sys
-from decimal import Decimal
+from decimal import Context, Decimal
 
 
 #: The column the rows are numbered in (the first of the spec's), to put the results in order.
@@ -65,9 +65,15 @@ def _data_type(flink_type: str):
     raise SystemExit(f"unknown column type {flink_type}")
 
 
-def _json(value):
+def _json(value, flink_type: str = ""):
     if value is None:
         return None
+    if isinstance(value, Decimal) and flink_type.startswith("DECIMAL("):
+        # PyFlink's collect pickles a BigDecimal by its engineering string (Pyrolite's Pickler:
+        # toEngineeringString), which writes 4.7E-16 at scale 17 as 470E-18, a scale of 18: back to
+        # the type's scale (exact: only zeros are added or removed)
+        scale = int(flink_type.split(",")[1].split(")")[0])
+        return str(value.quantize(Decimal(1).scaleb(-scale), context=Context(prec=80)))  # 38 digits and more
     if isinstance(value, float):
         if math.isnan(value):
             return "NaN"
@@ -120,7 +126,7 @@ def main() -> None:
             run(batch[half:])
             return
         for i, (expression, flink_type) in enumerate(zip(batch, types)):
-            results[expression] = {"type": flink_type, "values": [_json(r[i]) for r in values]}
+            results[expression] = {"type": flink_type, "values": [_json(r[i], flink_type) for r in values]}
 
     expressions = spec["expressions"]
     size = spec.get("batch", 25)

@@ -200,7 +200,21 @@ def _coalesce(gen: _Gen, node) -> str:
         gen.line(f"if {t} is None and {value} is not None:")
         with gen.indented():
             gen.line(f"{t} = {converted}")
+    placeholder = _PRIMITIVE_PLACEHOLDERS.get(result.root)
+    if not result.nullable and placeholder is not None:
+        # every operand NULL though one's type is NOT NULL (a DECIMAL cast that overflows): Flink's
+        # code does not look at a NOT NULL primitive's null flag and reads the value its variable
+        # was declared with (CodeGenUtils.primitiveDefaultValue: -1, -1.0, FALSE)
+        gen.line(f"if {t} is None:")
+        with gen.indented():
+            gen.line(f"{t} = {gen.const(placeholder)}")
     return t
+
+
+#: CodeGenUtils.primitiveDefaultValue: what a Java primitive of Flink's generated code holds
+#: before (or instead of) a value.
+_PRIMITIVE_PLACEHOLDERS = {"BOOLEAN": False, "TINYINT": -1, "SMALLINT": -1, "INT": -1, "BIGINT": -1, "FLOAT": -1.0,
+                           "DOUBLE": -1.0, "DATE": _dt.date(1969, 12, 31)}
 
 
 def _nullif(gen: _Gen, node) -> str:

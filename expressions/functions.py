@@ -657,8 +657,10 @@ _string_fn("RPAD", lambda g, n, a: f"_rt.rpad({a[0]}, {a[1]}, {a[2]})", arity=(3
            signature="RPAD(s, length, pad)")
 _string_fn("SPLIT_INDEX", lambda g, n, a: f"_rt.split_index({a[0]}, {a[1]}, {a[2]})", arity=(3, 3),
            integer_args=(2,), result=_string_result(always_nullable=True), signature="SPLIT_INDEX(s, separator, index)")
+# REGEXP_REPLACE's type is nullable as its operands (FlinkSqlOperatorTable: VARCHAR, TO_NULLABLE),
+# though an invalid pattern gives NULL; REGEXP_EXTRACT's and SPLIT_INDEX's are always nullable
 _string_fn("REGEXP_REPLACE", lambda g, n, a: f"_rt.regexp_replace({a[0]}, {a[1]}, {a[2]})", arity=(3, 3),
-           result=_string_result(always_nullable=True), signature="REGEXP_REPLACE(s, regex, replacement)")
+           signature="REGEXP_REPLACE(s, regex, replacement)")
 _string_fn("REGEXP_EXTRACT", lambda g, n, a: f"_rt.regexp_extract({', '.join(a)})", arity=(2, 3),
            integer_args=(2,), result=_string_result(always_nullable=True), signature="REGEXP_EXTRACT(s, regex [, group])")
 
@@ -671,10 +673,32 @@ def _infer_trim(operands):
     return T.varchar(length, _nullable(operands[1:]))
 
 
+#: Functions whose string Flink makes from a Java String (StringCallGen's calls that end in
+#: ``BinaryStringData.fromString``): their value carries its Java text, which TRIM's set test reads.
+_JAVA_TEXT_RESULTS = frozenset({"REPLACE", "REPEAT", "LPAD", "RPAD", "REGEXP_REPLACE", "REGEXP_EXTRACT", "SPLIT_INDEX",
+                                "INITCAP", "OVERLAY"})
+
+
+def _reads_columns(node) -> bool:
+    return node[0] == "col" or node[0] == "call" and any(_reads_columns(o) for o in node[3:] if isinstance(o, list))
+
+
+def java_text_set(node) -> bool:
+    """TRIM's set holds its Java text in Flink: a constant (a literal, or what the planner folds to
+    one) or a string one of ``_JAVA_TEXT_RESULTS`` makes. Flink's BinaryStringDataUtil.isSpaceString
+    then asks whether the set equals " ", and an empty set trims nothing. Otherwise (a column's
+    value, a SUBSTRING, a CONCAT...) it reads the set's first byte: a set starting with a space
+    trims spaces only, and an empty set fails (BinaryStringData.byteAt divides by its segment's
+    size, 0)."""
+    if not _reads_columns(node):
+        return True
+    return node[0] == "call" and node[2] in _JAVA_TEXT_RESULTS
+
+
 def _emit_trim(gen, node, atoms):
     side = literal_value(node[3])
-    literal = node[4][0] == "lit"
-    return f"_rt.trim_chars({atoms[2]}, {atoms[1]}, {side != 'TRAILING'}, {side != 'LEADING'}, {literal})"
+    java = java_text_set(node[4])
+    return f"_rt.trim_chars({atoms[2]}, {atoms[1]}, {side != 'TRAILING'}, {side != 'LEADING'}, {java})"
 
 
 _register("TRIM", _infer_trim, _emit_trim, arity=(3, 3),
@@ -858,7 +882,7 @@ def _infer_date_format(operands):
     if not pattern.is_string:
         _fail(f"DATE_FORMAT's pattern is a string, not {_describe(pattern)}")
     _literal_pattern("DATE_FORMAT", operands[1])
-    return T.STRING.with_nullable(_nullable(operands) or value.is_string)
+    return T.STRING  # always nullable: FlinkSqlOperatorTable.DATE_FORMAT is VARCHAR_FORCE_NULLABLE
 
 
 def _literal_pattern(name: str, node) -> str:

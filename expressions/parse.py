@@ -153,7 +153,9 @@ def _number(t: _Translator, node: exp.Literal, negative: bool = False) -> list:
 
 def _literal(t: _Translator, node: exp.Literal) -> list:
     if node.is_string:
-        return ["lit", str(T.char(len(node.this), False)), node.this]
+        # CHAR(n): n counts the literal's UTF-16 code units, as Calcite's (a Java String's length):
+        # '🍐' is a CHAR(2), though CHAR_LENGTH and a CAST to CHAR(n) count code points
+        return ["lit", str(T.char(len(node.this.encode("utf-16-le")) // 2, False)), node.this]
     return _number(t, node)
 
 

@@ -1098,9 +1098,12 @@ def rpad(s: str, length: int, pad: str):
 
 
 def replace(s: str, search: str, replacement: str) -> str:
-    """Java's ``String.replace``: literal; an empty search string goes between every UTF-16 unit."""
+    """Java's ``String.replace``: literal; an empty search string goes before, between and after
+    the UTF-16 units (once into an empty string)."""
     if search:
         return s.replace(search, replacement)
+    if not s:
+        return replacement
     units = _utf16(s)
     if len(units) == len(s):
         return replacement + replacement.join(s) + replacement
@@ -1130,13 +1133,16 @@ def substring(s: str, pos: int, length: int = _INT_MAX):
     return s[start:end]
 
 
-def trim_chars(s: str, characters: str, leading: bool = True, trailing: bool = True, literal: bool = True) -> str:
-    """TRIM: removes the characters of ``characters`` (a set) from the ends. As in Flink, a set
-    that is exactly a space, or that is computed (not a literal) and starts with a space, trims
-    spaces only; an empty set fails."""
-    if characters == "":
+def trim_chars(s: str, characters: str, leading: bool = True, trailing: bool = True, java: bool = True) -> str:
+    """TRIM: removes the characters of ``characters`` (a set) from the ends, as Flink's
+    BinaryStringDataUtil.trim. ``java``: the set holds its Java text in Flink (a constant, or what
+    functions.java_text_set names): then an empty set trims nothing. Otherwise Flink reads the
+    set's first byte: a set starting with a space trims spaces only, and an empty set fails."""
+    if not characters:
+        if java:
+            return s
         fail("/ by zero (TRIM of an empty set of characters)")
-    if characters == " " or not literal and characters[0] == " ":
+    if not java and characters[0] == " ":
         characters = " "
     start, end = 0, len(s)
     if leading:

@@ -83,9 +83,22 @@ def utc(*args) -> dt.datetime:
     ("REGEXP_EXTRACT(s, '(x)?c', 1)", {"s": "abc"}, None),
     ("TRIM(TRAILING t FROM s)", {"s": "  padded  ", "t": "  padded  "}, "  padded"),  # a computed set starting with a space trims spaces
     ("TRIM(BOTH 'a' FROM s)", {"s": "abca"}, "bc"),
+    ("REPLACE(t, t, s)", {"s": "abc", "t": ""}, "abc"),  # Java's "".replace("", "abc")
+    # TRIM's set by the text Flink holds for it (BinaryStringDataUtil.isSpaceString): a constant or a
+    # string REPLACE, LPAD... make is a Java String (" " alone trims spaces only, an empty set nothing)
+    ("TRIM(TRAILING '' FROM s)", {"s": "abc"}, "abc"),
+    ("TRIM(BOTH REPLACE(s, 'q', '') FROM 'xx')", {"s": ""}, "xx"),
+    ("TRIM(BOTH REPLACE(t, 'q', '') FROM '  a4')", {"t": "  42 "}, "a"),
     ("CONCAT_WS('-', s, t, 'z')", {"s": "abc"}, "abc-z"),
     ("MD5(s)", {"s": ""}, "d41d8cd98f00b204e9800998ecf8427e"),
     ("'x' IN (s, t)", {"s": "x_y%z", "t": "q"}, True),  # a CHAR(1) literal compares s cast to CHAR(1)
+    # '🍐' is a CHAR(2) (UTF-16 units); the cast to CHAR(2) keeps two code points: '🍐 '
+    ("'🍐' IN (t, s)", {"s": "Straße", "t": "🍐 pear 🍐"}, False),
+    ("'🍐' IN (t, 'x')", {"t": "🍐"}, False),
+    ("'🍐' = t", {"t": "🍐"}, True),
+    # a NOT NULL DOUBLE computed as NULL (the DECIMAL cast overflows) is the -1.0 Flink's variable holds
+    ("COALESCE(d, CAST(3000000000 AS DECIMAL(4, 1)))", {}, -1.0),
+    ("FLOOR(LN(i)) IS NOT DISTINCT FROM COALESCE(d, CAST(3000000000 AS DECIMAL(4, 1)))", {}, False),
     # CAST of strings: Flink's parsers
     ("TRY_CAST(s AS INT)", {"s": " 12 "}, 12),
     ("TRY_CAST(s AS INT)", {"s": "-7.9"}, -7),
@@ -139,7 +152,8 @@ def test_what_flink_computes(sql, values, expected):
     ("m / 0", {"m": Decimal("1.00")}, "Division by zero"),
     ("COALESCE(i, CAST(s AS INT))", {"i": 1, "s": "abc"}, "not a number"),  # Flink's COALESCE evaluates every argument
     ("CAST(d AS DECIMAL(10, 2))", {"d": float("nan")}, "is not a DECIMAL"),
-    ("TRIM(BOTH s FROM 'xx')", {"s": ""}, "/ by zero"),
+    ("TRIM(BOTH s FROM 'xx')", {"s": ""}, "/ by zero"),  # a column's empty set: its first byte read, 0 / 0
+    ("TRIM(BOTH SUBSTRING(s, 5) FROM 'xx')", {"s": ""}, "/ by zero"),
 ])
 def test_what_flink_fails_on_fails_naming_the_expression(sql, values, why):
     with pytest.raises(ExpressionError) as info:
@@ -184,6 +198,11 @@ def test_refusals_are_one_line_saying_what_and_why(sql, fragments):
     ("TIMESTAMPADD(HOUR, i, dt)", "TIMESTAMP(6)"), ("0.1", "DECIMAL(2, 1) NOT NULL"), ("00.10", "DECIMAL(4, 2) NOT NULL"),
     ("NULLIF(i, 7)", "INT"), ("TRY_CAST(s AS INT)", "INT"), ("z IS NULL", "BOOLEAN NOT NULL"),
     ("TO_TIMESTAMP(s)", "TIMESTAMP(3)"), ("EXTRACT(DAY FROM dt)", "BIGINT"), ("MOD(b, 3)", "INT"),
+    ("'🍐'", "CHAR(2) NOT NULL"),
+    ("REGEXP_REPLACE('abc', 'b', 'x')", "STRING NOT NULL"), ("REGEXP_REPLACE(s, 'b', 'x')", "STRING"),
+    ("REGEXP_EXTRACT('abc', 'z', 0)", "STRING"), ("SPLIT_INDEX('a,b', ',', 1)", "STRING"),
+    ("COALESCE(d, CAST(3000000000 AS DECIMAL(4, 1)))", "DOUBLE NOT NULL"),
+    ("DATE_FORMAT(TIMESTAMP '1969-12-31 23:00:00.000', 'EEE, d MMM yyyy')", "STRING"),
 ])
 def test_types_are_derived_as_flink_derives_them(sql, expected):
     assert node(sql)[1] == expected
