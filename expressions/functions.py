@@ -444,7 +444,17 @@ def _infer_case(operands):
 
 _register("CASE", _infer_case, None, strict=False, arity=(3, None),
           signature="CASE WHEN c THEN a [...] [ELSE b] END, CASE x WHEN v THEN a [...] [ELSE b] END")
-_register("IF", _infer_case, None, strict=False, arity=(3, 3), signature="IF(c, a, b)")
+
+
+def _infer_if(operands):
+    """IF(c, a, b): CASE's common type of the branches, nullable also where the condition is
+    (FlinkSqlOperatorTable.IF: NUMERIC_FROM_ARG1_DEFAULT1_NULLABLE, the TO_NULLABLE of every
+    operand), though a NULL condition takes ``b`` as CASE's does."""
+    result = _infer_case(operands)
+    return result.with_nullable(result.nullable or type_of(operands[0]).nullable)
+
+
+_register("IF", _infer_if, None, strict=False, arity=(3, 3), signature="IF(c, a, b)")
 
 
 def _infer_coalesce(operands):

@@ -197,6 +197,8 @@ def test_refusals_are_one_line_saying_what_and_why(sql, fragments):
     ("CASE WHEN z THEN 'a' ELSE 'bbb' END", "VARCHAR(3) NOT NULL"), ("MD5(s)", "CHAR(32)"),
     ("TIMESTAMPADD(HOUR, i, dt)", "TIMESTAMP(6)"), ("0.1", "DECIMAL(2, 1) NOT NULL"), ("00.10", "DECIMAL(4, 2) NOT NULL"),
     ("NULLIF(i, 7)", "INT"), ("TRY_CAST(s AS INT)", "INT"), ("z IS NULL", "BOOLEAN NOT NULL"),
+    # IF is nullable where its condition is, though a NULL condition takes the ELSE branch; CASE is not
+    ("IF(z, 1, 1)", "INT"), ("IF(z IS NULL, 1, 2)", "INT NOT NULL"), ("CASE WHEN z THEN 1 ELSE 1 END", "INT NOT NULL"),
     ("TO_TIMESTAMP(s)", "TIMESTAMP(3)"), ("EXTRACT(DAY FROM dt)", "BIGINT"), ("MOD(b, 3)", "INT"),
     ("'🍐'", "CHAR(2) NOT NULL"),
     ("REGEXP_REPLACE('abc', 'b', 'x')", "STRING NOT NULL"), ("REGEXP_REPLACE(s, 'b', 'x')", "STRING"),
