@@ -659,8 +659,11 @@ _string_fn("SHA256", lambda g, n, a: f"_rt.sha256({a[0]})", result=lambda ops: T
            signature="SHA256(s)")
 _string_fn("REPEAT", lambda g, n, a: f"_rt.repeat({a[0]}, {a[1]})", arity=(2, 2), integer_args=(1,),
            signature="REPEAT(s, n)")
+# SUBSTRING and SUBSTR (all their forms) are always nullable: FlinkSqlOperatorTable.SUBSTRING and .SUBSTR are
+# ARG0_VARCHAR_FORCE_NULLABLE (a VARCHAR of the string's length, nullable also of NOT NULL operands)
 _string_fn("SUBSTRING", lambda g, n, a: f"_rt.substring({', '.join(a)})", arity=(2, 3), integer_args=(1, 2),
-           result=_string_result(0), signature="SUBSTRING(s FROM pos [FOR length]), SUBSTR(s, pos [, length])")
+           result=_string_result(0, always_nullable=True),
+           signature="SUBSTRING(s FROM pos [FOR length]), SUBSTR(s, pos [, length])")
 _string_fn("LPAD", lambda g, n, a: f"_rt.lpad({a[0]}, {a[1]}, {a[2]})", arity=(3, 3), integer_args=(1,),
            signature="LPAD(s, length, pad)")
 _string_fn("RPAD", lambda g, n, a: f"_rt.rpad({a[0]}, {a[1]}, {a[2]})", arity=(3, 3), integer_args=(1,),
