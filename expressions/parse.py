@@ -435,10 +435,39 @@ def _floor_ceil(name: str):
         to = node.args.get("to")
         operands = [t(node.this)]
         if to is not None:
-            operands.append(["sym", None, _unit(to.name)])
+            unit = _unit(to.name)
+            inner = operands[0]
+            if inner[0] == "call" and inner[2] == name and len(inner) == 5 and _can_roll_up(unit, inner[4][2]):
+                operands[0] = inner[3]  # FLOOR(FLOOR(x TO inner) TO unit) is FLOOR(x TO unit), as Calcite has it
+            operands.append(["sym", None, unit])
         return t.call(node, name, operands)
 
     return handler
+
+
+#: Calcite's TimeUnit order, which its roll-up compares.
+_TIME_UNIT_ORDER = ("YEAR", "MONTH", "DAY", "HOUR", "MINUTE", "SECOND", "QUARTER", "ISOYEAR", "WEEK", "MILLISECOND",
+                    "MICROSECOND")
+_ROLL_UP_OUTER = frozenset({"YEAR", "MONTH", "DAY", "HOUR", "MINUTE", "SECOND", "MILLISECOND", "MICROSECOND"})
+_ROLL_UP_INNER = _ROLL_UP_OUTER | {"QUARTER"}
+
+
+def _can_roll_up(outer: str, inner: str) -> bool:
+    """Whether Flink's planner drops an inner FLOOR (CEIL) under an outer one of the same kind
+    (Calcite's RexSimplify.simplifyCeilFloor / canRollUp, which Flink runs on every expression, once,
+    from the innermost call out): the inner unit is the outer one or finer (a QUARTER only under a
+    YEAR; under a QUARTER, anything from a QUARTER down); a WEEK, DECADE, CENTURY or MILLENNIUM
+    never rolls up. Its value can differ from the two calls': a date before 1582-10-15 is read in
+    the Julian calendar, the first day of its year written in the Gregorian one."""
+    if inner not in _ROLL_UP_INNER:
+        return False
+    if outer == "QUARTER":
+        return True
+    if outer not in _ROLL_UP_OUTER:
+        return False
+    if inner == "QUARTER":
+        return outer == "YEAR"
+    return _TIME_UNIT_ORDER.index(outer) <= _TIME_UNIT_ORDER.index(inner)
 
 
 def _dpipe(t: _Translator, node: exp.DPipe) -> list:

@@ -121,6 +121,13 @@ def utc(*args) -> dt.datetime:
     ("FLOOR(ts TO YEAR)", {"ts": utc(1969, 12, 31, 12)}, utc(1970, 1, 1)),
     ("FLOOR(ts TO DAY)", {"ts": utc(1969, 12, 31, 23, 59, 59, 999000)}, utc(1969, 12, 31)),
     ("CEIL(dt TO DAY)", {"dt": dt.date(1, 1, 2)}, dt.date(1, 1, 5)),  # Julian before 1582-10-15
+    # Calcite rolls an inner FLOOR (CEIL) of a finer or equal unit into the outer one: one call, not two
+    ("FLOOR(FLOOR(dt TO YEAR) TO YEAR)", {"dt": dt.date(1582, 10, 15)}, dt.date(1582, 1, 1)),
+    ("FLOOR(FLOOR(dt TO WEEK) TO YEAR)", {"dt": dt.date(1582, 10, 14)}, dt.date(1582, 1, 1)),
+    ("FLOOR(FLOOR(dt TO YEAR) TO MONTH)", {"dt": dt.date(1582, 10, 15)}, dt.date(1581, 12, 1)),  # not rolled up
+    ("FLOOR(CEIL(dt TO YEAR) TO YEAR)", {"dt": dt.date(1500, 3, 1)}, dt.date(1500, 1, 1)),
+    ("CEIL(CEIL(dt TO YEAR) TO YEAR)", {"dt": dt.date(1582, 1, 1)}, dt.date(1582, 1, 1)),
+    ("EXTRACT(DOY FROM dt)", {"dt": dt.date(1582, 10, 5)}, 278),  # EXTRACT: the proleptic Gregorian calendar
     ("EXTRACT(DOW FROM ts)", {"ts": utc(2024, 1, 5)}, 6),
     ("TIMESTAMPADD(HOUR, 36, dt)", {"dt": dt.date(2024, 1, 5)}, utc(2024, 1, 6, 12)),
     ("TIMESTAMPADD(YEAR, -1, dt)", {"dt": dt.date(2000, 2, 29)}, dt.date(1999, 2, 28)),
