@@ -783,6 +783,8 @@ def _emit_round(rounding: str):
         if t.is_decimal:
             return f"_rt.decimal_round({atoms[0]}, {digits}, {t.precision}, {t.scale}, _{rounding})" \
                 if digits < source.scale else atoms[0]
+        if rounding == "ROUND_DOWN":  # TRUNCATE of a DOUBLE or FLOAT: through a DECIMAL(38, 18)
+            return f"_rt.double_truncate({atoms[0]}, {digits}, {t.root == 'FLOAT'})"
         if t.root == "FLOAT":
             return f"_rt.float_round({atoms[0]}, {digits}, _{rounding})"
         return f"_rt.double_round({atoms[0]}, {digits}, _{rounding})"

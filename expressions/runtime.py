@@ -331,12 +331,46 @@ def _double_round_decimal(a: float, digits: int, rounding=ROUND_HALF_UP) -> floa
 
 
 def float_round(a: float, digits: int, rounding=ROUND_HALF_UP) -> float:
-    """ROUND / TRUNCATE of a FLOAT: on its shortest single-precision digits."""
+    """ROUND of a FLOAT: on the shortest digits of the float widened to a double
+    (SqlFunctionUtils.sround(float, int) is ``BigDecimal.valueOf(b0)``, which takes a double): 0.35f
+    is 0.3499999940395355, ROUND(.., 1) 0.3."""
     if a != a or a in (math.inf, -math.inf):
         fail(f"{java_float(a)} cannot be rounded")
-    moved = Decimal(_float_digits(a)).scaleb(digits, context=_WIDE).quantize(_QUANTUM[0], rounding=rounding,
-                                                                             context=_WIDE)
+    moved = Decimal(repr(a)).scaleb(digits, context=_WIDE).quantize(_QUANTUM[0], rounding=rounding, context=_WIDE)
     return f32(float(moved.scaleb(-digits, context=_WIDE))) + 0.0
+
+
+#: TRUNCATE's DECIMAL(38, 18): its scale, and the bound of its values.
+_TRUNCATE_SCALE = _QUANTUM[18]
+_TRUNCATE_BOUND = 1e20
+
+
+def double_truncate(a: float, digits: int, single: bool = False) -> float:
+    """TRUNCATE(x, digits) of a DOUBLE (``single``: a FLOAT) as Flink 2.3 computes it: the value's
+    shortest digits (``BigDecimal.valueOf``, a FLOAT widened to a double) made a DECIMAL(38, 18)
+    (``castFrom(x, 38, 18)``: rounded half up to 18 places), truncated to ``digits`` places
+    (``struncate(DecimalData, int)``; 18 or more: as it is), read back as the nearest double (float).
+
+    A value of 1e20 or more in magnitude does not fit that DECIMAL: ``castFrom`` gives null and
+    ``struncate`` fails on it (a NullPointerException, Flink's own bug, the same for every such
+    row), so changejoin fails too; NaN and the infinities fail in ``BigDecimal.valueOf``."""
+    if a != a or a in (math.inf, -math.inf):
+        fail(f"TRUNCATE of {java_double(a)}: it is not a number (Flink: NumberFormatException)")
+    if not -_TRUNCATE_BOUND < a < _TRUNCATE_BOUND:
+        fail(f"TRUNCATE of {java_double(a)}: beyond DECIMAL(38, 18), which Flink's struncate takes it through "
+             "(Flink: NullPointerException)")
+    if not single and 0 <= digits <= 12:
+        # the scaled way (see double_round): the rounding to 18 places moves the value by 5e-19 at most,
+        # 5e-7 scaled by 10^12, so a value that near a boundary is within _MARGIN and left to the digits
+        rounded = _double_round_scaled(a, digits, False)
+        if rounded is not None:
+            return rounded
+    exact = Decimal(repr(a)).quantize(_TRUNCATE_SCALE, rounding=ROUND_HALF_UP, context=_WIDE)
+    if digits < 18:
+        exact = exact.scaleb(digits, context=_WIDE).quantize(_QUANTUM[0], rounding=ROUND_DOWN, context=_WIDE)
+        exact = exact.scaleb(-digits, context=_WIDE)
+    result = float(exact) + 0.0  # + 0.0: a DECIMAL has no negative zero
+    return f32(result) + 0.0 if single else result
 
 
 def integer_round(a: int, digits: int, bits: int, rounding=ROUND_HALF_UP) -> int:

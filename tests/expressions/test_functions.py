@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from expressions import ExpressionError, compile_condition, compile_projection
 from expressions.parse import Refused, parse, translate
-from expressions.runtime import _double_round_decimal, _double_round_scaled, double_round
+from expressions.runtime import _double_round_decimal, _double_round_scaled, double_round, double_truncate
 from expressions.types import parse_type
 
 COLUMNS = {"i": "INT", "b": "BIGINT", "d": "DOUBLE", "m": "DECIMAL(10, 2)", "s": "STRING", "t": "STRING",
@@ -51,6 +51,14 @@ def utc(*args) -> dt.datetime:
     ("CAST(m AS DECIMAL(38, 10)) * CAST(m AS DECIMAL(38, 10))", {"m": Decimal("12.34")}, Decimal("152.275600")),
     ("ROUND(m, 1)", {"m": Decimal("-0.05")}, Decimal("-0.1")),
     ("TRUNCATE(m, 1)", {"m": Decimal("-0.05")}, Decimal("0.0")),
+    # TRUNCATE of a DOUBLE goes through a DECIMAL(38, 18), rounded half up to 18 places first
+    ("TRUNCATE(d, 18)", {"d": 5e-19}, 1e-18),
+    ("TRUNCATE(d, 19)", {"d": -5e-19}, -1e-18),
+    ("TRUNCATE(d, 1)", {"d": -5e-19}, 0.0),
+    ("TRUNCATE(d, 17)", {"d": 1.23456789012345678e-5}, 1.234567890123e-05),
+    ("TRUNCATE(d, -2)", {"d": 99999999999999980000.0}, 99999999999999980000.0),
+    # ROUND of a FLOAT: on the digits of the float widened to a double (0.3499999940395355)
+    ("ROUND(CAST(d AS FLOAT), 1) = CAST(0.3 AS FLOAT)", {"d": 0.35}, True),
     ("-(m * 0)", {"m": Decimal("1.00")}, Decimal("0.00")),  # no negative zero
     ("CAST(12345.678 + m AS DECIMAL(4, 2))", {"m": Decimal("0.00")}, None),  # overflow: NULL
     ("MOD(ROUND(m, -1), -100)", {"m": Decimal("12.34")}, 10),  # scale 0 with an INT: an INT
@@ -161,6 +169,11 @@ def test_what_flink_computes(sql, values, expected):
     ("CAST(d AS DECIMAL(10, 2))", {"d": float("nan")}, "is not a DECIMAL"),
     ("TRIM(BOTH s FROM 'xx')", {"s": ""}, "/ by zero"),  # a column's empty set: its first byte read, 0 / 0
     ("TRIM(BOTH SUBSTRING(s, 5) FROM 'xx')", {"s": ""}, "/ by zero"),
+    # TRUNCATE of a DOUBLE or FLOAT of 1e20 or more: Flink's castFrom(x, 38, 18) is null, struncate fails on it
+    ("TRUNCATE((POWER(b, 2)), -1)", {"b": 1000000000000}, "NullPointerException"),
+    ("TRUNCATE(d)", {"d": -1e20}, "NullPointerException"),
+    ("TRUNCATE(CAST(d AS FLOAT), 1)", {"d": 99999999999999980000.0}, "NullPointerException"),  # 1.00000002E20
+    ("TRUNCATE(d, 2)", {"d": float("inf")}, "NumberFormatException"),
 ])
 def test_what_flink_fails_on_fails_naming_the_expression(sql, values, why):
     with pytest.raises(ExpressionError) as info:
@@ -282,3 +295,16 @@ def test_rounding_a_double_by_scaling_declines_at_a_tie_and_takes_the_common_cas
     assert _double_round_scaled(118.8 * 1.2, 2, True) == 142.56  # 142.55999999999997
     assert _double_round_scaled(-0.004, 2, True) == 0.0 and repr(_double_round_scaled(-0.004, 2, True)) == "0.0"
     assert _double_round_scaled(1e300, 2, True) is None and _double_round_scaled(math.nan, 2, True) is None
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.one_of(st.floats(min_value=-1e9, max_value=1e9), st.floats(min_value=-1e-3, max_value=1e-3),
+                 st.decimals(min_value=-10**6, max_value=10**6, places=9).map(float)),
+       st.integers(min_value=-3, max_value=19))
+def test_truncating_a_double_gives_flinks_decimal_38_18_way(value, digits):
+    """double_truncate (its scaled way too) against Flink's: the shortest digits rounded half up to 18
+    places, truncated to ``digits``, read back."""
+    exact = Decimal(repr(value)).quantize(Decimal("1e-18"), rounding=ROUND_HALF_UP)
+    if digits < 18:
+        exact = exact.scaleb(digits).quantize(Decimal(1), rounding=ROUND_DOWN).scaleb(-digits)
+    assert repr(double_truncate(value, digits)) == repr(float(exact) + 0.0)
