@@ -1471,28 +1471,97 @@ def format_timestamp(ts: _dt.datetime, pattern: str) -> str:
 
 
 def format_string_timestamp(s: str, pattern: str):
-    """DATE_FORMAT(string, pattern): the string read as ``yyyy-MM-dd HH:mm:ss`` (NULL if it is not)."""
-    ts = _parse_simple(s)
-    return None if ts is None else format_timestamp(ts, pattern)
+    """DATE_FORMAT(string, pattern): the string read as ``yyyy-MM-dd HH:mm:ss`` by a lenient
+    SimpleDateFormat (NULL if it is not), formatted in the same calendar (Flink's
+    DateTimeUtils.formatTimestampString: java.util's GregorianCalendar, UTC)."""
+    fields = _parse_simple(s)
+    return None if fields is None else format_timestamp(fields, pattern)
 
 
-_SIMPLE_TIMESTAMP = re.compile(r"\s*([+-]?\d+)-([+-]?\d+)-([+-]?\d+) ([+-]?\d+):([+-]?\d+):([+-]?\d+)")
+_SIMPLE_TIMESTAMP = re.compile(r"\s*(-?\d+)-(-?\d+)-(-?\d+) (-?\d+):(-?\d+):(-?\d+)")
+
+
+def _gregorian_days(y: int, m: int, d: int) -> int:
+    """Days since 1970-01-01 of the proleptic Gregorian (y, m, d), m in 1..12, any y and d."""
+    y -= m <= 2
+    era, yoe = divmod(y, 400)
+    doy = (153 * ((m + 9) % 12) + 2) // 5 + d - 1
+    return era * 146097 + yoe * 365 + yoe // 4 - yoe // 100 + doy - 719468
+
+
+def _julian_days_raw(y: int, m: int, d: int) -> int:
+    y -= m <= 2
+    era, yoe = divmod(y, 4)
+    return era * 1461 + yoe * 365 + (153 * ((m + 9) % 12) + 2) // 5 + d - 1
+
+
+#: The Gregorian calendar's first day, 1582-10-15 (the day after the Julian 1582-10-04), in days since 1970.
+_CUTOVER = _gregorian_days(1582, 10, 15)
+_JULIAN_SHIFT = _CUTOVER - _julian_days_raw(1582, 10, 5)
+
+
+def _julian_days(y: int, m: int, d: int) -> int:
+    """Days since 1970-01-01 of the proleptic Julian (y, m, d)."""
+    return _julian_days_raw(y, m, d) + _JULIAN_SHIFT
+
+
+def _month_day(doy: int) -> tuple[int, int, bool]:
+    """(month, day, in the next year) of a day of a year that starts on March 1st."""
+    mp = (5 * doy + 2) // 153
+    day = doy - (153 * mp + 2) // 5 + 1
+    month = mp + 3 if mp < 10 else mp - 9
+    return month, day, month <= 2
+
+
+def _hybrid_date(days: int) -> tuple[int, int, int]:
+    """(year, month, day) of days since 1970 in java.util's GregorianCalendar: Julian before 1582-10-15."""
+    if days >= _CUTOVER:
+        era, doe = divmod(days + 719468, 146097)
+        yoe = (doe - doe // 1460 + doe // 36524 - doe // 146096) // 365
+        month, day, next_year = _month_day(doe - (365 * yoe + yoe // 4 - yoe // 100))
+        return era * 400 + yoe + next_year, month, day
+    era, doe = divmod(days - _JULIAN_SHIFT, 1461)
+    yoe = min(doe // 365, 3)
+    month, day, next_year = _month_day(doe - 365 * yoe)
+    return era * 4 + yoe + next_year, month, day
+
+
+class _CalendarFields:
+    """A date and time as java.util's GregorianCalendar holds it, for :func:`format_timestamp`:
+    ``year`` is the year of its era (1 BC is 1), ``weekday()`` Monday 0."""
+    __slots__ = ("year", "month", "day", "hour", "minute", "second", "microsecond", "_days")
+
+    def __init__(self, days: int, millis: int):
+        year, self.month, self.day = _hybrid_date(days)
+        self.year = year if year > 0 else 1 - year
+        self.hour, rest = divmod(millis, 3_600_000)
+        self.minute, rest = divmod(rest, 60_000)
+        self.second, rest = divmod(rest, 1000)
+        self.microsecond = rest * 1000
+        self._days = days
+
+    def weekday(self) -> int:
+        return (self._days + 3) % 7
 
 
 def _parse_simple(s: str):
-    """``yyyy-MM-dd HH:mm:ss`` as a lenient SimpleDateFormat reads it (fields may overflow into
-    the next; text after the seconds is ignored)."""
+    """``yyyy-MM-dd HH:mm:ss`` as a lenient SimpleDateFormat reads it, in UTC: each field an
+    optionally negative number (no ``+``), any text after the seconds ignored; fields overflow into
+    the next (month 13 is January of the next year, day 30 of February a day of March, hour 25 the
+    next day). As java.util's GregorianCalendar, a year before 1582 is a Julian year, a date from
+    1582 on Gregorian unless that falls before 1582-10-15 (then Julian: 1582-10-10 is 1582-10-20);
+    the year 0 is 1 BC, -5 6 BC. Any year: 12024 too; as Java, a field wraps as an int and the
+    epoch milliseconds as a long."""
     match = _SIMPLE_TIMESTAMP.match(s)
     if match is None:
         return None
-    y, mo, d, h, mi, se = (int(g) for g in match.groups())
-    try:
-        base = _dt.datetime(y, 1, 1, tzinfo=UTC)
-        months = mo - 1
-        base = base.replace(year=y + months // 12, month=months % 12 + 1)
-        return base + _dt.timedelta(days=d - 1, hours=h, minutes=mi, seconds=se)
-    except (ValueError, OverflowError):
-        return None
+    year, month, day, hour, minute, second = (wrap32(int(g)) for g in match.groups())
+    carry, month0 = divmod(month - 1, 12)
+    extra_days, millis = divmod(((hour * 60 + minute) * 60 + second) * 1000, MS_PER_DAY)
+    days = _gregorian_days(year + carry, month0 + 1, day) + extra_days
+    if year < 1582 or days < _CUTOVER:
+        days = _julian_days(year + carry, month0 + 1, day) + extra_days
+    return _CalendarFields(*divmod(wrap64(days * MS_PER_DAY + millis), MS_PER_DAY))
 
 
 def _pattern_regex(parts: list) -> tuple:

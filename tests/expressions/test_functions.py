@@ -144,6 +144,16 @@ def utc(*args) -> dt.datetime:
     ("dt + INTERVAL '36' HOUR", {"dt": dt.date(2024, 1, 5)}, dt.date(2024, 1, 6)),
     ("DATE_FORMAT(ts, 'yy/M/d H:m:s EEE a hh')", {"ts": utc(2000, 2, 29)}, "00/2/29 0:0:0 Tue AM 12"),
     ("DATE_FORMAT(s, 'yyyy/MM/dd HH:mm')", {"s": "2024-01-05 1:2:3"}, "2024/01/05 01:02"),
+    # DATE_FORMAT of a string: a lenient SimpleDateFormat's reading, java.util's calendar (Julian before 1582-10-15)
+    ("DATE_FORMAT(REGEXP_REPLACE(t, '[a-z]+', s), 'HH''h''mm')", {"t": "1e3", "s": "2024-02-29 23:59:59.999"}, "23h59"),
+    ("DATE_FORMAT(s, 'yyyy-MM-dd HH:mm:ss')", {"s": "12024-02-29 23:59:59.9993"}, "12024-02-29 23:59:59"),
+    ("DATE_FORMAT(s, 'yyyy-MM-dd E')", {"s": "1500-02-29 10:20:30"}, "1500-02-29 Sat"),
+    ("DATE_FORMAT(s, 'yyyy-MM-dd')", {"s": "1582-10-10 10:20:30"}, "1582-10-20"),
+    ("DATE_FORMAT(s, 'yyyy-MM-dd HH:mm:ss')", {"s": "-5-01-05 10:20:30"}, "0006-01-05 10:20:30"),  # 6 BC
+    ("DATE_FORMAT(s, 'yyyy-MM-dd HH:mm:ss')", {"s": "2024-13-05 25:61:61"}, "2025-01-06 02:02:01"),
+    ("DATE_FORMAT(s, 'yyyy-MM-dd HH:mm:ss')", {"s": "292278995-01-01 00:00:00"}, "292269054-04-18 09:34:08"),
+    ("DATE_FORMAT(s, 'y')", {"s": "+2024-+01-05 10:20:30"}, None),
+    ("DATE_FORMAT(s, 'y')", {"s": "2024-01-05T10:20:30"}, None),
     ("TO_TIMESTAMP(s, 'yyyyMMdd')", {"s": " 2024-01-05 "}, utc(2024, 1, 5)),  # the fallback reads it
     # NULL
     ("COALESCE(s, 'none')", {}, "none"),
