@@ -1478,7 +1478,8 @@ def format_string_timestamp(s: str, pattern: str):
     return None if fields is None else format_timestamp(fields, pattern)
 
 
-_SIMPLE_TIMESTAMP = re.compile(r"\s*(-?\d+)-(-?\d+)-(-?\d+) (-?\d+):(-?\d+):(-?\d+)")
+#: SimpleDateFormat skips spaces and tabs before each number it reads (its subParse).
+_SIMPLE_TIMESTAMP = re.compile(r"[ \t]*(-?\d+)-[ \t]*(-?\d+)-[ \t]*(-?\d+) [ \t]*(-?\d+):[ \t]*(-?\d+):[ \t]*(-?\d+)")
 
 
 def _gregorian_days(y: int, m: int, d: int) -> int:

@@ -154,6 +154,8 @@ def utc(*args) -> dt.datetime:
     ("DATE_FORMAT(s, 'yyyy-MM-dd HH:mm:ss')", {"s": "292278995-01-01 00:00:00"}, "292269054-04-18 09:34:08"),
     ("DATE_FORMAT(s, 'y')", {"s": "+2024-+01-05 10:20:30"}, None),
     ("DATE_FORMAT(s, 'y')", {"s": "2024-01-05T10:20:30"}, None),
+    ("DATE_FORMAT(s, 'y-M-d H:m:s')", {"s": "\t2024- 01-05 \t 10: 20:\t30"}, "2024-1-5 10:20:30"),  # before a number
+    ("DATE_FORMAT(s, 'y')", {"s": "\n2024-01-05 10:20:30"}, None),  # spaces and tabs only
     ("TO_TIMESTAMP(s, 'yyyyMMdd')", {"s": " 2024-01-05 "}, utc(2024, 1, 5)),  # the fallback reads it
     # NULL
     ("COALESCE(s, 'none')", {}, "none"),
