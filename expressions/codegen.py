@@ -21,7 +21,7 @@ from typing import Callable, Sequence
 
 from . import runtime as _rt
 from . import types as T
-from .functions import CATALOG, cast_expression, coerce, compare_atoms, comparison_type, literal_value, type_of
+from .functions import CATALOG, cast_expression, coerce, compare_atoms, comparison_type, type_of
 from .runtime import ExpressionError
 
 #: The most operands a CASE may have before its code nests too deeply for Python's parser.
@@ -355,7 +355,7 @@ def _guarded(gen: _Gen, node, sql: str, failures: list, not_null: bool = False) 
     if not_null:
         gen.line(f"if {value} is None:")
         with gen.indented():
-            gen.line(f"raise _ExpressionError('NULL in a NOT NULL column')")
+            gen.line("raise _ExpressionError('NULL in a NOT NULL column')")
     gen.depth -= 1
     gen.line("except Exception as err:")
     with gen.indented():

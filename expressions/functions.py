@@ -252,7 +252,7 @@ def _infer_mod(operands):
     nullable = a.nullable or b.nullable
     if a.is_integer and b.is_integer or b.is_null or a.is_null:
         return (b if not b.is_null else a).with_nullable(nullable)
-    (p1, s1), (p2, s2) = T.as_decimal(a), T.as_decimal(b)
+    (_, s1), (_, s2) = T.as_decimal(a), T.as_decimal(b)
     if s1 == 0 and s2 == 0:  # Flink's MOD of two scale-0 numbers is of the divisor's type
         return b.with_nullable(nullable)
     p, s = T.decimal_modulo(a, b)

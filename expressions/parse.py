@@ -522,7 +522,7 @@ def _round(t: _Translator, node, args) -> list:
     if len(args) == 2:
         digits = t(args[1])
         if digits[0] != "lit" or not type_of(digits).is_integer:
-            t.fail(node, f"needs an integer literal as its second argument (it decides the result's type)")
+            t.fail(node, "needs an integer literal as its second argument (it decides the result's type)")
         operands.append(digits)
     return t.call(node, name, operands)
 
