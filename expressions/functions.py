@@ -195,9 +195,23 @@ def _infer_arith(op: str):
         if op in "+-" and (a.is_datetime or b.is_datetime):
             return _datetime_arith(op, a, b, operands)
         _numeric(op, operands)
+        if op == "*" and any(map(_boolean_literal_cast, operands)) and any(map(_reads_columns, operands)):
+            # Flink's planner fails on it (an AssertionError: "cannot cast false as class
+            # java.math.BigDecimal" when simplifying the product), whatever the number types
+            _fail("Flink's planner fails on a CAST of a BOOLEAN literal multiplied by a value of a column; "
+                  "write the number instead (0 for FALSE, 1 for TRUE)")
         return arithmetic_type(op, a, b)
 
     return infer
+
+
+def _boolean_literal_cast(node) -> bool:
+    """``node`` is a CAST (of a CAST...) of a BOOLEAN literal: CAST(FALSE AS DECIMAL(5, 3))."""
+    if node[0] != "call" or node[2] != "CAST":
+        return False
+    while node[0] == "call" and node[2] == "CAST":
+        node = node[3]
+    return node[0] == "lit" and type_of(node).root == "BOOLEAN"
 
 
 def _datetime_arith(op: str, a: SqlType, b: SqlType, operands) -> SqlType:
@@ -642,7 +656,8 @@ def _same_string_type(operands):
 _string_fn("UPPER", lambda g, n, a: f"{a[0]}.upper()", result=_same_string_type, signature="UPPER(s)")
 _string_fn("LOWER", lambda g, n, a: f"{a[0]}.lower()", result=_same_string_type, signature="LOWER(s)")
 _string_fn("INITCAP", lambda g, n, a: f"_rt.initcap({a[0]})", result=_same_string_type, signature="INITCAP(s)")
-_string_fn("REVERSE", lambda g, n, a: f"{a[0]}[::-1]", result=_string_result(0), signature="REVERSE(s)")
+# REVERSE is always a nullable STRING (FlinkSqlOperatorTable.REVERSE: VARCHAR_FORCE_NULLABLE): REVERSE('a') too
+_string_fn("REVERSE", lambda g, n, a: f"{a[0]}[::-1]", result=_string_result(always_nullable=True), signature="REVERSE(s)")
 _string_fn("CHAR_LENGTH", lambda g, n, a: f"len({a[0]})",
            result=lambda ops: T.INT.with_nullable(_nullable(ops)), signature="CHAR_LENGTH(s), CHARACTER_LENGTH(s)")
 _string_fn("CONCAT", lambda g, n, a: "(" + " + ".join(a) + ")", arity=(1, None), signature="CONCAT(s1, s2, ...)")

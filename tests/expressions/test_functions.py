@@ -214,6 +214,11 @@ def test_what_flink_does_not_fail_on_does_not_fail():
     ("DATE_FORMAT(ts, 'yyyy-ww')", ["pattern letter 'w' is not supported"]),
     ("dt + INTERVAL '400' DAY", ["exceeds the precision of DAY(2)"]),
     ("CAST(dt AS INT)", ["CAST from DATE to INT is not supported"]),
+    # Flink's planner: AssertionError "cannot cast false as class java.math.BigDecimal" (also reversed,
+    # of DOUBLE and INT, through two CASTs); not with a constant, not for + - /, not inside ABS
+    ("CAST(FALSE AS DECIMAL(5, 3)) * m", ["CAST of a BOOLEAN literal multiplied"]),
+    ("i * CAST(TRUE AS DOUBLE)", ["CAST of a BOOLEAN literal multiplied"]),
+    ("CAST(CAST(FALSE AS INT) AS DECIMAL(5, 3)) * (i + 1)", ["CAST of a BOOLEAN literal multiplied"]),
 ])
 def test_refusals_are_one_line_saying_what_and_why(sql, fragments):
     with pytest.raises(Refused) as info:
@@ -230,6 +235,7 @@ def test_refusals_are_one_line_saying_what_and_why(sql, fragments):
     ("TIMESTAMPADD(HOUR, i, dt)", "TIMESTAMP(6)"), ("0.1", "DECIMAL(2, 1) NOT NULL"), ("00.10", "DECIMAL(4, 2) NOT NULL"),
     ("NULLIF(i, 7)", "INT"), ("TRY_CAST(s AS INT)", "INT"), ("z IS NULL", "BOOLEAN NOT NULL"),
     # IF is nullable where its condition is, though a NULL condition takes the ELSE branch; CASE is not
+    ("REVERSE('a')", "STRING"), ("COALESCE(REVERSE('a'), 'b')", "STRING NOT NULL"),
     ("IF(z, 1, 1)", "INT"), ("IF(z IS NULL, 1, 2)", "INT NOT NULL"), ("CASE WHEN z THEN 1 ELSE 1 END", "INT NOT NULL"),
     ("TO_TIMESTAMP(s)", "TIMESTAMP(3)"), ("EXTRACT(DAY FROM dt)", "BIGINT"), ("MOD(b, 3)", "INT"),
     ("'🍐'", "CHAR(2) NOT NULL"),
