@@ -88,8 +88,12 @@ def _json(value, flink_type: str = ""):
 
 
 def _cause(err: Exception) -> str:
-    causes = re.findall(r"Caused by: ([^\n]*)", str(err))
-    return (causes[-1] if causes else str(err).strip().splitlines()[0])[:500]
+    """The Java exception's last cause, else the exception itself (py4j's first line only says which
+    call failed: "An error occurred while calling o8.sqlQuery.")."""
+    text = str(err)
+    causes = re.findall(r"Caused by: ([^\n]*)", text)
+    thrown = [m.group(1) for m in re.finditer(r"^[:\s]*([\w.$]+(?:Exception|Error)\b[^\n]*)", text, re.M)]
+    return (causes[-1] if causes else thrown[0] if thrown else text.strip().splitlines()[0])[:500]
 
 
 def main() -> None:
