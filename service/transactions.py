@@ -225,9 +225,8 @@ def _conf(delivery: Delivery, partition: int, **extra) -> dict:
 #: ``init_transactions()`` went to that wait (``bench.transaction_bench``). Reconnections to a
 #: broker that is down still back off exponentially, up to ``reconnect.backoff.max.ms``.
 RECONNECT_BACKOFF_MS = 20
-#: How long a new producer waits for its first metadata before ``init_transactions()`` (which then
-#: reports what is wrong if the broker does not answer).
-_METADATA_WAIT_S = 5.0
+#: How often :func:`init_transactions` calls librdkafka's again while it has not returned.
+INIT_NUDGE_S = 0.02
 
 
 def _conf_of(delivery: Delivery, tid: str, **extra) -> dict:
@@ -604,25 +603,33 @@ def _memory_limit() -> int:
         return 1 << 30
 
 
-def _metadata_first(producer: Any, topic: str) -> None:
-    """Wait for the producer's first metadata (of ``topic``). librdkafka replaces its bootstrap
-    connection by one to the broker that metadata names, and a transaction coordinator query it
-    sent on the bootstrap connection meanwhile is lost and asked again only 500 ms later (510 ms
-    inits, in a probe). A broker that does not answer is left to ``init_transactions()`` to report.
-    For the start-up abort's producers only: a task's producer that did this wrote its micro-batch
-    later, not sooner (bench/results/RESULTS.md, 2026-11-29 01:05)."""
-    from confluent_kafka import KafkaException
+def init_transactions(producer: Any, timeout_s: float) -> None:
+    """``producer.init_transactions()`` within ``timeout_s``, called again every
+    :data:`INIT_NUDGE_S` until it returns. librdkafka (2.16) asks for a producer id again only on a
+    fixed 500 ms timer once a request could not be sent or was refused: at a new producer's start,
+    when the request comes before its connection to the broker the first metadata names is up (a
+    third of the tasks' inits took 500-515 ms), and while the coordinator still completes the id's
+    last transaction (a retried task, the start-up abort after a kill). A new call runs the request
+    at once. Until the deadline only a fatal error ends the wait (librdkafka keeps trying the
+    others, and names the last one at its timeout); at the deadline the last error is raised."""
+    from confluent_kafka import KafkaError, KafkaException
 
-    try:
-        producer.list_topics(topic, timeout=_METADATA_WAIT_S)
-    except KafkaException:
-        pass
+    deadline = time.monotonic() + timeout_s
+    while True:
+        step = min(INIT_NUDGE_S, deadline - time.monotonic())
+        try:
+            producer.init_transactions(max(step, 0.001))
+            return
+        except KafkaException as err:
+            error = err.args[0] if err.args else None
+            if not isinstance(error, KafkaError) or error.fatal() or time.monotonic() >= deadline:
+                raise
 
 
 class TaskTransaction:
     """One attempt of one task partition's share of a micro-batch. Create it when the task starts
     (the producer's ``init_transactions()`` begins at once, in a thread: about 18 ms against a
-    local broker, mostly waiting, and now and then 510 ms: :func:`_metadata_first`), then, once
+    local broker, mostly waiting: :func:`init_transactions`), then, once
     the share is complete, call :meth:`committed` and :meth:`write` if it is not written already,
     and :meth:`close` in every case."""
 
@@ -646,7 +653,7 @@ class TaskTransaction:
             producer = Producer(_conf(self.delivery, self.partition))
             with self._lock:
                 self._producer = producer
-            producer.init_transactions(self.timeout_s)
+            init_transactions(producer, self.timeout_s)
         except BaseException as err:  # noqa: BLE001 - reported by ready()
             self._error = err
         finally:
@@ -741,8 +748,7 @@ def abort_transactional_ids(delivery: Delivery, ids: Iterable[str], timeout_s: f
     def init(tid: str) -> None:
         producer = Producer(_conf_of(delivery, tid))
         try:
-            _metadata_first(producer, delivery.progress_topic)
-            producer.init_transactions(timeout_s)
+            init_transactions(producer, timeout_s)
         except BaseException as err:  # noqa: BLE001
             kafka_error = err.args[0] if err.args else None
             if (tid not in required and getattr(kafka_error, "code", lambda: None)()
