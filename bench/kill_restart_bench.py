@@ -3,7 +3,7 @@ output; and how soon a first start writes any.
 
     python -m bench.kill_restart_bench [--rate 2000] [--keys 10000] [--kills 2] [--run 20]
                                        [--rounds 1] [--variant NAME:VAR=VALUE,,VAR=VALUE ...]
-                                       [--record] [--log PATH]
+                                       [--checkout NAME=DIR ...] [--record] [--log PATH]
 
 One broker; left-pk with both inputs' producer clocks selected (the latency runs' query). The
 service runs as a pod runs it (``python -m service run``, a process group of its own, the default
@@ -12,7 +12,9 @@ throughout. A ``read_committed`` consumer notes when each output record reaches 
 topics and a checkpoint of its own: a first start; a graceful stop (SIGTERM) and a start again;
 then ``--kills`` times, after ``--run`` s, its whole process group killed with SIGKILL, as a lost
 node would be, and started again at once on the same checkpoint; a graceful stop at the end.
-``--variant`` runs each start sequence once per variant and round, alternating who goes first.
+``--variant`` runs each start sequence once per variant and round, alternating who goes first;
+``--checkout NAME=DIR`` runs variant NAME's service from another checkout (``git worktree add
+--detach DIR REV``, its ``.cache`` a link to this one's): code before and after, side by side.
 
 Printed per start: the seconds from the process's spawn to the first output record a consumer
 receives after it (the figure issue 40 bounds at 15 s after a kill), and when the service's log
@@ -109,11 +111,11 @@ def steps(log: str, spawned: float) -> dict[str, float]:
     return found
 
 
-def spawn(env: dict, log_path: Path) -> tuple[subprocess.Popen, float]:
+def spawn(env: dict, log_path: Path, checkout: Path = ROOT) -> tuple[subprocess.Popen, float]:
     with open(log_path, "ab") as log:
         spawned = time.time()
         proc = subprocess.Popen([sys.executable, "-m", "service", "run"], env=env, stdout=log,
-                                stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True)
+                                stderr=subprocess.STDOUT, cwd=checkout, start_new_session=True)
     return proc, spawned
 
 
@@ -137,10 +139,16 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1, help="runs of every variant, alternating who goes first")
     parser.add_argument("--variant", action="append", default=[],
                         help="NAME:VAR=VALUE,,VAR=VALUE (default: the service's defaults alone)")
+    parser.add_argument("--checkout", action="append", default=[], metavar="NAME=DIR",
+                        help="run variant NAME's service from the checkout DIR")
     parser.add_argument("--record", action="store_true", help="append the table to bench/results/RESULTS.md")
     parser.add_argument("--log", help="keep the service's log of the last run at this path")
     args = parser.parse_args()
     variants = [parse_variant(v) for v in args.variant] or [("default", {})]
+    checkouts = {name: Path(directory).resolve() for name, _, directory in (c.partition("=") for c in args.checkout)}
+    unknown = set(checkouts) - {name for name, _ in variants}
+    if unknown or not all(d.is_dir() for d in checkouts.values()):
+        raise SystemExit(f"--checkout takes NAME=DIR for a --variant NAME and an existing DIR: {args.checkout}")
 
     from devkit.kafka_broker import KafkaBroker
 
@@ -148,7 +156,7 @@ def main() -> None:
     with KafkaBroker(heap="1g") as bootstrap, tempfile.TemporaryDirectory() as work:
         for rnd in range(args.rounds):
             for name, extra in (variants if rnd % 2 == 0 else variants[::-1]):
-                for figures in run(args, bootstrap, Path(work) / f"{rnd}-{name}", extra):
+                for figures in run(args, bootstrap, Path(work) / f"{rnd}-{name}", extra, checkouts.get(name, ROOT)):
                     starts.append({"variant": name, "round": rnd, **figures})
                     print(json.dumps(starts[-1]), flush=True)
     table = render(args, starts)
@@ -160,9 +168,9 @@ def main() -> None:
                      lambda png: plot(starts, png), "seconds from the spawn to each step, per start")
 
 
-def run(args, bootstrap: str, work: Path, extra: dict) -> list[dict]:
-    """One run on topics of its own: a first start, a restart after SIGTERM (its graceful stop),
-    then ``--kills`` restarts after a kill -9; each start's figures."""
+def run(args, bootstrap: str, work: Path, extra: dict, checkout: Path = ROOT) -> list[dict]:
+    """One run on topics of its own, the service from ``checkout``: a first start, a restart after
+    SIGTERM (its graceful stop), then ``--kills`` restarts after a kill -9; each start's figures."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
     work.mkdir(parents=True)
@@ -171,7 +179,7 @@ def run(args, bootstrap: str, work: Path, extra: dict) -> list[dict]:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     for future in admin.create_topics([NewTopic(t, 2) for t in (orders_topic, prices_topic, out)]).values():
         future.result(30)
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "LOG_FORMAT": "json", **service_environment(
+    env = {**os.environ, "PYTHONPATH": str(checkout), "LOG_FORMAT": "json", **service_environment(
         bootstrap, "left-pk", None, 8, str(work / "checkpoint"), out, orders_topic=orders_topic,
         prices_topic=prices_topic, sql=latency_sql("left-pk"), extra={**TIMED_ENV, "TRIGGER_INTERVAL": None, **extra})}
     env.pop("SPARK_CONF_spark_sql_streaming_numRecentProgressUpdates", None)
@@ -188,7 +196,7 @@ def run(args, bootstrap: str, work: Path, extra: dict) -> list[dict]:
         producer.start()
         for start in range(args.kills + 2):
             mark = log_path.stat().st_size if log_path.exists() else 0
-            proc, spawned = spawn(env, log_path)
+            proc, spawned = spawn(env, log_path, checkout)
             first = arrivals.first_after(spawned, 300)
             if first is None:
                 raise RuntimeError(f"no output within 300 s of start {start}; see the log:\n"
@@ -225,7 +233,8 @@ def steps_since(log_path: Path, mark: int, spawned: float) -> dict[str, float]:
 
 def render(args, starts: list[dict]) -> str:
     lines = [f"`python -m bench.kill_restart_bench --rate {args.rate:g} --keys {args.keys} --kills {args.kills} "
-             f"--run {args.run:g} --rounds {args.rounds}" + "".join(f" --variant {v}" for v in args.variant) + "`", "",
+             f"--run {args.run:g} --rounds {args.rounds}" + "".join(f" --variant {v}" for v in args.variant)
+             + "".join(f" --checkout {c}" for c in args.checkout) + "`", "",
              "| variant | round | start | after | first output s (spawn to a consumer) | join plan s "
              "| transactional ids initialized s | Spark started s | first micro-batch committed s |",
              "|---|---|---|---|---|---|---|---|---|"]

@@ -3,8 +3,9 @@
     python -m bench.latency_sweep perkey=LOG buckets=LOG [--record TITLE]
 
 Each LOG is the output ``python -m bench.compare ... --latency left-pk --latency-rate R1,R2,...``
-printed (one invocation per variant, e.g. ``--service-env STATE_BUCKETS=0`` and the defaults); its
-latency table rows are read back. Printed: one table of every run; with ``--record``, the table and
+printed (one invocation per variant, e.g. ``--service-env STATE_BUCKETS=0`` and the defaults, or of a
+peer, ``--systems flink-p2 --latency-systems flink-p2``, for reference); its latency table rows are
+read back. Printed: one table of every run; with ``--record``, the table and
 a plot (p50 and p99 against the rate, one line per variant, and whether the run kept up: the p50
 of its last 10 s measured within 1.5x of its first's) are appended to bench/results/.
 """
@@ -17,11 +18,15 @@ from bench.harness.logs import latency_runs
 from bench.harness.report import fmt, record_round
 
 
+#: Issue 40's p99 targets for left-pk at the default trigger: (input rows/s, seconds).
+P99_TARGETS = ((2000, 1.0), (6000, 1.5), (18000, 2.0))
+
+
 def runs_of(path: str) -> list[dict]:
-    """changejoin's latency rows in the log at ``path`` (the variants are changejoin's; a failed run
-    has no figures to plot)."""
+    """The latency rows in the log at ``path`` of its one system (changejoin's variants, or a peer
+    such as flink-p2 for reference); a failed run has no figures to plot."""
     with open(path) as handle:
-        return [r for r in latency_runs(handle.read()) if "failed" not in r and r["system"].startswith("changejoin")]
+        return [r for r in latency_runs(handle.read()) if "failed" not in r]
 
 
 def table(series: dict[str, list[dict]]) -> str:
@@ -49,7 +54,8 @@ def plot(series: dict[str, list[dict]], png) -> None:
             if not r["kept_up"]:
                 ax.annotate("falls behind", (r["rate"], r["p99"] / 1000), fontsize=7, xytext=(4, 4),
                             textcoords="offset points")
-    ax.axhline(2.0, color="red", linestyle=":", linewidth=1, label="p99 target 2 s")
+    ax.plot([rate for rate, _ in P99_TARGETS], [target for _, target in P99_TARGETS], "x:", color="red",
+            linewidth=1, label="p99 targets (issue 40)")
     ax.set_xlabel("input rows/s (both sides)")
     ax.set_ylabel("produce-to-output latency, s (log)")
     ax.set_yscale("log")
