@@ -94,6 +94,7 @@ class Service:
         self._crash = crash
         self.plan = plan or plan_for(settings)
         self._spark = spark
+        self._spark_given = spark is not None
         self._spark_launch: Future | None = None  # Spark, started in the background by start()
         self._class_archive = False  # SPARK_CLASS_ARCHIVE_DIR applies to the service as a process (run_forever)
         self._listeners = [on_batch] if on_batch else []
@@ -284,9 +285,12 @@ class Service:
             self.plan = checkpoint.reconcile(self.plan, self.settings.checkpoint_location, store,
                                              buckets_set=self.settings.state_buckets is not None)
             # A new checkpoint's first micro-batch is planned with the session's count: the one
-            # ``spark_session`` set from SHUFFLE_PARTITIONS, or a given session's own.
-            configured = (self.settings.shuffle_partitions if self.settings.shuffle_partitions_set
-                          else int(self.spark.conf.get(SHUFFLE_PARTITIONS, str(self.settings.shuffle_partitions))))
+            # ``spark_session`` set from SHUFFLE_PARTITIONS, or a given session's own. Only a given
+            # session is asked: the service's own is still starting (``_launch_spark``), and the
+            # topics and the transactional ids below are to be done meanwhile.
+            configured = (int(self.spark.conf.get(SHUFFLE_PARTITIONS, str(self.settings.shuffle_partitions)))
+                          if self._spark_given and not self.settings.shuffle_partitions_set
+                          else self.settings.shuffle_partitions)
             partitions = checkpoint.task_partitions(store, configured, self.settings.shuffle_partitions_set,
                                                     self.plan.state_buckets)
             checkpoint.record_task_partitions(store, partitions)
