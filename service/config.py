@@ -21,6 +21,7 @@ from .formats import DEFAULT as DEFAULT_FORMAT
 from .formats import NAMES as FORMAT_NAMES
 from .formats import SOURCE_TIME, Format, InputSide, SchemaSource, format_of
 from .kafka_records import DEFAULT_ROWKIND_HEADER, LIBRDKAFKA_MESSAGE_MAX_BYTES, output_framing_bytes
+from .resources import usable_cpus
 from .secrets import MIN_SCRUBBED_LENGTH, is_secret_name, redact, redact_text, url_passwords
 
 KAFKA_CLIENT_PREFIX = "KAFKA_CLIENT_"
@@ -58,6 +59,30 @@ _UNIT_MS = {None: 1, "ms": 1, "s": 1000, "sec": 1000, "m": 60_000, "min": 60_000
 #: The most shuffle partitions: each is a RocksDB state store per stateful stage, opened by a task
 #: of every micro-batch (and, with exactly-once delivery, a transactional id).
 MAX_SHUFFLE_PARTITIONS = 10_000
+#: The task count of a new checkpoint with SHUFFLE_PARTITIONS unset and a cluster master.
+CLUSTER_TASK_PARTITIONS = 8
+#: A local master: ``local``, ``local[N]``, ``local[*]``; group 1 its cores (None: ``local``),
+#: group 2 its task attempts when it names them (``local[N, F]``).
+LOCAL_MASTER = re.compile(r"^local(?:\[\s*(\*|[0-9]+)\s*(?:,\s*([0-9]+)\s*)?\])?$")
+
+
+def default_task_partitions(master: str) -> int:
+    """The task count (``spark.sql.shuffle.partitions``) of a new checkpoint when SHUFFLE_PARTITIONS
+    is unset. In local mode, the cores the master runs tasks on (``local[N]``: N, ``local``: 1,
+    ``local[*]``: the CPUs this process may use, bounded by its container's CPU quota; the settings
+    take at most one task per bucket). Each task of a
+    micro-batch pays fixed costs (its state store, its Python workers, its transaction), so more
+    tasks than cores only run in waves: on 2 cores, 8 tasks took the p99 latency at 2,000 rows/s
+    from 0.76 to 1.07 s, for 1.45x the CPU (bench/results/RESULTS.md, 2026-11-29). With a cluster
+    master, whose executors may not have registered yet at the start,
+    :data:`CLUSTER_TASK_PARTITIONS`."""
+    match = LOCAL_MASTER.match(master.strip())
+    if not match:
+        return CLUSTER_TASK_PARTITIONS
+    cores = match.group(1)
+    count = 1 if cores is None else usable_cpus() if cores == "*" else int(cores)
+    return max(1, min(count, MAX_SHUFFLE_PARTITIONS))
+
 
 #: The longest duration any variable takes: 36,500 days (a hundred years; "forever" in practice).
 MAX_DURATION_MS = 36_500 * 86_400_000
@@ -152,6 +177,7 @@ class Settings(BaseModel):
     spark_master: str = Field("local[*]", alias="SPARK_MASTER", min_length=1)
     spark_conf: dict[str, str] = Field(default_factory=dict, exclude=True)  # as set; all Spark gets: session.py
     spark_ui_enabled: bool = Field(False, alias="SPARK_UI_ENABLED")
+    # Unset: the task count of a new checkpoint is default_task_partitions(SPARK_MASTER) (below).
     shuffle_partitions: int = Field(8, alias="SHUFFLE_PARTITIONS", ge=1, le=MAX_SHUFFLE_PARTITIONS)
     # None: the checkpoint's count, or plan.DEFAULT_STATE_BUCKETS for a new checkpoint (checkpoint.py)
     state_buckets: int | None = Field(None, alias="STATE_BUCKETS", ge=0, le=1 << 20)
@@ -249,6 +275,12 @@ class Settings(BaseModel):
         if problems:
             raise ValueError(_PROBLEM_SEPARATOR.join(problems))
         # Derived defaults, fixed here so that everything downstream reads plain values.
+        if not self.shuffle_partitions_set:
+            from .plan import DEFAULT_STATE_BUCKETS  # a new checkpoint's buckets, unless STATE_BUCKETS
+
+            buckets = DEFAULT_STATE_BUCKETS if self.state_buckets is None else self.state_buckets
+            cores = default_task_partitions(self.spark_master)
+            object.__setattr__(self, "shuffle_partitions", min(cores, buckets) if buckets else cores)
         if self.max_output_record_bytes is None:
             object.__setattr__(self, "max_output_record_bytes", self.producer_message_max_bytes - self.record_framing_bytes)
         return self

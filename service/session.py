@@ -9,7 +9,7 @@ import threading
 from pathlib import Path
 
 from . import classarchive
-from .config import Settings, local_directory
+from .config import LOCAL_MASTER, Settings, local_directory
 from .metrics import ready_window_seconds
 from .secrets import SPARK_REDACTION_REGEX, URL_USER_INFO
 
@@ -37,14 +37,13 @@ QUERY_START_PROPERTIES = (IDLE_EVENT_CONF,)
 
 #: Attempts of a failed task (a lost executor, a broker hiccup) before its micro-batch fails the query.
 TASK_ATTEMPTS = 4
-_LOCAL = re.compile(r"^local\[\s*(\*|[0-9]+)\s*\]$|^local$")
 
 
 def with_task_retries(master: str) -> str:
     """Spark retries no task in local mode unless the master says so (``local[N, F]``): give
     ``local`` and ``local[N]`` :data:`TASK_ATTEMPTS` attempts; other masters use spark.task.maxFailures."""
-    match = _LOCAL.match(master.strip())
-    if not match:
+    match = LOCAL_MASTER.match(master.strip())
+    if not match or match.group(2):
         return master
     return f"local[{match.group(1) or 1},{TASK_ATTEMPTS}]"
 

@@ -54,7 +54,6 @@ import hashlib
 import json
 import logging
 import marshal
-import os
 import tempfile
 import threading
 import time
@@ -64,6 +63,7 @@ from typing import Any, Callable, Iterable, Iterator, Optional
 
 from .errors import ChangejoinError
 from .logs import kafka_logger
+from .resources import memory_limit
 from .shipping import Delivery
 from .sink import admin_props, delivery_failure, failure_collector, produce_each, producer_config
 
@@ -586,21 +586,7 @@ def _first_digest(records: Iterable[tuple]) -> str:
 def spill_bytes_default(memory: Optional[int] = None) -> int:
     """How many bytes of a share a task holds in memory: a sixteenth of the ``memory`` this process
     may use (by default its cgroup's limit, else the machine's), from 64 MiB to 1 GiB."""
-    return max(64 << 20, min(1 << 30, (_memory_limit() if memory is None else memory) // 16))
-
-
-def _memory_limit() -> int:
-    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
-        try:
-            text = open(path).read().strip()
-        except OSError:
-            continue
-        if text.isdigit() and int(text) < 1 << 60:
-            return int(text)
-    try:
-        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return 1 << 30
+    return max(64 << 20, min(1 << 30, (memory_limit() if memory is None else memory) // 16))
 
 
 def init_transactions(producer: Any, timeout_s: float) -> None:

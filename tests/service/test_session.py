@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from service import app, session
+from service import app, config, resources, session
 from service.config import load_settings
 from service.session import launch_properties, query_start_properties, spark_properties
 from tests.support.service_env import VALID
@@ -64,9 +64,10 @@ CASES = [  # (environment, properties changed from DEFAULTS, properties removed)
     ({"SPARK_MASTER": "spark://host:7077", "CHECKPOINT_LOCATION": "hdfs://nn/cp", "LOG_LEVEL": "DEBUG"},
      {"spark.master": "spark://host:7077"}, [NO_FILE_MANAGER]),
     ({"SPARK_MASTER": "local[2]", "CHECKPOINT_LOCATION": "file:///var/cp", "SPARK_UI_ENABLED": "true"},
-     {"spark.master": "local[2,4]", "spark.ui.enabled": "true"}, []),
+     {"spark.master": "local[2,4]", "spark.ui.enabled": "true", "spark.sql.shuffle.partitions": "2"}, []),
     ({"SPARK_MASTER": "local", "CHECKPOINT_LOCATION": "/var/cp", "TRIGGER_INTERVAL": "0",
-      "READY_MAX_TRIGGER_INTERVALS": "2"}, {"spark.master": "local[1,4]", IDLE: "1000ms"}, []),
+      "READY_MAX_TRIGGER_INTERVALS": "2"}, {"spark.master": "local[1,4]", IDLE: "1000ms", "spark.sql.shuffle.partitions": "1"},
+     []),
     ({"TRIGGER_INTERVAL": "5s", "SHUFFLE_PARTITIONS": "3"}, {"spark.sql.shuffle.partitions": "3", IDLE: "16666ms"}, []),
     ({"TRIGGER_INTERVAL": "5s", **OVERRIDES},
      {"spark.app.name": "mine", "spark.executor.instances": "4", "spark.hadoop.fs.s3a.secret.key": "s3-secret-7",
@@ -79,6 +80,13 @@ CASES = [  # (environment, properties changed from DEFAULTS, properties removed)
       "SPARK_CONF_spark_kubernetes_namespace": "joins"},
      {"spark.executor.memory": "2g", "spark.kubernetes.namespace": "joins"}, [NO_FILE_MANAGER]),
 ]
+
+
+@pytest.fixture(autouse=True)
+def eight_cpus(monkeypatch):
+    """``local[*]`` on a machine of 8 usable CPUs: the count 95f66d7 set whatever the machine (a new
+    checkpoint's task count now follows a local master's cores: config.default_task_partitions)."""
+    monkeypatch.setattr(config, "usable_cpus", lambda: 8)
 
 
 @pytest.mark.parametrize("env, changed, removed", CASES)
@@ -211,8 +219,9 @@ def test_check_config_prints_the_spark_properties_with_secrets_hidden():
     proc = changejoin("check-config", env={**VALID, "SPARK_CONF_spark_hadoop_fs_s3a_secret_key": "s3-secret-7"})
     assert proc.returncode == 0, proc.stderr
     shown = proc.stdout.split("spark properties:\n", 1)[1].split("plan:\n", 1)[0].splitlines()
+    cores = str(resources.usable_cpus())  # this machine's: the command runs in a process of its own
     assert shown == [f"  {k}={'*****' if k.endswith('secret.key') else v}" for k, v in sorted(
-        {**DEFAULTS, "spark.hadoop.fs.s3a.secret.key": ""}.items())]
+        {**DEFAULTS, "spark.hadoop.fs.s3a.secret.key": "", "spark.sql.shuffle.partitions": cores}.items())]
     assert "s3-secret-7" not in proc.stdout
 
 

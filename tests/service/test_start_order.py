@@ -44,7 +44,7 @@ def test_the_topics_and_the_transactional_ids_do_not_wait_for_spark(monkeypatch,
     service = Service(load_settings(env))
     with pytest.raises(StillBooting):
         service.start()
-    count = int(partitions or 8)  # a new checkpoint: SHUFFLE_PARTITIONS, else the service's default
+    count = int(partitions) if partitions else service.settings.shuffle_partitions  # else the default: the cores
     assert seen == [("topics", False, count), ("transactional ids", False, count)]
 
 

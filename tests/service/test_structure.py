@@ -280,6 +280,16 @@ def test_the_class_archive_knows_nothing_and_only_the_session_uses_it():
     assert [m for m in modules() if "classarchive" in service_imports(m)] == ["session"]
 
 
+def test_what_the_machine_gives_is_read_in_one_place_that_knows_nothing():
+    """resources.py reads the process's CPUs and memory (its cgroup's limits): it imports no service
+    module, and the cgroup files are named nowhere else."""
+    assert service_imports("resources") == set()
+    for room in modules():
+        for path, _ in sources(room):
+            assert room == "resources" or "/sys/fs/cgroup" not in path.read_text(), \
+                f"{path.relative_to(SERVICE.parent)} reads a cgroup file: use service/resources.py"
+
+
 def test_the_spark_session_knows_no_step_and_no_state():
     assert not service_imports("session") & (set(STEPS) | {"sparkstate", "pipeline", "app", "cli"})
 
