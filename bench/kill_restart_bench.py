@@ -7,7 +7,7 @@ output; and how soon a first start writes any.
 
 One broker; left-pk with both inputs' producer clocks selected (the latency runs' query). The
 service runs as a pod runs it (``python -m service run``, a process group of its own, the default
-trigger and delivery: exactly-once), while this process produces ``--rate`` input rows/s
+trigger, task count and delivery: exactly-once), while this process produces ``--rate`` input rows/s
 throughout. A ``read_committed`` consumer notes when each output record reaches it. Each run, on
 topics and a checkpoint of its own: a first start; a graceful stop (SIGTERM) and a start again;
 then ``--kills`` times, after ``--run`` s, its whole process group killed with SIGKILL, as a lost
@@ -180,7 +180,7 @@ def run(args, bootstrap: str, work: Path, extra: dict, checkout: Path = ROOT) ->
     for future in admin.create_topics([NewTopic(t, 2) for t in (orders_topic, prices_topic, out)]).values():
         future.result(30)
     env = {**os.environ, "PYTHONPATH": str(checkout), "LOG_FORMAT": "json", **service_environment(
-        bootstrap, "left-pk", None, 8, str(work / "checkpoint"), out, orders_topic=orders_topic,
+        bootstrap, "left-pk", None, None, str(work / "checkpoint"), out, orders_topic=orders_topic,
         prices_topic=prices_topic, sql=latency_sql("left-pk"), extra={**TIMED_ENV, "TRIGGER_INTERVAL": None, **extra})}
     env.pop("SPARK_CONF_spark_sql_streaming_numRecentProgressUpdates", None)
     # Enough input for every start, produced at the rate throughout.

@@ -41,12 +41,13 @@ def service_settings(*args, **kwargs):
     return load_settings(service_environment(*args, **kwargs))
 
 
-def service_environment(bootstrap: str, scenario: str, max_per_trigger: int | None, shuffle_partitions: int,
+def service_environment(bootstrap: str, scenario: str, max_per_trigger: int | None, shuffle_partitions: int | None,
                         checkpoint: str, out: str | None = None, mini_batch_size: int = 1000,
                         orders_topic: str | None = None, prices_topic: str | None = None, sql: str | None = None,
                         extra: dict | None = None) -> dict[str, str]:
     """The service's environment variables for ``scenario``; ``max_per_trigger`` None and
-    ``extra`` ``TRIGGER_INTERVAL`` unset: the service's defaults (the latency runs)."""
+    ``extra`` ``TRIGGER_INTERVAL`` unset: the service's defaults (the latency runs), and
+    ``shuffle_partitions`` None its default task count (one per core of ``local[2]``)."""
     default_orders, default_prices, default_out = topics(scenario)
     scenario_query, env = scenario_sql(scenario, mini_batch_size)
     env = {"LEFT_SCHEMA_FILE": str(ROOT / "schemas" / "orders.avsc"),
@@ -59,8 +60,9 @@ def service_environment(bootstrap: str, scenario: str, max_per_trigger: int | No
         "KAFKA_BOOTSTRAP_SERVERS": bootstrap, "LEFT_TOPIC": orders_topic or default_orders,
         "RIGHT_TOPIC": prices_topic or default_prices, "OUTPUT_TOPIC": out or default_out,
         "LEFT_TABLE": "orders", "RIGHT_TABLE": "prices", "JOIN_SQL": sql or scenario_query,
-        "CHECKPOINT_LOCATION": checkpoint, "SPARK_MASTER": "local[2]", "SHUFFLE_PARTITIONS": str(shuffle_partitions),
-        "METRICS_PORT": "0", **{k: v for k, v in env.items() if v is not None},
+        "CHECKPOINT_LOCATION": checkpoint, "SPARK_MASTER": "local[2]", "METRICS_PORT": "0",
+        **({} if shuffle_partitions is None else {"SHUFFLE_PARTITIONS": str(shuffle_partitions)}),
+        **{k: v for k, v in env.items() if v is not None},
     }
 
 
