@@ -70,12 +70,11 @@ def default_task_partitions(master: str) -> int:
     """The task count (``spark.sql.shuffle.partitions``) of a new checkpoint when SHUFFLE_PARTITIONS
     is unset. In local mode, the cores the master runs tasks on (``local[N]``: N, ``local``: 1,
     ``local[*]``: the CPUs this process may use, bounded by its container's CPU quota; the settings
-    take at most one task per bucket). Each task of a
-    micro-batch pays fixed costs (its state store, its Python workers, its transaction), so more
-    tasks than cores only run in waves: on 2 cores, 8 tasks took the p99 latency at 2,000 rows/s
-    from 0.76 to 1.07 s, for 1.45x the CPU (bench/results/RESULTS.md, 2026-11-29). With a cluster
-    master, whose executors may not have registered yet at the start,
-    :data:`CLUSTER_TASK_PARTITIONS`."""
+    take at most one task per bucket). Each task of a micro-batch pays fixed costs (its state
+    store, its Python workers, its transaction), so more tasks than cores only run in waves: on 2
+    cores, 8 tasks took the p99 latency at 2,000 rows/s from 0.76 to 1.07 s, for 1.45x the CPU
+    (bench/results/RESULTS.md, 2026-11-29). With a cluster master, whose executors may not have
+    registered yet at the start, :data:`CLUSTER_TASK_PARTITIONS`."""
     match = LOCAL_MASTER.match(master.strip())
     if not match:
         return CLUSTER_TASK_PARTITIONS
