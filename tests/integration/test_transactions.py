@@ -207,7 +207,8 @@ def test_a_task_without_output_leaves_no_initialization_behind_to_fence_the_next
         finally:
             task.close()
     # the last commit's markers follow its commit_transaction() (see the first test)
-    wait_until(lambda: len(values(kafka_bootstrap, delivery.output_topic)) == 6, 30, "every task's record", interval=0.2)
+    wait_until(lambda: len(values(kafka_bootstrap, delivery.output_topic)) == 6, 30, "every task's record",
+               interval=0.2)
     assert len(values(kafka_bootstrap, delivery.output_topic)) == 6
 
 

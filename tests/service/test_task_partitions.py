@@ -13,7 +13,8 @@ from tests.support.service_env import VALID
 
 @pytest.mark.parametrize("master, expected", [
     ("local[3]", 3), ("local[3, 4]", 3), ("local[ 5 ]", 5), ("local", 1), ("local[1]", 1),
-    ("spark://127.0.0.1:7077", CLUSTER_TASK_PARTITIONS), ("k8s://https://kubernetes.default.svc", CLUSTER_TASK_PARTITIONS),
+    ("spark://127.0.0.1:7077", CLUSTER_TASK_PARTITIONS),
+    ("k8s://https://kubernetes.default.svc", CLUSTER_TASK_PARTITIONS),
 ])
 def test_a_local_master_runs_as_many_tasks_as_its_cores_and_a_cluster_eight(master, expected):
     assert default_task_partitions(master) == expected
