@@ -177,7 +177,8 @@ class Settings(BaseModel):
     spark_conf: dict[str, str] = Field(default_factory=dict, exclude=True)  # as set; all Spark gets: session.py
     spark_ui_enabled: bool = Field(False, alias="SPARK_UI_ENABLED")
     # Unset: the task count of a new checkpoint is default_task_partitions(SPARK_MASTER) (below).
-    shuffle_partitions: int = Field(CLUSTER_TASK_PARTITIONS, alias="SHUFFLE_PARTITIONS", ge=1, le=MAX_SHUFFLE_PARTITIONS)
+    shuffle_partitions: int = Field(CLUSTER_TASK_PARTITIONS, alias="SHUFFLE_PARTITIONS", ge=1,
+                                    le=MAX_SHUFFLE_PARTITIONS)
     # None: the checkpoint's count, or plan.DEFAULT_STATE_BUCKETS for a new checkpoint (checkpoint.py)
     state_buckets: int | None = Field(None, alias="STATE_BUCKETS", ge=0, le=1 << 20)
     trigger_interval_ms: int = Field(500, alias="TRIGGER_INTERVAL", ge=0)  # bench/results/RESULTS.md, latency
